@@ -1,0 +1,1 @@
+"""Adapters: PostgreSQL, Kafka and the Talent HTTP API."""

@@ -1,0 +1,1 @@
+"""Kafka adapter: producer, topics, embedded broker."""

@@ -1,0 +1,1 @@
+"""PostgreSQL adapter: pool, SQL catalogue, repositories, migrations, embedded server."""

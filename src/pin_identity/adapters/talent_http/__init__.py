@@ -1,0 +1,1 @@
+"""Talent Identity HTTP API adapter."""

@@ -1,0 +1,107 @@
+"""The composition root: the one place that turns settings into connected adapters and jobs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+from pin_identity.adapters.kafka import embedded as embedded_kafka
+from pin_identity.adapters.kafka.publisher import KafkaEventPublisher
+from pin_identity.adapters.kafka.topics import TopicLayout, broker_reachable, ensure_topics
+from pin_identity.adapters.postgres import embedded as embedded_postgres
+from pin_identity.adapters.postgres import migrate
+from pin_identity.adapters.postgres.database import ConnectionLimits, Database
+from pin_identity.adapters.postgres.identity_store import PostgresIdentityTransactions
+from pin_identity.adapters.postgres.outbox_queue import PostgresOutboxQueue
+from pin_identity.config import ConfigurationError, Settings
+from pin_identity.domain.events import PUBLISHED_TOPICS
+from pin_identity.domain.fanout import FanOutPolicy
+from pin_identity.jobs.outbox_relay import OutboxRelay
+
+
+def _missing_extra(what: str) -> ConfigurationError:
+    return ConfigurationError(
+        f"{what} is not configured and the embedded one is not installed (pip install 'pin-identity[embedded]')"
+    )
+
+
+@dataclass
+class Container:
+    """Everything a command needs, built on first use so that a command only starts what it touches."""
+
+    settings: Settings
+    _closers: list[Any] = field(default_factory=list)
+
+    @cached_property
+    def database_url(self) -> str:
+        if self.settings.database_url:
+            return self.settings.database_url
+        try:
+            return embedded_postgres.ensure_embedded_postgres(self.settings.data_dir)
+        except ImportError:
+            raise _missing_extra("PIN_IDENTITY_DATABASE_URL") from None
+
+    @property
+    def kafka_is_embedded(self) -> bool:
+        return not self.settings.kafka_bootstrap_servers
+
+    @cached_property
+    def kafka_bootstrap_servers(self) -> str:
+        if self.settings.kafka_bootstrap_servers:
+            return self.settings.kafka_bootstrap_servers
+        try:
+            return embedded_kafka.ensure_embedded_kafka(self.settings.data_dir)
+        except ImportError:
+            raise _missing_extra("PIN_IDENTITY_KAFKA_BOOTSTRAP_SERVERS") from None
+
+    @cached_property
+    def kafka_client_config(self) -> dict[str, str]:
+        return {"bootstrap.servers": self.kafka_bootstrap_servers, **self.settings.kafka_properties}
+
+    @property
+    def topic_layout(self) -> TopicLayout:
+        replication = self.settings.kafka_replication_factor or (1 if self.kafka_is_embedded else 3)
+        return TopicLayout(self.settings.kafka_topic_partitions, replication)
+
+    @cached_property
+    def database(self) -> Database:
+        limits = ConnectionLimits(
+            self.settings.db_statement_timeout_ms, self.settings.db_idle_in_transaction_timeout_ms
+        )
+        database = Database(self.database_url, limits=limits, max_size=self.settings.db_pool_max_size)
+        try:
+            database.open()
+        except Exception as exc:
+            raise ConfigurationError(f"PIN_IDENTITY_DATABASE_URL: database unreachable ({exc})") from None
+        self._closers.append(database.close)
+        return database
+
+    @cached_property
+    def transactions(self) -> PostgresIdentityTransactions:
+        return PostgresIdentityTransactions(self.database)
+
+    @property
+    def fanout_policy(self) -> FanOutPolicy:
+        return FanOutPolicy(self.settings.inline_fanout_threshold)
+
+    def upgrade_schema(self) -> None:
+        migrate.upgrade(self.database_url)
+
+    def ensure_topics(self) -> list[str]:
+        return ensure_topics(self.kafka_client_config, PUBLISHED_TOPICS, self.topic_layout)
+
+    def broker_reachable(self) -> bool:
+        return broker_reachable(self.kafka_client_config)
+
+    def outbox_relay(self) -> OutboxRelay:
+        publisher = KafkaEventPublisher(self.kafka_client_config, ensure_topics=self.ensure_topics)
+        self._closers.append(publisher.close)
+        queue = PostgresOutboxQueue(self.database)
+        self._closers.append(queue.reset)
+        return OutboxRelay(queue, publisher)
+
+    def close(self) -> None:
+        for close in reversed(self._closers):
+            close()
+        self._closers.clear()

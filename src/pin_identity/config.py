@@ -1,0 +1,90 @@
+"""Configuration from the environment (CONTRACTS section 1), validated once at start."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+ENV_PREFIX = "PIN_IDENTITY_"
+
+
+class ConfigurationError(Exception):
+    """A setting is missing or invalid; the message is one line naming the variable."""
+
+
+PositiveInt = Annotated[int, Field(ge=1)]
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX, env_file=".env", extra="ignore", frozen=True
+    )
+
+    database_url: str | None = None
+    data_dir: Path = Path("./.pin-identity")
+    kafka_bootstrap_servers: str | None = None
+    # Kept as the raw JSON text so that a parse error names the variable like every other error.
+    kafka_config: str = ""
+    talent_api_url: str | None = None
+    talent_api_token: str | None = None
+    admin_token: str | None = None
+
+    fanout_polling_interval_s: Annotated[float, Field(gt=0)] = 5.0
+    fanout_batch_size: Annotated[int, Field(ge=1, le=10_000)] = 500
+    fanout_max_lease_s: PositiveInt = 300
+    fanout_max_attempts: PositiveInt = 5
+    inline_fanout_threshold: Annotated[int, Field(ge=0)] = 200
+
+    import_page_lease_s: PositiveInt = 600
+    import_max_page_attempts: PositiveInt = 5
+    talent_import_mode: Literal["api-pull", "topic-replay"] = "api-pull"
+
+    log_format: Literal["console", "json"] | None = None
+    worker_http_port: Annotated[int, Field(ge=0, le=65535)] = 9464
+
+    kafka_topic_partitions: PositiveInt = 12
+    kafka_replication_factor: PositiveInt | None = None
+
+    # Runtime hygiene beyond the contract's list: every connection carries these limits.
+    db_pool_max_size: Annotated[int, Field(ge=2, le=100)] = 10
+    db_statement_timeout_ms: PositiveInt = 30_000
+    db_idle_in_transaction_timeout_ms: PositiveInt = 60_000
+
+    @field_validator("kafka_config")
+    @classmethod
+    def _check_kafka_config(cls, raw: str) -> str:
+        _parse_kafka_properties(raw)
+        return raw
+
+    @property
+    def kafka_properties(self) -> dict[str, str]:
+        """Extra librdkafka properties (security.protocol, sasl.*, ...)."""
+        return _parse_kafka_properties(self.kafka_config)
+
+
+def _parse_kafka_properties(raw: str) -> dict[str, str]:
+    if not raw.strip():
+        return {}
+    try:
+        parsed = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"not valid JSON ({exc.msg})") from None
+    if not isinstance(parsed, dict):
+        raise ValueError("must be a JSON object of librdkafka properties")
+    return {str(key): str(value) for key, value in parsed.items()}
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Read the environment; a bad value becomes one ConfigurationError line naming its variable."""
+    try:
+        return Settings(**overrides)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = str(first["loc"][0]) if first["loc"] else "?"
+        raise ConfigurationError(f"{ENV_PREFIX}{field.upper()}: {first['msg']}") from None
+    except ValueError as exc:
+        raise ConfigurationError(f"invalid configuration: {exc}") from None

@@ -1,0 +1,1 @@
+"""The identity domain: pure values and rules, no I/O."""

@@ -1,0 +1,227 @@
+"""The events we publish (CONTRACTS section 4), built as outbox messages ready for the wire."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+from uuid import UUID
+
+from pin_identity.domain.model import AccessChangeReason, UserAccessSnapshot
+
+CONTRACT_VERSION = 1
+
+ACCESS_TOPIC = "pin.identity.access.v1"
+COMPANIES_TOPIC = "pin.identity.companies.v1"
+USERS_TOPIC = "pin.identity.users.v1"
+PUBLISHED_TOPICS = (ACCESS_TOPIC, COMPANIES_TOPIC, USERS_TOPIC)
+
+
+@dataclass(frozen=True)
+class OutboxMessage:
+    """One event as the relay will send it: topic, key, headers and the serialized envelope."""
+
+    event_id: UUID
+    topic: str
+    key: str
+    event_type: str
+    correlation_id: UUID
+    value: str
+    traceparent: str | None = None
+
+
+def _iso(moment: datetime) -> str:
+    return moment.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def _uuid_or_none(value: UUID | None) -> str | None:
+    return str(value) if value is not None else None
+
+
+def envelope(
+    *,
+    event_type: str,
+    topic: str,
+    aggregate_type: str,
+    aggregate_id: UUID,
+    payload: dict[str, Any],
+    correlation_id: UUID,
+    occurred_at: datetime,
+    traceparent: str | None = None,
+) -> OutboxMessage:
+    event_id = uuid.uuid4()
+    body = {
+        "eventId": str(event_id),
+        "eventType": event_type,
+        "contractVersion": CONTRACT_VERSION,
+        "aggregateType": aggregate_type,
+        "aggregateId": str(aggregate_id),
+        "occurredAt": _iso(occurred_at),
+        "correlationId": str(correlation_id),
+        "payload": payload,
+    }
+    return OutboxMessage(
+        event_id=event_id,
+        topic=topic,
+        key=str(aggregate_id),
+        event_type=event_type,
+        correlation_id=correlation_id,
+        value=json.dumps(body, separators=(",", ":"), ensure_ascii=False),
+        traceparent=traceparent,
+    )
+
+
+def access_payload(
+    snapshot: UserAccessSnapshot, reason: AccessChangeReason, version: int, changed_role_id: UUID
+) -> dict[str, Any]:
+    return {
+        "userId": str(snapshot.user_id),
+        "companyId": _uuid_or_none(snapshot.company_id),
+        "changeReason": reason.value,
+        "version": version,
+        "changedRoleId": str(changed_role_id),
+        "activeAssignments": [
+            {
+                "assignmentId": str(item.assignment_id),
+                "roleId": str(item.role_id),
+                "roleCode": item.role_code,
+                "scopeType": item.scope.type.value,
+                "scopeOrganizationId": _uuid_or_none(item.scope.organization_id),
+                "scopeProjectGroupId": _uuid_or_none(item.scope.project_group_id),
+                "scopeProjectId": _uuid_or_none(item.scope.project_id),
+                "expiresAt": _iso(item.expires_at) if item.expires_at else None,
+            }
+            for item in sorted(snapshot.assignments, key=lambda a: a.assignment_id)
+        ],
+    }
+
+
+def user_access_changed(
+    snapshot: UserAccessSnapshot,
+    *,
+    reason: AccessChangeReason,
+    version: int,
+    changed_role_id: UUID,
+    correlation_id: UUID,
+    occurred_at: datetime,
+) -> OutboxMessage:
+    return envelope(
+        event_type="UserAccessChanged",
+        topic=ACCESS_TOPIC,
+        aggregate_type="User",
+        aggregate_id=snapshot.user_id,
+        payload=access_payload(snapshot, reason, version, changed_role_id),
+        correlation_id=correlation_id,
+        occurred_at=occurred_at,
+    )
+
+
+def users_access_changed(
+    snapshots: Iterable[UserAccessSnapshot],
+    *,
+    reason: AccessChangeReason,
+    version: int,
+    changed_role_id: UUID,
+    correlation_id: UUID,
+    occurred_at: datetime,
+) -> list[OutboxMessage]:
+    return [
+        user_access_changed(
+            snapshot,
+            reason=reason,
+            version=version,
+            changed_role_id=changed_role_id,
+            correlation_id=correlation_id,
+            occurred_at=occurred_at,
+        )
+        for snapshot in snapshots
+    ]
+
+
+@dataclass(frozen=True)
+class CompanyState:
+    """A company as CompanyUpserted describes it."""
+
+    company_id: UUID
+    name: str
+    company_type: str
+    status: str
+    tax_id: str | None
+    sync_source: str
+    external_talent_tenant_id: UUID | None
+    replica_version: int | None
+
+
+@dataclass(frozen=True)
+class UserState:
+    """A user as UserUpserted describes it (carries contacts: the users topic is the one place for PII)."""
+
+    user_id: UUID
+    company_id: UUID | None
+    type: str
+    status: str
+    phone: str
+    email: str | None
+    first_name: str
+    last_name: str
+    middle_name: str | None
+    contacts_managed_by: str
+    sync_source: str
+    external_talent_user_id: UUID | None
+    replica_version: int | None
+
+
+def company_upserted(company: CompanyState, *, correlation_id: UUID, occurred_at: datetime) -> OutboxMessage:
+    payload = {
+        "companyId": str(company.company_id),
+        "name": company.name,
+        "companyType": company.company_type,
+        "status": company.status,
+        "taxId": company.tax_id,
+        "syncSource": company.sync_source,
+        "externalTalentTenantId": _uuid_or_none(company.external_talent_tenant_id),
+        "replicaVersion": company.replica_version,
+    }
+    return envelope(
+        event_type="CompanyUpserted",
+        topic=COMPANIES_TOPIC,
+        aggregate_type="Company",
+        aggregate_id=company.company_id,
+        payload=payload,
+        correlation_id=correlation_id,
+        occurred_at=occurred_at,
+    )
+
+
+def user_upserted(user: UserState, *, correlation_id: UUID, occurred_at: datetime) -> OutboxMessage:
+    payload = {
+        "userId": str(user.user_id),
+        "companyId": _uuid_or_none(user.company_id),
+        "type": user.type,
+        "status": user.status,
+        "phone": user.phone,
+        "email": user.email,
+        "firstName": user.first_name,
+        "lastName": user.last_name,
+        "middleName": user.middle_name,
+        "contactsManagedBy": user.contacts_managed_by,
+        "syncSource": user.sync_source,
+        "externalTalentUserId": _uuid_or_none(user.external_talent_user_id),
+        "replicaVersion": user.replica_version,
+    }
+    return envelope(
+        event_type="UserUpserted",
+        topic=USERS_TOPIC,
+        aggregate_type="User",
+        aggregate_id=user.user_id,
+        payload=payload,
+        correlation_id=correlation_id,
+        occurred_at=occurred_at,
+    )
+
+
+def now_utc() -> datetime:
+    return datetime.now(UTC)

@@ -1,0 +1,121 @@
+"""Enumerations and value objects of the identity context (CONTRACTS section 3)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from uuid import UUID
+
+DEVELOPER_MANAGER_ROLE_CODE = "developer-manager"
+
+
+class CompanyType(StrEnum):
+    DEVELOPER = "Developer"
+    AGENCY = "Agency"
+    BANK = "Bank"
+
+
+class CompanyStatus(StrEnum):
+    PENDING = "Pending"
+    ACTIVE = "Active"
+    BLOCKED = "Blocked"
+
+
+class SyncSource(StrEnum):
+    LOCAL = "Local"
+    TALENT_IDENTITY = "TalentIdentity"
+
+
+class UserType(StrEnum):
+    INVESTOR = "Investor"
+    DEVELOPER_MANAGER = "DeveloperManager"
+    PLATFORM_ADMIN = "PlatformAdmin"
+
+
+class UserStatus(StrEnum):
+    INVITED = "Invited"
+    ACTIVE = "Active"
+    BLOCKED = "Blocked"
+
+
+class ContactsManagedBy(StrEnum):
+    USER = "User"
+    TALENT_SYNC = "TalentSync"
+
+
+class RoleStatus(StrEnum):
+    ACTIVE = "Active"
+    ARCHIVED = "Archived"
+
+
+class ScopeType(StrEnum):
+    PLATFORM = "Platform"
+    ORGANIZATION = "Organization"
+    PROJECT_GROUP = "ProjectGroup"
+    PROJECT = "Project"
+
+
+class AssignmentStatus(StrEnum):
+    ACTIVE = "Active"
+    REVOKED = "Revoked"
+    EXPIRED = "Expired"
+
+
+class AccessChangeReason(StrEnum):
+    ROLE_ASSIGNED = "RoleAssigned"
+    ROLE_REVOKED = "RoleRevoked"
+    ROLE_EXPIRED = "RoleExpired"
+    ROLE_PERMISSIONS_CHANGED = "RolePermissionsChanged"
+    ROLE_ARCHIVED = "RoleArchived"
+
+
+class FanOutTaskStatus(StrEnum):
+    PENDING = "Pending"
+    IN_PROGRESS = "InProgress"
+    COMPLETED = "Completed"
+    FAILED = "Failed"
+
+
+@dataclass(frozen=True)
+class Scope:
+    """Where a role assignment applies; exactly the id its type needs is set."""
+
+    type: ScopeType
+    organization_id: UUID | None = None
+    project_group_id: UUID | None = None
+    project_id: UUID | None = None
+
+    def __post_init__(self) -> None:
+        required = {
+            ScopeType.PLATFORM: None,
+            ScopeType.ORGANIZATION: self.organization_id,
+            ScopeType.PROJECT_GROUP: self.project_group_id,
+            ScopeType.PROJECT: self.project_id,
+        }[self.type]
+        if self.type is not ScopeType.PLATFORM and required is None:
+            raise ValueError(f"a {self.type} scope needs its id")
+
+    @classmethod
+    def organization(cls, company_id: UUID) -> Scope:
+        return cls(ScopeType.ORGANIZATION, organization_id=company_id)
+
+
+@dataclass(frozen=True)
+class ActiveAssignment:
+    """One entry of a user's access snapshot (ActiveRoleAssignmentSnapshot)."""
+
+    assignment_id: UUID
+    role_id: UUID
+    role_code: str
+    scope: Scope
+    expires_at: datetime | None
+
+
+@dataclass(frozen=True)
+class UserAccessSnapshot:
+    """A user's full list of Active assignments across all roles, sorted by assignment id."""
+
+    user_id: UUID
+    company_id: UUID | None
+    assignments: tuple[ActiveAssignment, ...]

@@ -1,0 +1,1 @@
+"""Entry points: the CLI, the worker process and the admin HTTP API."""

@@ -1,0 +1,61 @@
+"""A worker's own /metrics, /healthz and /readyz (PIN_IDENTITY_WORKER_HTTP_PORT)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from pin_identity.observability import metrics
+
+
+class _ReadinessCache:
+    """Readiness touches the database and the broker; probes every few seconds need not touch them each time."""
+
+    def __init__(self, check: Callable[[], bool], ttl_s: float = 5.0):
+        self._check, self._ttl_s = check, ttl_s
+        self._value, self._at = False, 0.0
+        self._lock = threading.Lock()
+
+    def __call__(self) -> bool:
+        with self._lock:
+            if time.monotonic() - self._at > self._ttl_s:
+                self._value, self._at = self._check(), time.monotonic()
+            return self._value
+
+
+def serve_worker_http(
+    port: int, *, alive: Callable[[], bool], ready: Callable[[], bool], host: str = "0.0.0.0"  # noqa: S104
+) -> ThreadingHTTPServer:
+    cached_ready = _ReadinessCache(ready)
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if self.path == "/metrics":
+                self._reply(200, generate_latest(metrics.registry), CONTENT_TYPE_LATEST)
+            elif self.path == "/healthz":
+                self._status(alive())
+            elif self.path == "/readyz":
+                self._status(cached_ready())
+            else:
+                self._reply(404, b"not found\n", "text/plain")
+
+        def _status(self, ok: bool) -> None:
+            self._reply(200 if ok else 503, b"ok\n" if ok else b"unavailable\n", "text/plain")
+
+        def _reply(self, code: int, body: bytes, content_type: str) -> None:
+            self.send_response(code)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+            return  # probes every few seconds would drown the job logs
+
+    server = ThreadingHTTPServer((host, port), Handler)
+    threading.Thread(target=server.serve_forever, name="worker-http", daemon=True).start()
+    return server

@@ -1,0 +1,1 @@
+"""Background jobs: loops over ports, no SQL and no broker client here."""

@@ -1,0 +1,1 @@
+"""Logs, metrics and traces with the names of CONTRACTS section 4a."""

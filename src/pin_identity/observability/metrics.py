@@ -1,0 +1,48 @@
+"""Prometheus metrics of the jobs (names from the specs and CONTRACTS section 4a)."""
+
+from __future__ import annotations
+
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
+
+registry: CollectorRegistry = REGISTRY
+
+# ---- transactional outbox
+outbox_published_total = Counter(
+    "identity_outbox_published_total", "Outbox events acknowledged by the broker", ["topic"]
+)
+outbox_dead_letters_total = Counter(
+    "identity_outbox_dead_letters_total", "Outbox events the broker rejected for good (moved to dead letters)"
+)
+outbox_publish_errors_total = Counter(
+    "identity_outbox_publish_errors_total", "Outbox publish attempts that will be retried", ["reason"]
+)
+outbox_backlog = Gauge("identity_outbox_backlog", "Outbox events not yet acknowledged by the broker")
+outbox_oldest_age_seconds = Gauge("identity_outbox_oldest_age_seconds", "Age of the oldest unpublished event")
+
+# ---- access fan-out (spec: Наблюдаемость; plus CONTRACTS 4a)
+fanout_task_duration_ms = Histogram(
+    "identity_access_fanout_task_duration_ms",
+    "Time from claim to completion of a fan-out task",
+    buckets=(50, 100, 250, 500, 1000, 2500, 5000, 10_000, 30_000, 60_000, 120_000, 300_000, 600_000),
+)
+fanout_users_total = Counter("identity_access_fanout_users_total", "Users sent a UserAccessChanged by the fan-out")
+fanout_queue_backlog = Gauge(
+    "identity_access_fanout_queue_backlog", "Pending tasks plus InProgress tasks whose lease expired"
+)
+fanout_errors_total = Counter("identity_access_fanout_errors_total", "Fan-out batches that failed and rolled back")
+fanout_task_lag_seconds = Histogram(
+    "identity_access_fanout_task_lag_seconds",
+    "now - CreatedAt when a task completes (the SLO: <= 300 s for roles of <= 50k users)",
+    buckets=(0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800),
+)
+fanout_size = Histogram(
+    "identity_access_fanout_size",
+    "Users per completed fan-out task",
+    buckets=(0, 100, 200, 500, 1000, 5000, 10_000, 50_000, 100_000, 500_000, 1_000_000, 5_000_000),
+)
+fanout_tasks_total = Counter("identity_access_fanout_tasks_total", "Fan-out tasks finished", ["result"])
+fanout_batches_total = Counter("identity_access_fanout_batches_total", "Fan-out batches committed")
+fanout_failed_tasks = Gauge("identity_access_fanout_failed_tasks", "Fan-out tasks in status Failed (poison)")
+fanout_last_success = Gauge(
+    "identity_access_fanout_last_success_timestamp_seconds", "When a fan-out task last completed"
+)
