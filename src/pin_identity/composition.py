@@ -22,7 +22,8 @@ from pin_identity.jobs.outbox_relay import OutboxRelay
 
 def _missing_extra(what: str) -> ConfigurationError:
     return ConfigurationError(
-        f"{what} is not configured and the embedded one is not installed (pip install 'pin-identity[embedded]')"
+        f"{what} is not configured and the embedded server is not installed "
+        "(pip install 'pin-identity[embedded]')"
     )
 
 
@@ -73,7 +74,8 @@ class Container:
         try:
             database.open()
         except Exception as exc:
-            raise ConfigurationError(f"PIN_IDENTITY_DATABASE_URL: database unreachable ({exc})") from None
+            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise ConfigurationError(f"PIN_IDENTITY_DATABASE_URL: database unreachable ({reason})") from None
         self._closers.append(database.close)
         return database
 

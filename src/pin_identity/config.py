@@ -20,9 +20,7 @@ PositiveInt = Annotated[int, Field(ge=1)]
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(
-        env_prefix=ENV_PREFIX, env_file=".env", extra="ignore", frozen=True
-    )
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, env_file=".env", extra="ignore", frozen=True)
 
     database_url: str | None = None
     data_dir: Path = Path("./.pin-identity")

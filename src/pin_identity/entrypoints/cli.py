@@ -1,4 +1,4 @@
-"""`pin-identity`: the command line of CONTRACTS section 2. Each command parses input and calls one use case."""
+"""`pin-identity`: the command line of CONTRACTS section 2. Commands parse input, call one use case."""
 
 from __future__ import annotations
 
@@ -80,7 +80,7 @@ def roles_set_permissions(
     codes: Annotated[list[str], typer.Argument(help="The complete new permission set.")],
     as_json: JsonOption = False,
 ) -> None:
-    """Replace a role's permissions, bump its version, and notify its users inline or via the fan-out queue."""
+    """Replace a role's permissions, bump its version, notify its users inline or via the fan-out queue."""
     with _container() as container:
         change = identity.set_role_permissions(
             container.transactions,
@@ -104,7 +104,8 @@ def roles_set_permissions(
 @app.command("worker")
 def worker(
     jobs: Annotated[
-        str, typer.Option("--jobs", help=f"Comma-separated: {', '.join(worker_entry.ALL_JOBS)} (default all).")
+        str,
+        typer.Option("--jobs", help=f"Comma-separated: {', '.join(worker_entry.ALL_JOBS)} (default all)."),
     ] = ",".join(worker_entry.ALL_JOBS),
     once: Annotated[bool, typer.Option("--once", help="Work until nothing is pending, then exit 0.")] = False,
 ) -> None:
@@ -129,11 +130,13 @@ def embedded_stop() -> None:
     settings: Settings = load_settings()
     kafka = stop_embedded_kafka(settings.data_dir)
     postgres = stop_embedded_postgres(settings.data_dir)
-    typer.echo(f"broker {'stopped' if kafka else 'was not running'}; "
-               f"postgres {'stopped' if postgres else 'was not running'}")
+    typer.echo(
+        f"broker {'stopped' if kafka else 'was not running'}; "
+        f"postgres {'stopped' if postgres else 'was not running'}"
+    )
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None) -> int:  # noqa: PLR0911 - one exit status per failure kind
     """Run the CLI; every failure is one line on stderr and a contract exit status, never a traceback."""
     try:
         result = app(args=argv, standalone_mode=False)

@@ -1,4 +1,4 @@
-"""`pin-identity worker`: runs the chosen jobs, one thread each, until SIGTERM/SIGINT (or, with --once, idle)."""
+"""`pin-identity worker`: the chosen jobs, one thread each, until SIGTERM/SIGINT (or, with --once, idle)."""
 
 from __future__ import annotations
 

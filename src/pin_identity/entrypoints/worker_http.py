@@ -13,7 +13,7 @@ from pin_identity.observability import metrics
 
 
 class _ReadinessCache:
-    """Readiness touches the database and the broker; probes every few seconds need not touch them each time."""
+    """Readiness touches the database and the broker; a probe every few seconds need not, each time."""
 
     def __init__(self, check: Callable[[], bool], ttl_s: float = 5.0):
         self._check, self._ttl_s = check, ttl_s
@@ -28,7 +28,11 @@ class _ReadinessCache:
 
 
 def serve_worker_http(
-    port: int, *, alive: Callable[[], bool], ready: Callable[[], bool], host: str = "0.0.0.0"  # noqa: S104
+    port: int,
+    *,
+    alive: Callable[[], bool],
+    ready: Callable[[], bool],
+    host: str = "0.0.0.0",  # noqa: S104
 ) -> ThreadingHTTPServer:
     cached_ready = _ReadinessCache(ready)
 
@@ -53,7 +57,7 @@ def serve_worker_http(
             self.end_headers()
             self.wfile.write(body)
 
-        def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+        def log_message(self, format: str, *args: object) -> None:
             return  # probes every few seconds would drown the job logs
 
     server = ThreadingHTTPServer((host, port), Handler)

@@ -22,7 +22,9 @@ class RelaySettings:
 class OutboxRelay:
     """One active relay at a time (the queue's lock); the others stand by and take over when it dies."""
 
-    def __init__(self, queue: OutboxQueue, publisher: EventPublisher, settings: RelaySettings = RelaySettings()):
+    def __init__(
+        self, queue: OutboxQueue, publisher: EventPublisher, settings: RelaySettings = RelaySettings()
+    ):
         self._queue = queue
         self._publisher = publisher
         self._settings = settings
@@ -31,6 +33,13 @@ class OutboxRelay:
     def run(self, stop: StopSignal, *, once: bool = False) -> None:
         """Relay until stopped; with `once`, until the outbox holds nothing ready."""
         log.info("outbox-relay-started")
+        try:
+            self._loop(stop, once=once)
+        finally:
+            self._queue.reset()  # releases the relay lock at once, so a standby need not wait for a timeout
+        log.info("outbox-relay-stopped")
+
+    def _loop(self, stop: StopSignal, *, once: bool) -> None:
         while not stop.is_set():
             try:
                 progressed = self.relay_batch(stop)
@@ -42,7 +51,6 @@ class OutboxRelay:
                 break
             if progressed == 0:
                 stop.wait(self._settings.idle_wait_s)
-        log.info("outbox-relay-stopped")
 
     def relay_batch(self, stop: StopSignal) -> int:
         """Publish one batch; returns how many rows left the outbox (0: nothing ready or standing by)."""

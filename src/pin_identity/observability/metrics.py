@@ -25,11 +25,15 @@ fanout_task_duration_ms = Histogram(
     "Time from claim to completion of a fan-out task",
     buckets=(50, 100, 250, 500, 1000, 2500, 5000, 10_000, 30_000, 60_000, 120_000, 300_000, 600_000),
 )
-fanout_users_total = Counter("identity_access_fanout_users_total", "Users sent a UserAccessChanged by the fan-out")
+fanout_users_total = Counter(
+    "identity_access_fanout_users_total", "Users sent a UserAccessChanged by the fan-out"
+)
 fanout_queue_backlog = Gauge(
     "identity_access_fanout_queue_backlog", "Pending tasks plus InProgress tasks whose lease expired"
 )
-fanout_errors_total = Counter("identity_access_fanout_errors_total", "Fan-out batches that failed and rolled back")
+fanout_errors_total = Counter(
+    "identity_access_fanout_errors_total", "Fan-out batches that failed and rolled back"
+)
 fanout_task_lag_seconds = Histogram(
     "identity_access_fanout_task_lag_seconds",
     "now - CreatedAt when a task completes (the SLO: <= 300 s for roles of <= 50k users)",

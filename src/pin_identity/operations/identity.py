@@ -40,7 +40,12 @@ class Context:
 
 
 def create_company(
-    transactions: IdentityTransactions, ctx: Context, *, name: str, company_type: CompanyType, tax_id: str | None = None
+    transactions: IdentityTransactions,
+    ctx: Context,
+    *,
+    name: str,
+    company_type: CompanyType,
+    tax_id: str | None = None,
 ) -> UUID:
     company = CompanyState(
         company_id=uuid.uuid4(),
@@ -54,7 +59,9 @@ def create_company(
     )
     with transactions() as tx:
         tx.insert_company(company)
-        tx.add_events([events.company_upserted(company, correlation_id=ctx.correlation_id, occurred_at=ctx.now)])
+        tx.add_events(
+            [events.company_upserted(company, correlation_id=ctx.correlation_id, occurred_at=ctx.now)]
+        )
         tx.commit()
     return company.company_id
 
@@ -98,7 +105,12 @@ def create_user(transactions: IdentityTransactions, ctx: Context, new: NewUser) 
 
 
 def create_role(
-    transactions: IdentityTransactions, *, code: str, name: str, company_id: UUID | None, permissions: Sequence[str]
+    transactions: IdentityTransactions,
+    *,
+    code: str,
+    name: str,
+    company_id: UUID | None,
+    permissions: Sequence[str],
 ) -> UUID:
     """A new role with its first permission set (version 1); nobody holds it yet, so no event."""
     role_id = uuid.uuid4()
@@ -161,7 +173,12 @@ def grant_role_assignment(
         role = _active_role(tx, role_id)
         version = tx.next_assignment_version(user_id)
         tx.insert_assignment(
-            assignment_id=assignment_id, role=role, user_id=user_id, scope=scope, expires_at=expires_at, version=version
+            assignment_id=assignment_id,
+            role=role,
+            user_id=user_id,
+            scope=scope,
+            expires_at=expires_at,
+            version=version,
         )
         _notify_users(tx, ctx, [user_id], reason=AccessChangeReason.ROLE_ASSIGNED, changed_role_id=role_id)
         tx.commit()
@@ -178,7 +195,9 @@ def revoke_role_assignment(transactions: IdentityTransactions, ctx: Context, ass
         if current is None or not current.active:
             return  # already revoked: revoking again changes nothing and announces nothing
         tx.revoke_assignment(assignment_id, tx.next_assignment_version(found.user_id))
-        _notify_users(tx, ctx, [found.user_id], reason=AccessChangeReason.ROLE_REVOKED, changed_role_id=found.role_id)
+        _notify_users(
+            tx, ctx, [found.user_id], reason=AccessChangeReason.ROLE_REVOKED, changed_role_id=found.role_id
+        )
         tx.commit()
 
 
@@ -222,7 +241,11 @@ def set_role_permissions(
         if path is FanOutPath.INLINE:
             users = tx.active_user_ids(role_id)
             _notify_users(
-                tx, ctx, users, reason=AccessChangeReason.ROLE_PERMISSIONS_CHANGED, changed_role_id=role_id,
+                tx,
+                ctx,
+                users,
+                reason=AccessChangeReason.ROLE_PERMISSIONS_CHANGED,
+                changed_role_id=role_id,
                 version=version,
             )
             notified = len(users)

@@ -40,26 +40,34 @@ def producer_config(client_config: dict[str, str]) -> dict[str, Any]:
 
 
 class KafkaEventPublisher:
-    """Keeps one producer; a fatal producer error (lost idempotence state) replaces it with a new one."""
+    """Keeps one producer, and replaces it after a fatal error or a batch of which nothing was acknowledged.
+
+    A producer whose broker lost its idempotence state (a cluster rebuilt from scratch) never delivers
+    again; a fresh producer gets a new producer id. Batches are sent one after another, so the swap cannot
+    reorder events.
+    """
 
     def __init__(self, client_config: dict[str, str], ensure_topics: Callable[[], object]):
         self._config = producer_config(client_config)
         self._ensure_topics = ensure_topics
         self._producer: Producer | None = None
-        self._fatal = False
+        self._replace = False
         self._unknown_topic_retried: set[str] = set()
 
     def _on_error(self, error: KafkaError) -> None:
         if error.fatal():
-            self._fatal = True
+            self._replace = True
         log.warning("kafka-client-error", code=error.name(), fatal=error.fatal())
 
     def _current(self) -> Producer:
-        if self._producer is None or self._fatal:
-            if self._producer is not None:
-                log.warning("kafka-producer-replaced")
+        if self._producer is not None and self._replace:
+            log.warning("kafka-producer-replaced")
+            self._producer.purge()
+            self._producer.flush(0)
+            self._producer = None
+        if self._producer is None:
             self._producer = Producer({**self._config, "error_cb": self._on_error})
-            self._fatal = False
+            self._replace = False
         return self._producer
 
     def publish(self, events: Sequence[PendingEvent], should_stop: Callable[[], bool]) -> PublishReport:
@@ -71,17 +79,21 @@ class KafkaEventPublisher:
         self._await_acks(producer, outstanding, should_stop)
         for outbox_id in outstanding:
             report.retry[outbox_id] = "_NOT_ACKNOWLEDGED"
+        if report.retry and not report.delivered:
+            self._replace = True
         self._recheck_unknown_topics(report, events)
         return report
 
-    def _produce(self, producer: Producer, event: PendingEvent, report: PublishReport, outstanding: set[int]) -> None:
+    def _produce(
+        self, producer: Producer, event: PendingEvent, report: PublishReport, outstanding: set[int]
+    ) -> None:
         message, outbox_id = event.message, event.outbox_id
 
         def on_delivery(error: KafkaError | None, _msg: Message, outbox_id: int = outbox_id) -> None:
             outstanding.discard(outbox_id)
             self._classify(outbox_id, message.topic, error, report)
 
-        headers = [
+        headers: list[tuple[str, str | bytes | None]] = [
             ("event-type", message.event_type.encode()),
             ("contract-version", str(CONTRACT_VERSION).encode()),
             ("correlation-id", str(message.correlation_id).encode()),
@@ -91,7 +103,10 @@ class KafkaEventPublisher:
         while True:
             try:
                 producer.produce(
-                    message.topic, key=message.key, value=message.value.encode(), headers=headers,
+                    message.topic,
+                    key=message.key,
+                    value=message.value.encode(),
+                    headers=headers,
                     on_delivery=on_delivery,
                 )
                 outstanding.add(outbox_id)
@@ -129,7 +144,9 @@ class KafkaEventPublisher:
         for outbox_id in unknown:
             if topic_of[outbox_id] in self._unknown_topic_retried:
                 code = report.retry.pop(outbox_id)
-                report.rejected[outbox_id] = f"{code}: topic {topic_of[outbox_id]} unknown after ensure-topics"
+                report.rejected[outbox_id] = (
+                    f"{code}: topic {topic_of[outbox_id]} unknown after ensure-topics"
+                )
         self._unknown_topic_retried |= {topic_of[outbox_id] for outbox_id in unknown}
         self._ensure_topics()
 

@@ -6,7 +6,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
 
 
 @dataclass(frozen=True)
@@ -19,7 +20,7 @@ def ensure_topics(
     client_config: dict[str, str], names: Iterable[str], layout: TopicLayout, *, timeout_s: float = 15.0
 ) -> list[str]:
     """Create the missing topics; returns the names created (an existing topic is left as it is)."""
-    admin = AdminClient(client_config)
+    admin = AdminClient({**client_config})
     existing = set(admin.list_topics(timeout=timeout_s).topics)
     missing = [name for name in names if name not in existing]
     if not missing:
@@ -45,7 +46,7 @@ def ensure_topics(
 
 def broker_reachable(client_config: dict[str, str], timeout_s: float = 3.0) -> bool:
     try:
-        AdminClient(client_config).list_topics(timeout=timeout_s)
+        AdminClient({**client_config}).list_topics(timeout=timeout_s)
         return True
     except KafkaException:
         return False

@@ -16,7 +16,9 @@ def _load(path: Path) -> dict[str, LiteralString]:
     if len(set(names)) != len(names):
         raise RuntimeError(f"duplicate query names in {path.name}")
     # The file is part of the package, never user input: its text is as literal as a constant.
-    return {name: cast(LiteralString, body.strip().rstrip(";")) for name, body in zip(names, bodies, strict=True)}
+    return {
+        name: cast(LiteralString, body.strip().rstrip(";")) for name, body in zip(names, bodies, strict=True)
+    }
 
 
 QUERIES = _load(Path(__file__).with_name("queries.sql"))

@@ -42,6 +42,9 @@ class Database:
         )
 
     def open(self, timeout_s: float = 10.0) -> Database:
+        """Fail fast with the server's own reason rather than a pool that retries in the background."""
+        with psycopg.connect(self.url, connect_timeout=max(1, int(timeout_s))):
+            pass
         self._pool.open(wait=True, timeout=timeout_s)
         return self
 

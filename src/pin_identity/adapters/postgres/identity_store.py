@@ -72,7 +72,9 @@ class PostgresIdentityTransaction:
         self._conn.execute(query("lock_users_of_role"), {"role_id": role_id})
 
     def insert_role(self, role_id: UUID, code: str, name: str, company_id: UUID | None) -> None:
-        self._conn.execute(query("insert_role"), {"id": role_id, "code": code, "name": name, "company_id": company_id})
+        self._conn.execute(
+            query("insert_role"), {"id": role_id, "code": code, "name": name, "company_id": company_id}
+        )
 
     def lock_role(self, role_id: UUID) -> RoleRecord | None:
         return _role(self._conn.execute(query("lock_role"), {"role_id": role_id}).fetchone())
@@ -137,7 +139,9 @@ class PostgresIdentityTransaction:
     def access_snapshots(self, user_ids: Sequence[UUID]) -> list[UserAccessSnapshot]:
         if not user_ids:
             return []
-        return snapshots_from_rows(self._conn.execute(query("access_snapshots"), {"user_ids": list(user_ids)}))
+        return snapshots_from_rows(
+            self._conn.execute(query("access_snapshots"), {"user_ids": list(user_ids)})
+        )
 
     def enqueue_fanout_task(self, role: RoleRecord, role_version: int, now: datetime) -> UUID:
         params = {

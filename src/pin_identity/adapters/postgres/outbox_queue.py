@@ -13,7 +13,7 @@ from pin_identity.jobs.ports import PendingEvent
 
 
 class PostgresOutboxQueue:
-    """The advisory lock lives with the session: if the session dies, the lock goes and another relay takes over."""
+    """The advisory lock lives with the session: when the session dies, a standby relay takes over."""
 
     def __init__(self, database: Database):
         self._database = database

@@ -13,11 +13,15 @@ MIGRATION_LOCK_KEY = "pin-identity:lock:db-upgrade"
 def run_migrations_online() -> None:
     connectable = context.config.attributes["connectable"]
     with connectable.connect() as connection:
-        connection.execute(text("SELECT pg_advisory_lock(hashtextextended(:key, 0))"), {"key": MIGRATION_LOCK_KEY})
+        connection.execute(
+            text("SELECT pg_advisory_lock(hashtextextended(:key, 0))"), {"key": MIGRATION_LOCK_KEY}
+        )
         connection.execute(text(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}"))
         connection.commit()
         try:
-            context.configure(connection=connection, version_table_schema=SCHEMA, transaction_per_migration=True)
+            context.configure(
+                connection=connection, version_table_schema=SCHEMA, transaction_per_migration=True
+            )
             with context.begin_transaction():
                 context.run_migrations()
             connection.commit()

@@ -1,0 +1,106 @@
+"""The `pin-identity` command as a subprocess, the way operators and deployments run it."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from pin_identity.composition import Container
+from tests.support import seed
+from tests.support.kafka_tap import EventTap
+
+CLI = [sys.executable, "-m", "pin_identity.entrypoints.cli"]
+
+
+def run_cli(env: dict[str, str], *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*CLI, *args], env=env, capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("db", "upgrade", "--bogus"),
+        ("no-such-command",),
+        ("worker", "--jobs", "nope"),
+        ("roles", "set-permissions", "not-a-uuid", "x"),
+    ],
+)
+def test_bad_input_exits_2_with_one_readable_line(
+    subprocess_env: dict[str, str], args: tuple[str, ...]
+) -> None:
+    result = run_cli(subprocess_env, *args)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ")
+    assert "Traceback" not in result.stderr
+
+
+def test_bad_configuration_exits_2_naming_the_variable(subprocess_env: dict[str, str]) -> None:
+    env = {**subprocess_env, "PIN_IDENTITY_FANOUT_BATCH_SIZE": "lots"}
+    result = run_cli(env, "db", "upgrade")
+    assert result.returncode == 2
+    assert result.stderr.strip().startswith("error: PIN_IDENTITY_FANOUT_BATCH_SIZE:")
+
+
+def test_unreachable_database_exits_2(subprocess_env: dict[str, str]) -> None:
+    env = {
+        **subprocess_env,
+        "PIN_IDENTITY_DATABASE_URL": "postgresql://nobody@127.0.0.1:1/none?connect_timeout=2",
+    }
+    result = run_cli(env, "roles", "set-permissions", "00000000-0000-4000-8000-000000000001", "x")
+    assert result.returncode == 2
+    assert result.stderr.strip().startswith("error: PIN_IDENTITY_DATABASE_URL:")
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_upgrade_then_set_permissions_then_relay_publishes(
+    subprocess_env: dict[str, str], container: Container, tap: EventTap
+) -> None:
+    assert run_cli(subprocess_env, "db", "upgrade").returncode == 0
+    company_id = seed.company(container.transactions)
+    role_id = seed.role(container.transactions, company_id)
+    user_id = seed.user(container.transactions, company_id)
+    seed.grant(container.transactions, user_id, role_id, company_id)
+
+    changed = run_cli(
+        subprocess_env, "roles", "set-permissions", str(role_id), "deals.read", "deals.approve", "--json"
+    )
+    assert changed.returncode == 0, changed.stderr
+    assert json.loads(changed.stdout) == {
+        "roleId": str(role_id),
+        "roleVersion": 2,
+        "path": "inline",
+        "usersNotifiedInline": 1,
+        "taskId": None,
+    }
+    relay = run_cli(subprocess_env, "worker", "--jobs", "outbox-relay", "--once")
+    assert relay.returncode == 0, relay.stderr
+
+    [event] = tap.wait_for(
+        lambda e: e.key == str(user_id) and e.payload.get("changeReason") == "RolePermissionsChanged", 1
+    )
+    assert event.payload["version"] == 2
+
+
+def test_sigterm_stops_the_worker_gracefully(subprocess_env: dict[str, str], container: Container) -> None:
+    worker = subprocess.Popen(
+        [*CLI, "worker", "--jobs", "outbox-relay"], env=subprocess_env, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert worker.stderr is not None
+        for line in worker.stderr:
+            if "outbox-relay-started" in line:
+                break
+        seed.company(container.transactions)
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(timeout=30) == 0
+        logged = [json.loads(line) for line in worker.stderr.read().splitlines() if line.startswith("{")]
+    finally:
+        worker.kill()
+    assert {"event": "worker-stopped", "graceful": True}.items() <= logged[-1].items()

@@ -1,0 +1,111 @@
+"""Session-wide real servers: an embedded PostgreSQL (a fresh database per test, copied from a migrated
+template) and an embedded Kafka-compatible broker."""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from pin_identity.adapters.kafka.embedded import free_port, start_broker, stop_broker
+from pin_identity.adapters.kafka.topics import TopicLayout, ensure_topics
+from pin_identity.adapters.postgres import migrate
+from pin_identity.adapters.postgres.embedded import ensure_embedded_postgres, stop_embedded_postgres
+from pin_identity.composition import Container
+from pin_identity.config import Settings
+from pin_identity.domain.events import PUBLISHED_TOPICS
+from tests.support.kafka_tap import EventTap
+
+TEMPLATE = "pin_template"
+_database_numbers = itertools.count()
+
+
+def _with_database(url: str, name: str) -> str:
+    return psycopg.conninfo.make_conninfo(url, dbname=name)
+
+
+@pytest.fixture(scope="session")
+def postgres_admin_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    data_dir = tmp_path_factory.mktemp("pg")
+    url = ensure_embedded_postgres(data_dir, database="postgres")
+    with psycopg.connect(url, autocommit=True) as conn:
+        # Durability is not what tests measure; these make a per-test database cheap.
+        conn.execute("ALTER SYSTEM SET fsync = off")
+        conn.execute("ALTER SYSTEM SET synchronous_commit = off")
+        conn.execute("ALTER SYSTEM SET full_page_writes = off")
+        conn.execute("SELECT pg_reload_conf()")
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(TEMPLATE)))
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(TEMPLATE)))
+    migrate.upgrade(_with_database(url, TEMPLATE))
+    yield url
+    stop_embedded_postgres(data_dir)
+
+
+@pytest.fixture
+def database_url(postgres_admin_url: str) -> Iterator[str]:
+    name = f"t_{os.getpid()}_{next(_database_numbers)}"
+    with psycopg.connect(postgres_admin_url, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(sql.Identifier(name), sql.Identifier(TEMPLATE))
+        )
+    yield _with_database(postgres_admin_url, name)
+    with psycopg.connect(postgres_admin_url, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+@pytest.fixture(scope="session")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    process = start_broker(free_port(), tmp_path_factory.mktemp("kafka") / "broker.log")
+    ensure_topics({"bootstrap.servers": process.bootstrap_servers}, PUBLISHED_TOPICS, TopicLayout(3, 1))
+    yield process.bootstrap_servers
+    stop_broker(process.pid)
+
+
+@pytest.fixture
+def settings(database_url: str, broker: str, tmp_path: Path) -> Settings:
+    return Settings(
+        database_url=database_url,
+        kafka_bootstrap_servers=broker,
+        data_dir=tmp_path,
+        worker_http_port=0,
+        kafka_topic_partitions=3,
+        kafka_replication_factor=1,
+        fanout_polling_interval_s=0.5,
+    )
+
+
+@pytest.fixture
+def container(settings: Settings) -> Iterator[Container]:
+    built = Container(settings)
+    yield built
+    built.close()
+
+
+@pytest.fixture
+def tap(broker: str) -> Iterator[EventTap]:
+    opened = EventTap(broker, PUBLISHED_TOPICS)
+    yield opened
+    opened.close()
+
+
+@pytest.fixture
+def subprocess_env(settings: Settings) -> dict[str, str]:
+    """The environment for running `pin-identity` as a subprocess against the test servers."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIN_IDENTITY_")}
+    env.update(
+        {
+            "PIN_IDENTITY_DATABASE_URL": str(settings.database_url),
+            "PIN_IDENTITY_KAFKA_BOOTSTRAP_SERVERS": str(settings.kafka_bootstrap_servers),
+            "PIN_IDENTITY_DATA_DIR": str(settings.data_dir),
+            "PIN_IDENTITY_WORKER_HTTP_PORT": "0",
+            "PIN_IDENTITY_KAFKA_TOPIC_PARTITIONS": "3",
+            "PIN_IDENTITY_KAFKA_REPLICATION_FACTOR": "1",
+            "PIN_IDENTITY_LOG_FORMAT": "json",
+        }
+    )
+    return env

@@ -1,0 +1,111 @@
+"""Migrations on an empty database: upgrade, a second no-op upgrade, and several pods upgrading at once."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from pin_identity.adapters.postgres import migrate
+
+TABLES = {
+    "companies",
+    "users",
+    "role_definitions",
+    "role_permissions",
+    "role_assignments",
+    "access_fanout_tasks",
+    "talent_import_runs",
+    "talent_import_pages",
+    "talent_import_failed_items",
+    "outbox_events",
+    "outbox_dead_letters",
+    "alembic_version",
+}
+
+
+@pytest.fixture
+def empty_database(postgres_admin_url: str, request: pytest.FixtureRequest) -> Iterator[str]:
+    name = f"empty_{request.node.name}".lower()[:60].replace("[", "_").replace("]", "")
+    with psycopg.connect(postgres_admin_url, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    yield psycopg.conninfo.make_conninfo(postgres_admin_url, dbname=name)
+    with psycopg.connect(postgres_admin_url, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+def _schema_fingerprint(url: str) -> list[tuple[str, ...]]:
+    with psycopg.connect(url) as conn:
+        return conn.execute(
+            "SELECT table_name, column_name, data_type, is_nullable FROM information_schema.columns"
+            " WHERE table_schema = 'identity' ORDER BY 1, 2"
+        ).fetchall()
+
+
+def test_upgrade_creates_every_table_and_the_system_role(empty_database: str) -> None:
+    assert migrate.current_revision(empty_database) is None
+    migrate.upgrade(empty_database)
+    with psycopg.connect(empty_database) as conn:
+        tables = {
+            row[0]
+            for row in conn.execute(
+                "SELECT table_name FROM information_schema.tables WHERE table_schema = 'identity'"
+            )
+        }
+        role = conn.execute(
+            "SELECT code, company_id, status, version FROM identity.role_definitions"
+            " WHERE code = 'developer-manager'"
+        ).fetchall()
+        indexes = {
+            row[0] for row in conn.execute("SELECT indexname FROM pg_indexes WHERE schemaname = 'identity'")
+        }
+    assert tables == TABLES
+    assert role == [("developer-manager", None, "Active", 1)]
+    assert {"ix_access_fanout_tasks_role_id", "ix_access_fanout_tasks_pending"} <= indexes
+    assert migrate.current_revision(empty_database) == "0001"
+
+
+def test_second_upgrade_is_a_no_op(empty_database: str) -> None:
+    migrate.upgrade(empty_database)
+    before = _schema_fingerprint(empty_database)
+    migrate.upgrade(empty_database)
+    assert _schema_fingerprint(empty_database) == before
+    with psycopg.connect(empty_database) as conn:
+        assert conn.execute("SELECT count(*) FROM identity.role_definitions").fetchone() == (1,)
+
+
+def test_pods_upgrading_at_once_serialise_on_the_lock(empty_database: str) -> None:
+    code = "import sys; from pin_identity.adapters.postgres import migrate; migrate.upgrade(sys.argv[1])"
+    pods = [
+        subprocess.Popen([sys.executable, "-c", code, empty_database], stderr=subprocess.PIPE)
+        for _ in range(4)
+    ]
+    results = [(pod.wait(timeout=60), pod.stderr.read().decode() if pod.stderr else "") for pod in pods]
+    assert [rc for rc, _ in results] == [0, 0, 0, 0], results
+    assert migrate.current_revision(empty_database) == "0001"
+
+
+def test_schema_enforces_the_contract_invariants(empty_database: str) -> None:
+    migrate.upgrade(empty_database)
+    with psycopg.connect(empty_database, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO identity.companies (id, name, company_type, status)"
+            " VALUES ('00000000-0000-4000-8000-0000000000c1', 'A', 'Developer', 'Active')"
+        )
+        with pytest.raises(psycopg.errors.CheckViolation):  # INV-4
+            conn.execute("UPDATE identity.companies SET company_type = 'Bank'")
+        with pytest.raises(psycopg.errors.CheckViolation):
+            conn.execute(
+                "INSERT INTO identity.companies (id, name, company_type, status)"
+                " VALUES ('00000000-0000-4000-8000-0000000000c2', 'B', 'Shop', 'Active')"
+            )
+        with pytest.raises(psycopg.errors.UniqueViolation):  # system roles unique by code
+            conn.execute(
+                "INSERT INTO identity.role_definitions (id, code, name)"
+                " VALUES ('00000000-0000-4000-8000-0000000000f1', 'developer-manager', 'x')"
+            )

@@ -1,0 +1,78 @@
+"""Test data through the real use cases, plus a fast bulk path for large roles."""
+
+from __future__ import annotations
+
+import uuid
+from uuid import UUID
+
+import psycopg
+
+from pin_identity.domain.model import CompanyType, Scope, UserType
+from pin_identity.operations import identity
+from pin_identity.operations.ports import IdentityTransactions
+
+_phones = iter(range(10_000_000))
+
+
+def next_phone() -> str:
+    return f"+7912{next(_phones):07d}"
+
+
+def company(transactions: IdentityTransactions, name: str = "Stroy Invest") -> UUID:
+    return identity.create_company(
+        transactions,
+        identity.Context.fresh(),
+        name=name,
+        company_type=CompanyType.DEVELOPER,
+        tax_id="7701234567",
+    )
+
+
+def user(transactions: IdentityTransactions, company_id: UUID | None = None) -> UUID:
+    return identity.create_user(
+        transactions,
+        identity.Context.fresh(),
+        identity.NewUser(
+            phone=next_phone(),
+            first_name="Ivan",
+            last_name="Petrov",
+            type=UserType.DEVELOPER_MANAGER,
+            company_id=company_id,
+        ),
+    )
+
+
+def role(transactions: IdentityTransactions, company_id: UUID | None, code: str = "sales-manager") -> UUID:
+    return identity.create_role(
+        transactions, code=code, name=code, company_id=company_id, permissions=["deals.read"]
+    )
+
+
+def grant(transactions: IdentityTransactions, user_id: UUID, role_id: UUID, company_id: UUID) -> UUID:
+    return identity.grant_role_assignment(
+        transactions,
+        identity.Context.fresh(),
+        user_id=user_id,
+        role_id=role_id,
+        scope=Scope.organization(company_id),
+    )
+
+
+def bulk_role_members(database_url: str, role_id: UUID, company_id: UUID, count: int) -> list[UUID]:
+    """`count` users holding the role, written straight to the tables (no events): data for large fan-outs."""
+    user_ids = sorted(uuid.uuid4() for _ in range(count))
+    with psycopg.connect(database_url) as conn, conn.cursor() as cur:
+        with cur.copy(
+            "COPY identity.users (id, company_id, type, status, phone, first_name, last_name) FROM STDIN"
+        ) as cp:
+            for n, user_id in enumerate(user_ids):
+                cp.write_row(
+                    (user_id, company_id, "DeveloperManager", "Active", f"+7{900_000_0000 + n}", "A", "B")
+                )
+        with cur.copy(
+            "COPY identity.role_assignments"
+            " (id, role_id, user_id, company_id, scope_type, scope_organization_id) FROM STDIN"
+        ) as cp:
+            for user_id in user_ids:
+                cp.write_row((uuid.uuid4(), role_id, user_id, company_id, "Organization", company_id))
+    return user_ids

@@ -1,0 +1,83 @@
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import UTC, datetime
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pin_identity.domain import events
+from pin_identity.domain.fanout import FanOutPath, FanOutPolicy
+from pin_identity.domain.model import (
+    AccessChangeReason,
+    ActiveAssignment,
+    Scope,
+    ScopeType,
+    UserAccessSnapshot,
+)
+from pin_identity.domain.phone import InvalidPhoneError, mask_phone, normalize_phone
+from tests.support.schemas import validate_event
+
+
+@pytest.mark.parametrize("written", ["+7 (912) 345-67-89", "8 912 345 67 89", "9123456789", "+79123456789"])
+def test_common_written_forms_normalise_to_e164(written: str) -> None:
+    assert normalize_phone(written) == "+79123456789"
+
+
+@pytest.mark.parametrize("garbage", ["", "call me", "+7 12"])
+def test_invalid_phones_are_refused(garbage: str) -> None:
+    with pytest.raises(InvalidPhoneError):
+        normalize_phone(garbage)
+
+
+def test_masked_phone_keeps_country_and_last_four() -> None:
+    assert mask_phone("+79123451234") == "+7***1234"
+
+
+@given(st.integers(min_value=0, max_value=10_000), st.integers(min_value=0, max_value=10_000))
+def test_inline_exactly_up_to_the_threshold(threshold: int, users: int) -> None:
+    policy = FanOutPolicy(threshold)
+    assert (policy.path_for(users) is FanOutPath.INLINE) == (users <= threshold)
+    assert policy.path_for(policy.users_to_count) is FanOutPath.QUEUED
+
+
+def test_user_access_changed_matches_the_contract_and_sorts_assignments() -> None:
+    user_id, company_id, role_id = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+    later, earlier = sorted([uuid.uuid4(), uuid.uuid4()], reverse=True)
+    expires = datetime(2027, 1, 1, 12, tzinfo=UTC)
+    snapshot = UserAccessSnapshot(
+        user_id,
+        company_id,
+        (
+            ActiveAssignment(
+                later, role_id, "sales", Scope(ScopeType.PROJECT, project_id=uuid.uuid4()), expires
+            ),
+            ActiveAssignment(earlier, role_id, "sales", Scope.organization(company_id), None),
+        ),
+    )
+    message = events.user_access_changed(
+        snapshot,
+        reason=AccessChangeReason.ROLE_PERMISSIONS_CHANGED,
+        version=7,
+        changed_role_id=role_id,
+        correlation_id=uuid.uuid4(),
+        occurred_at=datetime(2026, 11, 29, 10, 0, tzinfo=UTC),
+    )
+    body = json.loads(message.value)
+    validate_event(body)
+    assert (message.topic, message.key, message.event_type) == (
+        "pin.identity.access.v1",
+        str(user_id),
+        "UserAccessChanged",
+    )
+    assert body["occurredAt"] == "2026-11-29T10:00:00.000000Z"
+    assert [a["assignmentId"] for a in body["payload"]["activeAssignments"]] == [str(earlier), str(later)]
+    assert body["payload"]["activeAssignments"][1]["expiresAt"] == "2027-01-01T12:00:00.000000Z"
+    assert body["payload"]["version"] == 7 and body["payload"]["changedRoleId"] == str(role_id)
+
+
+def test_a_scope_without_its_id_is_refused() -> None:
+    with pytest.raises(ValueError, match="needs its id"):
+        Scope(ScopeType.ORGANIZATION)

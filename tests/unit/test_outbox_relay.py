@@ -1,0 +1,92 @@
+"""The relay loop over in-memory fakes: what it settles, when it backs off, when it stands by."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+
+from pin_identity.domain.events import OutboxMessage
+from pin_identity.jobs.outbox_relay import OutboxRelay, RelaySettings
+from pin_identity.jobs.ports import PendingEvent, PublishReport
+
+
+def _event(n: int) -> PendingEvent:
+    return PendingEvent(n, OutboxMessage(uuid.uuid4(), "t", "k", "E", uuid.uuid4(), "{}"))
+
+
+class MemoryQueue:
+    def __init__(self, rows: list[PendingEvent], *, active: bool = True):
+        self.rows, self.active = rows, active
+        self.dead: dict[int, str] = {}
+        self.resets = 0
+
+    def try_become_active(self) -> bool:
+        return self.active
+
+    def fetch_ready(self, limit: int) -> list[PendingEvent]:
+        return self.rows[:limit]
+
+    def settle(self, delivered: Sequence[int], rejected: Mapping[int, str]) -> None:
+        gone = set(delivered) | set(rejected)
+        self.rows = [row for row in self.rows if row.outbox_id not in gone]
+        self.dead.update(rejected)
+
+    def reset(self) -> None:
+        self.resets += 1
+
+
+class ScriptedPublisher:
+    """Answers each outbox id from a script: 'ok', 'reject', or 'retry' (then 'ok' next time)."""
+
+    def __init__(self, script: dict[int, str]):
+        self.script = script
+        self.calls: list[list[int]] = []
+
+    def publish(self, events: Sequence[PendingEvent], should_stop: Callable[[], bool]) -> PublishReport:
+        self.calls.append([e.outbox_id for e in events])
+        report = PublishReport()
+        for event in events:
+            verdict = self.script.get(event.outbox_id, "ok")
+            if verdict == "reject":
+                report.rejected[event.outbox_id] = "MSG_SIZE_TOO_LARGE"
+            elif verdict == "retry":
+                report.retry[event.outbox_id] = "_MSG_TIMED_OUT"
+                self.script[event.outbox_id] = "ok"
+            else:
+                report.delivered.append(event.outbox_id)
+        return report
+
+
+FAST = RelaySettings(batch_size=3, idle_wait_s=0, standby_wait_s=0, max_backoff_s=0)
+
+
+def test_once_drains_in_batches_dead_letters_rejects_and_retries_the_rest() -> None:
+    queue = MemoryQueue([_event(n) for n in range(1, 8)])
+    publisher = ScriptedPublisher({2: "reject", 5: "retry"})
+    OutboxRelay(queue, publisher, FAST).run(threading.Event(), once=True)
+    assert queue.rows == []
+    assert queue.dead == {2: "MSG_SIZE_TOO_LARGE"}
+    assert publisher.calls == [[1, 2, 3], [4, 5, 6], [5, 7]]
+    assert queue.resets == 1  # the session is released when the relay stops
+
+
+def test_a_standby_relay_publishes_nothing() -> None:
+    queue = MemoryQueue([_event(1)], active=False)
+    publisher = ScriptedPublisher({})
+    OutboxRelay(queue, publisher, FAST).run(threading.Event(), once=True)
+    assert publisher.calls == [] and len(queue.rows) == 1
+
+
+def test_a_failing_queue_is_reset_and_retried_until_stopped() -> None:
+    stop = threading.Event()
+
+    class BrokenQueue(MemoryQueue):
+        def fetch_ready(self, limit: int) -> list[PendingEvent]:
+            if self.resets >= 3:
+                stop.set()
+            raise ConnectionError("database went away")
+
+    queue = BrokenQueue([])
+    OutboxRelay(queue, ScriptedPublisher({}), FAST).run(stop)
+    assert queue.resets >= 3
