@@ -35,8 +35,9 @@ def run_worker(container: Container, jobs: Sequence[str], *, once: bool) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
     runners = {name: JOB_FACTORIES[name](container) for name in jobs}
+    crashed: list[str] = []
     threads = [
-        threading.Thread(target=_guarded, args=(name, job, stop, once), name=name, daemon=True)
+        threading.Thread(target=_guarded, args=(name, job, stop, once, crashed), name=name, daemon=True)
         for name, job in runners.items()
     ]
     http = None
@@ -54,13 +55,14 @@ def run_worker(container: Container, jobs: Sequence[str], *, once: bool) -> int:
             thread.join(0.2)
     if http is not None:
         http.shutdown()
-    log.info("worker-stopped", graceful=stop.is_set())
-    return 0
+    log.info("worker-stopped", graceful=not crashed)
+    return 1 if crashed else 0
 
 
-def _guarded(name: str, job: Job, stop: threading.Event, once: bool) -> None:
+def _guarded(name: str, job: Job, stop: threading.Event, once: bool, crashed: list[str]) -> None:
     try:
         job.run(stop, once=once)
     except Exception:
         log.exception("worker-job-crashed", job=name)
+        crashed.append(name)
         stop.set()  # one dead job stops the process, so the orchestrator restarts it whole

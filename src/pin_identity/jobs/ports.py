@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
-
-from pin_identity.domain.events import OutboxMessage
+from typing import NamedTuple, Protocol
 
 
-@dataclass(frozen=True)
-class PendingEvent:
-    """An outbox row: its position in the outbox and the message to send."""
+class PendingEvent(NamedTuple):
+    """An outbox row as the relay sends it: ids as text, the value as UTF-8 bytes, ready for the wire."""
 
     outbox_id: int
-    message: OutboxMessage
+    topic: str
+    key: str
+    value: bytes
+    event_type: str
+    correlation_id: str
+    traceparent: str | None
 
 
 @dataclass
@@ -31,7 +33,10 @@ class OutboxQueue(Protocol):
         """True while this process is the one active relay (others stand by)."""
         ...
 
-    def fetch_ready(self, limit: int) -> list[PendingEvent]: ...
+    def fetch_ready(self, limit: int, exclude: Collection[int]) -> list[PendingEvent]:
+        """Committed rows in outbox order, leaving out those already handed to the publisher."""
+        ...
+
     def settle(self, delivered: Sequence[int], rejected: Mapping[int, str]) -> None: ...
     def reset(self) -> None:
         """Drop the session after an error; the next call starts a new one."""
@@ -39,7 +44,13 @@ class OutboxQueue(Protocol):
 
 
 class EventPublisher(Protocol):
-    def publish(self, events: Sequence[PendingEvent], should_stop: Callable[[], bool]) -> PublishReport: ...
+    def send(self, events: Sequence[PendingEvent]) -> PublishReport:
+        """Hand events to the broker client; the report holds only what failed at once."""
+        ...
+
+    def collect(self, timeout_s: float) -> PublishReport:
+        """What the broker answered since the last call, waiting up to timeout_s for a first answer."""
+        ...
 
 
 class StopSignal(Protocol):

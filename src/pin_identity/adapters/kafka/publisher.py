@@ -25,7 +25,7 @@ _PERMANENT = {
     KafkaError._INVALID_ARG,
 }
 _UNKNOWN_TOPIC = {"UNKNOWN_TOPIC_OR_PART", "_UNKNOWN_TOPIC"}
-STOP_GRACE_S = 10.0
+_CONTRACT_VERSION_HEADER = ("contract-version", str(CONTRACT_VERSION))
 
 
 def producer_config(client_config: dict[str, str]) -> dict[str, Any]:
@@ -40,11 +40,11 @@ def producer_config(client_config: dict[str, str]) -> dict[str, Any]:
 
 
 class KafkaEventPublisher:
-    """Keeps one producer, and replaces it after a fatal error or a batch of which nothing was acknowledged.
+    """Keeps one producer, and replaces it after a fatal error or a delivery timeout.
 
     A producer whose broker lost its idempotence state (a cluster rebuilt from scratch) never delivers
-    again; a fresh producer gets a new producer id. Batches are sent one after another, so the swap cannot
-    reorder events.
+    again; a fresh producer gets a new producer id. The swap waits until nothing is in flight, so it
+    cannot reorder events.
     """
 
     def __init__(self, client_config: dict[str, str], ensure_topics: Callable[[], object]):
@@ -52,7 +52,10 @@ class KafkaEventPublisher:
         self._ensure_topics = ensure_topics
         self._producer: Producer | None = None
         self._replace = False
+        self._outstanding = 0
+        self._answers = PublishReport()
         self._unknown_topic_retried: set[str] = set()
+        self._topic_of_retry: dict[int, str] = {}
 
     def _on_error(self, error: KafkaError) -> None:
         if error.fatal():
@@ -60,7 +63,7 @@ class KafkaEventPublisher:
         log.warning("kafka-client-error", code=error.name(), fatal=error.fatal())
 
     def _current(self) -> Producer:
-        if self._producer is not None and self._replace:
+        if self._producer is not None and self._replace and self._outstanding == 0:
             log.warning("kafka-producer-replaced")
             self._producer.purge()
             self._producer.flush(0)
@@ -70,51 +73,49 @@ class KafkaEventPublisher:
             self._replace = False
         return self._producer
 
-    def publish(self, events: Sequence[PendingEvent], should_stop: Callable[[], bool]) -> PublishReport:
+    def send(self, events: Sequence[PendingEvent]) -> PublishReport:
         producer = self._current()
-        report = PublishReport()
-        outstanding: set[int] = set()
+        failed_at_once = PublishReport()
         for event in events:
-            self._produce(producer, event, report, outstanding)
-        self._await_acks(producer, outstanding, should_stop)
-        for outbox_id in outstanding:
-            report.retry[outbox_id] = "_NOT_ACKNOWLEDGED"
-        if report.retry and not report.delivered:
+            self._produce(producer, event, failed_at_once)
+        self._recheck_unknown_topics(failed_at_once)
+        return failed_at_once
+
+    def collect(self, timeout_s: float) -> PublishReport:
+        if self._producer is not None and self._outstanding:
+            self._producer.poll(timeout_s)
+            self._producer.poll(0)  # serve every answer already queued, not just the first
+        elif timeout_s:
+            time.sleep(timeout_s)
+        answers, self._answers = self._answers, PublishReport()
+        self._recheck_unknown_topics(answers)
+        if any(code == "_MSG_TIMED_OUT" for code in answers.retry.values()):
             self._replace = True
-        self._recheck_unknown_topics(report, events)
-        return report
+        return answers
 
-    def _produce(
-        self, producer: Producer, event: PendingEvent, report: PublishReport, outstanding: set[int]
-    ) -> None:
-        message, outbox_id = event.message, event.outbox_id
+    def _produce(self, producer: Producer, event: PendingEvent, failed_at_once: PublishReport) -> None:
+        outbox_id, topic = event.outbox_id, event.topic
 
-        def on_delivery(error: KafkaError | None, _msg: Message, outbox_id: int = outbox_id) -> None:
-            outstanding.discard(outbox_id)
-            self._classify(outbox_id, message.topic, error, report)
+        def on_delivery(error: KafkaError | None, _msg: Message) -> None:
+            self._outstanding -= 1
+            self._classify(outbox_id, topic, error, self._answers)
 
         headers: list[tuple[str, str | bytes | None]] = [
-            ("event-type", message.event_type.encode()),
-            ("contract-version", str(CONTRACT_VERSION).encode()),
-            ("correlation-id", str(message.correlation_id).encode()),
+            ("event-type", event.event_type),
+            _CONTRACT_VERSION_HEADER,
+            ("correlation-id", event.correlation_id),
         ]
-        if message.traceparent:
-            headers.append(("traceparent", message.traceparent.encode()))
+        if event.traceparent:
+            headers.append(("traceparent", event.traceparent))
         while True:
             try:
-                producer.produce(
-                    message.topic,
-                    key=message.key,
-                    value=message.value.encode(),
-                    headers=headers,
-                    on_delivery=on_delivery,
-                )
-                outstanding.add(outbox_id)
+                producer.produce(topic, event.value, event.key, headers=headers, on_delivery=on_delivery)
+                self._outstanding += 1
                 return
             except BufferError:
                 producer.poll(0.1)  # the local queue is full: let deliveries drain it
             except KafkaException as exc:
-                self._classify(outbox_id, message.topic, exc.args[0], report)
+                self._classify(outbox_id, topic, exc.args[0], failed_at_once)
                 return
 
     def _classify(self, outbox_id: int, topic: str, error: KafkaError | None, report: PublishReport) -> None:
@@ -125,30 +126,19 @@ class KafkaEventPublisher:
             report.rejected[outbox_id] = f"{error.name()}: {error.str()}"
         else:
             report.retry[outbox_id] = error.name()
+            self._topic_of_retry[outbox_id] = topic
 
-    def _await_acks(self, producer: Producer, outstanding: set[int], should_stop: Callable[[], bool]) -> None:
-        stop_deadline: float | None = None
-        while outstanding:
-            producer.flush(0.2)
-            if should_stop():
-                stop_deadline = stop_deadline or time.monotonic() + STOP_GRACE_S
-                if time.monotonic() > stop_deadline:
-                    return  # rows stay in the outbox and go again after the restart (at-least-once)
-
-    def _recheck_unknown_topics(self, report: PublishReport, events: Sequence[PendingEvent]) -> None:
+    def _recheck_unknown_topics(self, report: PublishReport) -> None:
         """An unknown topic is retried once after ensuring topics; unknown again, the row is dead-lettered."""
-        unknown = [oid for oid, code in report.retry.items() if code in _UNKNOWN_TOPIC]
-        if not unknown:
-            return
-        topic_of = {event.outbox_id: event.message.topic for event in events}
-        for outbox_id in unknown:
-            if topic_of[outbox_id] in self._unknown_topic_retried:
-                code = report.retry.pop(outbox_id)
-                report.rejected[outbox_id] = (
-                    f"{code}: topic {topic_of[outbox_id]} unknown after ensure-topics"
-                )
-        self._unknown_topic_retried |= {topic_of[outbox_id] for outbox_id in unknown}
-        self._ensure_topics()
+        topics = {self._topic_of_retry[oid] for oid, code in report.retry.items() if code in _UNKNOWN_TOPIC}
+        for outbox_id, code in list(report.retry.items()):
+            topic = self._topic_of_retry.pop(outbox_id)
+            if code in _UNKNOWN_TOPIC and topic in self._unknown_topic_retried:
+                del report.retry[outbox_id]
+                report.rejected[outbox_id] = f"{code}: topic {topic} unknown after ensure-topics"
+        if topics:
+            self._unknown_topic_retried |= topics
+            self._ensure_topics()
 
     def close(self) -> None:
         if self._producer is not None:

@@ -136,9 +136,10 @@ SELECT pg_try_advisory_lock(hashtextextended('pin-identity:lock:outbox-relay', 0
 -- name: fetch_ready_outbox_events
 -- Only rows of transactions older than every running one: a row that commits late is never skipped,
 -- and rows of one aggregate leave in the order their transactions wrote them.
-SELECT id, event_id, topic, message_key, event_type, correlation_id, traceparent, value
+SELECT id, topic, message_key, convert_to(value, 'UTF8'), event_type, correlation_id::text, traceparent
 FROM identity.outbox_events
 WHERE tx_id < pg_snapshot_xmin(pg_current_snapshot())
+  AND NOT (id = ANY(%(in_flight)s::bigint[]))
 ORDER BY id
 LIMIT %(limit)s;
 
