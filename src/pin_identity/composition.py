@@ -12,11 +12,13 @@ from pin_identity.adapters.kafka.topics import TopicLayout, broker_reachable, en
 from pin_identity.adapters.postgres import embedded as embedded_postgres
 from pin_identity.adapters.postgres import migrate
 from pin_identity.adapters.postgres.database import ConnectionLimits, Database
+from pin_identity.adapters.postgres.fanout_queue import PostgresFanOutQueue, PostgresTaskWakeups
 from pin_identity.adapters.postgres.identity_store import PostgresIdentityTransactions
 from pin_identity.adapters.postgres.outbox_queue import PostgresOutboxQueue
 from pin_identity.config import ConfigurationError, Settings
-from pin_identity.domain.events import PUBLISHED_TOPICS
+from pin_identity.domain.events import PUBLISHED_TOPICS, now_utc
 from pin_identity.domain.fanout import FanOutPolicy
+from pin_identity.jobs.access_fanout import AccessFanOutJob, FanOutSettings
 from pin_identity.jobs.outbox_relay import OutboxRelay
 
 
@@ -102,6 +104,24 @@ class Container:
         queue = PostgresOutboxQueue(self.database)
         self._closers.append(queue.reset)
         return OutboxRelay(queue, publisher)
+
+    @property
+    def fanout_settings(self) -> FanOutSettings:
+        return FanOutSettings(
+            polling_interval_s=self.settings.fanout_polling_interval_s,
+            batch_size=self.settings.fanout_batch_size,
+            max_lease_s=self.settings.fanout_max_lease_s,
+            max_attempts=self.settings.fanout_max_attempts,
+        )
+
+    @cached_property
+    def fanout_queue(self) -> PostgresFanOutQueue:
+        return PostgresFanOutQueue(self.database)
+
+    def access_fanout(self) -> AccessFanOutJob:
+        return AccessFanOutJob(
+            self.fanout_queue, PostgresTaskWakeups(self.database), self.fanout_settings, clock=now_utc
+        )
 
     def close(self) -> None:
         for close in reversed(self._closers):

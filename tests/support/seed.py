@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import uuid
 from uuid import UUID
 
@@ -12,6 +13,7 @@ from pin_identity.operations import identity
 from pin_identity.operations.ports import IdentityTransactions
 
 _phones = iter(range(10_000_000))
+_bulk_phones = itertools.count(9_000_000_000)
 
 
 def next_phone() -> str:
@@ -65,10 +67,9 @@ def bulk_role_members(database_url: str, role_id: UUID, company_id: UUID, count:
         with cur.copy(
             "COPY identity.users (id, company_id, type, status, phone, first_name, last_name) FROM STDIN"
         ) as cp:
-            for n, user_id in enumerate(user_ids):
-                cp.write_row(
-                    (user_id, company_id, "DeveloperManager", "Active", f"+7{900_000_0000 + n}", "A", "B")
-                )
+            for user_id in user_ids:
+                phone = f"+7{next(_bulk_phones)}"
+                cp.write_row((user_id, company_id, "DeveloperManager", "Active", phone, "A", "B"))
         with cur.copy(
             "COPY identity.role_assignments"
             " (id, role_id, user_id, company_id, scope_type, scope_organization_id) FROM STDIN"

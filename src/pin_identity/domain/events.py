@@ -107,6 +107,7 @@ def user_access_changed(
     changed_role_id: UUID,
     correlation_id: UUID,
     occurred_at: datetime,
+    traceparent: str | None = None,
 ) -> OutboxMessage:
     return envelope(
         event_type="UserAccessChanged",
@@ -116,6 +117,7 @@ def user_access_changed(
         payload=access_payload(snapshot, reason, version, changed_role_id),
         correlation_id=correlation_id,
         occurred_at=occurred_at,
+        traceparent=traceparent,
     )
 
 
@@ -127,6 +129,7 @@ def users_access_changed(
     changed_role_id: UUID,
     correlation_id: UUID,
     occurred_at: datetime,
+    traceparent: str | None = None,
 ) -> list[OutboxMessage]:
     return [
         user_access_changed(
@@ -136,6 +139,7 @@ def users_access_changed(
             changed_role_id=changed_role_id,
             correlation_id=correlation_id,
             occurred_at=occurred_at,
+            traceparent=traceparent,
         )
         for snapshot in snapshots
     ]

@@ -2,23 +2,29 @@
 
 from __future__ import annotations
 
+import getpass
 import json
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from enum import StrEnum
 from typing import Annotated, Any
 from uuid import UUID
 
 import typer
+from rich.console import Console
+from rich.table import Table
 
 from pin_identity.composition import Container
 from pin_identity.config import ConfigurationError, Settings, load_settings
 from pin_identity.domain.errors import IdentityError
+from pin_identity.domain.events import now_utc
 from pin_identity.entrypoints import worker as worker_entry
-from pin_identity.observability.logging import configure_logging
+from pin_identity.observability.logging import configure_logging, get_logger
 from pin_identity.operations import identity
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
+log = get_logger("cli")
 
 app = typer.Typer(
     name="pin-identity",
@@ -30,10 +36,12 @@ app = typer.Typer(
 db_app = typer.Typer(help="Database schema.", no_args_is_help=True)
 kafka_app = typer.Typer(help="Kafka topics.", no_args_is_help=True)
 roles_app = typer.Typer(help="Role definitions.", no_args_is_help=True)
+fanout_app = typer.Typer(help="The access fan-out queue.", no_args_is_help=True)
 embedded_app = typer.Typer(help="The embedded PostgreSQL and broker used when no URL is configured.")
 app.add_typer(db_app, name="db")
 app.add_typer(kafka_app, name="kafka")
 app.add_typer(roles_app, name="roles")
+app.add_typer(fanout_app, name="fanout")
 app.add_typer(embedded_app, name="embedded")
 
 JsonOption = Annotated[bool, typer.Option("--json", help="Machine-readable output on stdout.")]
@@ -48,6 +56,14 @@ def _container() -> Iterator[Container]:
         yield container
     finally:
         container.close()
+
+
+def _operator() -> str:
+    """Who ran an admin command, for the audit line."""
+    try:
+        return f"cli:{getpass.getuser()}"
+    except OSError:
+        return "cli:unknown"
 
 
 def _emit(result: dict[str, Any], as_json: bool) -> None:
@@ -89,6 +105,13 @@ def roles_set_permissions(
             permissions=codes,
             policy=container.fanout_policy,
         )
+        log.info(
+            "admin-action",
+            action="set-role-permissions",
+            role_id=str(role_id),
+            role_version=change.role_version,
+            who=_operator(),
+        )
         _emit(
             {
                 "roleId": change.role_id,
@@ -99,6 +122,49 @@ def roles_set_permissions(
             },
             as_json,
         )
+
+
+class TaskStatus(StrEnum):
+    PENDING = "Pending"
+    IN_PROGRESS = "InProgress"
+    COMPLETED = "Completed"
+    FAILED = "Failed"
+
+
+@fanout_app.command("list")
+def fanout_list(
+    status: Annotated[TaskStatus | None, typer.Option("--status", help="Only tasks in this status.")] = None,
+    limit: Annotated[int, typer.Option("--limit", min=1, max=10_000)] = 100,
+    as_json: JsonOption = False,
+) -> None:
+    """The newest fan-out tasks first."""
+    with _container() as container:
+        tasks = container.fanout_queue.list_tasks(status.value if status else None, limit)
+    if as_json:
+        typer.echo(json.dumps(tasks, default=str))
+        return
+    table = Table("id", "role", "version", "status", "processed", "attempts", "created", "last error")
+    for task in tasks:
+        table.add_row(
+            str(task["id"]),
+            str(task["role_id"]),
+            str(task["role_version"]),
+            task["status"],
+            str(task["processed_count"]),
+            str(task["attempt_count"]),
+            f"{task['created_at']:%Y-%m-%d %H:%M:%S}",
+            task["last_error"] or "",
+        )
+    Console().print(table)
+
+
+@fanout_app.command("replay")
+def fanout_replay(task_id: Annotated[UUID, typer.Argument(help="A Failed task.")]) -> None:
+    """Runbook: after fixing the cause, a Failed task goes back to Pending (AttemptCount = 0)."""
+    with _container() as container:
+        container.fanout_queue.replay(task_id, now_utc())
+        log.info("admin-action", action="fanout-replay", task_id=str(task_id), who=_operator())
+    typer.echo(f"task {task_id} is Pending again")
 
 
 @app.command("worker")

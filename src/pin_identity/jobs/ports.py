@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import NamedTuple, Protocol
+from uuid import UUID
+
+from pin_identity.domain.events import OutboxMessage
+from pin_identity.domain.model import UserAccessSnapshot
 
 
 class PendingEvent(NamedTuple):
@@ -56,3 +62,77 @@ class EventPublisher(Protocol):
 class StopSignal(Protocol):
     def is_set(self) -> bool: ...
     def wait(self, timeout: float | None = None) -> bool: ...
+
+
+# ---------------------------------------------------------------- access fan-out
+
+
+class LeaseLostError(Exception):
+    """The task's lease now belongs to another claim: this worker must not write for it any more."""
+
+
+@dataclass(frozen=True)
+class FanOutTask:
+    """A claimed AccessFanOutTask; claim_id fences every write of this lease (the jobRunId of the claim)."""
+
+    task_id: UUID
+    role_id: UUID
+    company_id: UUID | None
+    role_version: int
+    cursor: UUID | None
+    processed_count: int
+    attempt: int
+    created_at: datetime
+    claim_id: UUID
+
+
+@dataclass(frozen=True)
+class PoisonedTask:
+    task_id: UUID
+    role_id: UUID
+    attempts: int
+    last_error: str | None
+
+
+@dataclass(frozen=True)
+class QueueStats:
+    backlog: int
+    failed: int
+
+
+class FanOutBatch(Protocol):
+    """One batch's transaction; the lease was checked (and renewed) when it opened."""
+
+    def page(self, role_id: UUID, after: UUID | None, size: int) -> list[UserAccessSnapshot]: ...
+    def add_events(self, messages: Sequence[OutboxMessage]) -> None: ...
+    def advance(self, *, cursor: UUID | None, processed: int, completed: bool) -> None: ...
+    def commit(self) -> None: ...
+
+
+class FanOutQueue(Protocol):
+    def fail_exhausted(self, now: datetime, max_attempts: int) -> list[PoisonedTask]: ...
+    def claim(self, claim_id: UUID, now: datetime, lease_until: datetime) -> FanOutTask | None: ...
+    def batch(
+        self, task: FanOutTask, now: datetime, lease_until: datetime
+    ) -> AbstractContextManager[FanOutBatch]:
+        """Opens the batch transaction; raises LeaseLostError when the lease is no longer this claim's."""
+        ...
+
+    def release(
+        self,
+        task: FanOutTask,
+        now: datetime,
+        *,
+        available_at: datetime,
+        count_attempt: bool,
+        error: str | None,
+    ) -> None: ...
+    def stats(self, now: datetime) -> QueueStats: ...
+
+
+class TaskWakeups(Protocol):
+    def wait(self, timeout_s: float) -> bool:
+        """Block until a new task is announced (True) or the timeout passes (False)."""
+        ...
+
+    def close(self) -> None: ...

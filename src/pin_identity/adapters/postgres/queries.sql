@@ -124,6 +124,110 @@ RETURNING id;
 -- name: notify_fanout_task
 SELECT pg_notify('pin_identity_fanout', %(task_id)s::text);
 
+-- name: listen_fanout_tasks
+LISTEN pin_identity_fanout;
+
+-- name: fail_exhausted_fanout_tasks
+-- Poison: MaxAttempts consecutive leases ended without committing a batch.
+UPDATE identity.access_fanout_tasks
+SET status = 'Failed', lease_expires_at = NULL, lease_owner = NULL, updated_at = %(now)s
+WHERE status = 'InProgress' AND lease_expires_at <= %(now)s AND attempt_count >= %(max_attempts)s
+RETURNING id, role_id, attempt_count, last_error;
+
+-- name: claim_fanout_task
+-- The oldest Pending task, or InProgress one whose lease expired; tasks other workers hold are skipped.
+WITH next AS (
+    SELECT id FROM identity.access_fanout_tasks
+    WHERE status = 'Pending' OR (status = 'InProgress' AND lease_expires_at <= %(now)s)
+    ORDER BY created_at, id
+    LIMIT 1
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE identity.access_fanout_tasks t
+SET status = 'InProgress',
+    lease_expires_at = %(lease_until)s,
+    lease_owner = %(claim_id)s,
+    attempt_count = t.attempt_count + 1,
+    started_at = COALESCE(t.started_at, %(now)s),
+    updated_at = %(now)s
+FROM next
+WHERE t.id = next.id
+RETURNING t.id, t.role_id, t.company_id, t.role_version, t.cursor, t.processed_count, t.attempt_count,
+          t.created_at;
+
+-- name: renew_fanout_lease
+-- Fencing: only the claim that holds the lease may write; the row stays locked for the batch.
+UPDATE identity.access_fanout_tasks
+SET lease_expires_at = %(lease_until)s, updated_at = %(now)s
+WHERE id = %(task_id)s AND lease_owner = %(claim_id)s AND status = 'InProgress'
+RETURNING id;
+
+-- name: fanout_page
+-- One keyset page of the role's unique users and, in the same query, each one's full access snapshot.
+WITH page AS (
+    SELECT DISTINCT user_id FROM identity.role_assignments
+    WHERE role_id = %(role_id)s AND status = 'Active' AND user_id > %(cursor)s
+    ORDER BY user_id
+    LIMIT %(limit)s
+)
+SELECT u.id, u.company_id, ra.id, ra.role_id, rd.code, ra.scope_type, ra.scope_organization_id,
+       ra.scope_project_group_id, ra.scope_project_id, ra.expires_at
+FROM page
+JOIN identity.users u ON u.id = page.user_id
+LEFT JOIN identity.role_assignments ra ON ra.user_id = u.id AND ra.status = 'Active'
+LEFT JOIN identity.role_definitions rd ON rd.id = ra.role_id
+ORDER BY u.id, ra.id;
+
+-- name: advance_fanout_task
+-- A committed batch renews the lease and resets the attempts: only leases without progress count.
+UPDATE identity.access_fanout_tasks
+SET cursor = %(cursor)s,
+    processed_count = processed_count + %(processed)s,
+    attempt_count = 1,
+    status = CASE WHEN %(completed)s THEN 'Completed' ELSE 'InProgress' END,
+    completed_at = CASE WHEN %(completed)s THEN %(now)s END,
+    lease_expires_at = CASE WHEN %(completed)s THEN NULL ELSE %(lease_until)s END,
+    lease_owner = CASE WHEN %(completed)s THEN NULL ELSE lease_owner END,
+    last_error = NULL,
+    updated_at = %(now)s
+WHERE id = %(task_id)s AND lease_owner = %(claim_id)s
+RETURNING processed_count;
+
+-- name: release_fanout_task
+-- Give the lease back now (graceful stop: the attempt does not count) or after a back-off (an error).
+UPDATE identity.access_fanout_tasks
+SET lease_expires_at = %(available_at)s,
+    lease_owner = NULL,
+    attempt_count = CASE WHEN %(count_attempt)s THEN attempt_count ELSE GREATEST(attempt_count - 1, 0) END,
+    last_error = COALESCE(%(error)s, last_error),
+    updated_at = %(now)s
+WHERE id = %(task_id)s AND lease_owner = %(claim_id)s AND status = 'InProgress';
+
+-- name: fanout_queue_stats
+SELECT count(*) FILTER (WHERE status = 'Pending' OR (status = 'InProgress' AND lease_expires_at <= %(now)s)),
+       count(*) FILTER (WHERE status = 'Failed')
+FROM identity.access_fanout_tasks
+WHERE status IN ('Pending', 'InProgress', 'Failed');
+
+-- name: list_fanout_tasks
+SELECT id, role_id, company_id, role_version, reason, status, cursor, processed_count, attempt_count,
+       lease_expires_at, created_at, started_at, completed_at, updated_at, last_error
+FROM identity.access_fanout_tasks
+WHERE %(status)s::text IS NULL OR status = %(status)s
+ORDER BY created_at DESC
+LIMIT %(limit)s;
+
+-- name: replay_fanout_task
+-- The runbook's replay of a poison task: back to Pending with fresh attempts, resuming from its cursor.
+UPDATE identity.access_fanout_tasks
+SET status = 'Pending', attempt_count = 0, lease_expires_at = NULL, lease_owner = NULL, completed_at = NULL,
+    updated_at = %(now)s
+WHERE id = %(task_id)s AND status = 'Failed'
+RETURNING id;
+
+-- name: fanout_task_status
+SELECT status FROM identity.access_fanout_tasks WHERE id = %(task_id)s;
+
 -- ---------------------------------------------------------------- transactional outbox
 
 -- name: copy_outbox_events

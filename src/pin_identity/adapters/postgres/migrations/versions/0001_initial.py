@@ -149,6 +149,8 @@ CREATE INDEX ix_access_fanout_tasks_role_id ON identity.access_fanout_tasks (rol
 CREATE INDEX ix_access_fanout_tasks_company_id ON identity.access_fanout_tasks (company_id);
 CREATE INDEX ix_access_fanout_tasks_pending ON identity.access_fanout_tasks (created_at)
     WHERE status IN ('Pending', 'InProgress');
+CREATE INDEX ix_access_fanout_tasks_failed ON identity.access_fanout_tasks (created_at)
+    WHERE status = 'Failed';
 -- Coalescing: at most one Pending task per role; a newer permission change raises its role_version.
 CREATE UNIQUE INDEX uq_access_fanout_tasks_pending_role ON identity.access_fanout_tasks (role_id)
     WHERE status = 'Pending';

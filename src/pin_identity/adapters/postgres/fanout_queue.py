@@ -1,0 +1,161 @@
+"""The access fan-out queue on PostgreSQL: claims with SKIP LOCKED, fenced batches, LISTEN wake-ups."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+import psycopg
+from psycopg.rows import dict_row
+
+from pin_identity.adapters.postgres.catalogue import query
+from pin_identity.adapters.postgres.database import Database
+from pin_identity.adapters.postgres.identity_store import snapshots_from_rows
+from pin_identity.adapters.postgres.outbox_writer import write_outbox
+from pin_identity.domain.errors import ConflictError, NotFoundError
+from pin_identity.domain.events import OutboxMessage
+from pin_identity.domain.model import UserAccessSnapshot
+from pin_identity.jobs.ports import FanOutTask, LeaseLostError, PoisonedTask, QueueStats
+
+NIL_UUID = UUID(int=0)
+
+
+class PostgresFanOutBatch:
+    def __init__(self, conn: psycopg.Connection, task: FanOutTask, now: datetime, lease_until: datetime):
+        self._conn, self._task, self._now, self._lease_until = conn, task, now, lease_until
+
+    def page(self, role_id: UUID, after: UUID | None, size: int) -> list[UserAccessSnapshot]:
+        params = {"role_id": role_id, "cursor": after or NIL_UUID, "limit": size}
+        with self._conn.cursor(binary=True) as cursor:
+            return snapshots_from_rows(cursor.execute(query("fanout_page"), params))
+
+    def add_events(self, messages: Sequence[OutboxMessage]) -> None:
+        write_outbox(self._conn, messages)
+
+    def advance(self, *, cursor: UUID | None, processed: int, completed: bool) -> None:
+        params = {
+            "task_id": self._task.task_id,
+            "claim_id": self._task.claim_id,
+            "cursor": cursor,
+            "processed": processed,
+            "completed": completed,
+            "now": self._now,
+            "lease_until": self._lease_until,
+        }
+        if self._conn.execute(query("advance_fanout_task"), params).fetchone() is None:
+            raise LeaseLostError(str(self._task.task_id))
+
+    def commit(self) -> None:
+        self._conn.commit()
+
+
+class PostgresFanOutQueue:
+    def __init__(self, database: Database):
+        self._database = database
+
+    def _execute(self, name: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+        with self._database.connection() as conn:
+            return conn.execute(query(name), params).fetchall()
+
+    def fail_exhausted(self, now: datetime, max_attempts: int) -> list[PoisonedTask]:
+        rows = self._execute("fail_exhausted_fanout_tasks", {"now": now, "max_attempts": max_attempts})
+        return [PoisonedTask(*row) for row in rows]
+
+    def claim(self, claim_id: UUID, now: datetime, lease_until: datetime) -> FanOutTask | None:
+        rows = self._execute(
+            "claim_fanout_task", {"claim_id": claim_id, "now": now, "lease_until": lease_until}
+        )
+        if not rows:
+            return None
+        task_id, role_id, company_id, role_version, cursor, processed, attempt, created_at = rows[0]
+        return FanOutTask(
+            task_id, role_id, company_id, role_version, cursor, processed, attempt, created_at, claim_id
+        )
+
+    @contextmanager
+    def batch(self, task: FanOutTask, now: datetime, lease_until: datetime) -> Iterator[PostgresFanOutBatch]:
+        with self._database.connection() as conn:
+            try:
+                params = {
+                    "task_id": task.task_id,
+                    "claim_id": task.claim_id,
+                    "now": now,
+                    "lease_until": lease_until,
+                }
+                # Locks the task row for the batch: the fence holds until commit.
+                if conn.execute(query("renew_fanout_lease"), params).fetchone() is None:
+                    raise LeaseLostError(str(task.task_id))
+                yield PostgresFanOutBatch(conn, task, now, lease_until)
+            finally:
+                conn.rollback()
+
+    def release(
+        self,
+        task: FanOutTask,
+        now: datetime,
+        *,
+        available_at: datetime,
+        count_attempt: bool,
+        error: str | None,
+    ) -> None:
+        params = {
+            "task_id": task.task_id,
+            "claim_id": task.claim_id,
+            "now": now,
+            "available_at": available_at,
+            "count_attempt": count_attempt,
+            "error": error,
+        }
+        self._execute_write("release_fanout_task", params)
+
+    def _execute_write(self, name: str, params: dict[str, Any]) -> None:
+        with self._database.connection() as conn:
+            conn.execute(query(name), params)
+
+    def list_tasks(self, status: str | None, limit: int = 100) -> list[dict[str, Any]]:
+        with self._database.connection() as conn, conn.cursor(row_factory=dict_row) as cursor:
+            return cursor.execute(query("list_fanout_tasks"), {"status": status, "limit": limit}).fetchall()
+
+    def replay(self, task_id: UUID, now: datetime) -> None:
+        """Runbook: a Failed task goes back to Pending with fresh attempts, from its cursor."""
+        try:
+            if self._execute("replay_fanout_task", {"task_id": task_id, "now": now}):
+                return
+        except psycopg.errors.UniqueViolation:
+            raise ConflictError(
+                f"fan-out task {task_id}: its role already has a Pending task, which notifies every user"
+            ) from None
+        status = self._execute("fanout_task_status", {"task_id": task_id})
+        if not status:
+            raise NotFoundError(f"fan-out task {task_id} does not exist")
+        raise ConflictError(f"fan-out task {task_id} is {status[0][0]}, only a Failed task can be replayed")
+
+    def stats(self, now: datetime) -> QueueStats:
+        [(backlog, failed)] = self._execute("fanout_queue_stats", {"now": now})
+        return QueueStats(int(backlog), int(failed))
+
+
+class PostgresTaskWakeups:
+    """LISTEN on a dedicated connection; set-role-permissions NOTIFYs at commit when it enqueues a task."""
+
+    def __init__(self, database: Database):
+        self._database = database
+        self._conn: psycopg.Connection | None = None
+
+    def wait(self, timeout_s: float) -> bool:
+        try:
+            if self._conn is None or self._conn.closed:
+                self._conn = self._database.dedicated(autocommit=True, name="pin-identity-fanout-listen")
+                self._conn.execute(query("listen_fanout_tasks"))
+            return any(True for _ in self._conn.notifies(timeout=timeout_s, stop_after=1))
+        except psycopg.Error:
+            self.close()
+            return False  # polling carries on without wake-ups until the next try reconnects
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None

@@ -1,0 +1,382 @@
+"""AccessFanOutJob on real PostgreSQL and the real broker: one test per row of the spec's Тесты table,
+plus an archived role and a lease that expires under a paused worker."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from uuid import UUID
+
+import psycopg
+import pytest
+
+from pin_identity.adapters.postgres.fanout_queue import PostgresFanOutBatch, PostgresFanOutQueue
+from pin_identity.composition import Container
+from pin_identity.domain.access_cache import CacheDecision, UserAccessCache
+from pin_identity.domain.fanout import FanOutPolicy
+from pin_identity.domain.model import UserAccessSnapshot
+from pin_identity.jobs.access_fanout import TaskOutcome
+from pin_identity.jobs.ports import FanOutTask
+from pin_identity.operations import identity
+from tests.support import seed
+from tests.support.fanout import ManualClock, fanout_job, run_until_idle
+from tests.support.kafka_tap import ConsumedEvent, EventTap
+from tests.support.relay import publish_outbox
+from tests.support.schemas import validate_event
+
+QUEUED = FanOutPolicy(inline_threshold=0)
+
+
+def _task_row(database_url: str, task_id: UUID) -> dict[str, object]:
+    with psycopg.connect(database_url, row_factory=psycopg.rows.dict_row) as conn:
+        row = conn.execute("SELECT * FROM identity.access_fanout_tasks WHERE id = %s", (task_id,)).fetchone()
+    assert row is not None
+    return row
+
+
+def _fanout_events(tap: EventTap, role_id: UUID, count: int) -> list[ConsumedEvent]:
+    return tap.wait_for(lambda e: _changed_by(e, role_id), count, timeout_s=60)
+
+
+def _changed_by(event: ConsumedEvent, role_id: UUID) -> bool:
+    return event.payload.get("changedRoleId") == str(role_id) and (
+        event.payload.get("changeReason") == "RolePermissionsChanged"
+    )
+
+
+def _role_with_members(
+    container: Container, database_url: str, members: int
+) -> tuple[UUID, UUID, list[UUID]]:
+    company_id = seed.company(container.transactions)
+    role_id = seed.role(container.transactions, company_id)
+    return company_id, role_id, seed.bulk_role_members(database_url, role_id, company_id, members)
+
+
+def _change_permissions(container: Container, role_id: UUID) -> UUID:
+    change = identity.set_role_permissions(
+        container.transactions,
+        identity.Context.fresh(),
+        role_id=role_id,
+        permissions=["deals.read"],
+        policy=QUEUED,
+    )
+    assert change.task_id is not None
+    return change.task_id
+
+
+def test_empty_role_completes_at_once_without_events(
+    container: Container, database_url: str, tap: EventTap
+) -> None:
+    company_id = seed.company(container.transactions)
+    role_id = seed.role(container.transactions, company_id)
+    user_id = seed.user(container.transactions, company_id)
+    assignment = seed.grant(container.transactions, user_id, role_id, company_id)
+    task_id = _change_permissions(container, role_id)
+    identity.revoke_role_assignment(container.transactions, identity.Context.fresh(), assignment)
+
+    run_until_idle(fanout_job(container, ManualClock()))
+    publish_outbox(container)
+
+    task = _task_row(database_url, task_id)
+    assert (task["status"], task["processed_count"], task["cursor"]) == ("Completed", 0, None)
+    assert task["completed_at"] is not None and task["lease_expires_at"] is None
+    assert tap.settle(lambda e: _changed_by(e, role_id), quiet_s=0.5) == []
+
+
+def test_mass_fanout_sends_one_event_per_unique_user_across_all_pages(
+    container: Container, database_url: str, tap: EventTap
+) -> None:
+    company_id, role_id, users = _role_with_members(container, database_url, 173)
+    for user_id in users[:20]:  # a second assignment of the same role must not make a second event
+        identity.grant_role_assignment(
+            container.transactions,
+            identity.Context.fresh(),
+            user_id=user_id,
+            role_id=role_id,
+            scope=identity.Scope.organization(uuid.uuid4()),
+        )
+    task_id = _change_permissions(container, role_id)
+
+    run_until_idle(fanout_job(container, ManualClock(), batch_size=50))
+    publish_outbox(container)
+
+    events = _fanout_events(tap, role_id, 173)
+    assert Counter(e.key for e in events) == Counter(str(u) for u in users)
+    task = _task_row(database_url, task_id)
+    assert (task["status"], task["processed_count"], task["cursor"]) == ("Completed", 173, max(users))
+    for event in events:
+        validate_event(event.body)
+        assert event.payload["version"] == 2
+        assert event.headers["correlation-id"] == event.body["correlationId"]
+    assert len({e.body["correlationId"] for e in events}) == 1  # the jobRunId of the one claim
+
+
+def test_full_snapshot_holds_every_active_assignment_with_role_codes(
+    container: Container, database_url: str, tap: EventTap
+) -> None:
+    company_id, role_id, users = _role_with_members(container, database_url, 3)
+    other_role = seed.role(container.transactions, company_id, "chessboard-viewer")
+    extra = seed.grant(container.transactions, users[1], other_role, company_id)
+    revoked = seed.grant(
+        container.transactions, users[1], seed.role(container.transactions, company_id, "gone"), company_id
+    )
+    identity.revoke_role_assignment(container.transactions, identity.Context.fresh(), revoked)
+    _change_permissions(container, role_id)
+
+    run_until_idle(fanout_job(container, ManualClock()))
+    publish_outbox(container)
+
+    by_user = {e.key: e.payload for e in _fanout_events(tap, role_id, 3)}
+    assignments = by_user[str(users[1])]["activeAssignments"]
+    assert sorted(a["roleCode"] for a in assignments) == ["chessboard-viewer", "sales-manager"]
+    assert str(extra) in {a["assignmentId"] for a in assignments}
+    assert [a["assignmentId"] for a in assignments] == sorted(a["assignmentId"] for a in assignments)
+    assert [a["roleCode"] for a in by_user[str(users[0])]["activeAssignments"]] == ["sales-manager"]
+    assert by_user[str(users[0])]["companyId"] == str(company_id)
+
+
+class CrashAfter:
+    """The real queue, except that the process 'dies' once N batches committed: right after the Nth
+    commit, or (before_commit) while committing the next one."""
+
+    def __init__(self, queue: PostgresFanOutQueue, batches: int, *, before_commit: bool = False):
+        self._queue, self._batches, self._before_commit = queue, batches, before_commit
+        self._opened = 0
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._queue, name)
+
+    @contextmanager
+    def batch(self, task: FanOutTask, now: datetime, lease_until: datetime) -> Iterator[PostgresFanOutBatch]:
+        with self._queue.batch(task, now, lease_until) as batch:
+            self._opened += 1
+            if self._before_commit and self._opened > self._batches:
+                batch.commit = _die  # type: ignore[method-assign]
+            yield batch
+        if not self._before_commit and self._opened == self._batches:
+            raise _Died
+
+
+class _Died(BaseException):
+    """Not an Exception: nothing in the job catches it, as nothing survives a SIGKILL."""
+
+
+def _die() -> None:
+    raise _Died
+
+
+@pytest.mark.parametrize("before_commit", [False, True], ids=["after-commit", "before-commit"])
+def test_restart_resumes_from_the_cursor_and_repeats_at_most_the_batch_in_flight(
+    container: Container, database_url: str, tap: EventTap, before_commit: bool
+) -> None:
+    _, role_id, users = _role_with_members(container, database_url, 120)
+    task_id = _change_permissions(container, role_id)
+    clock = ManualClock()
+
+    with pytest.raises(_Died):
+        run_until_idle(
+            fanout_job(
+                container,
+                clock,
+                batch_size=25,
+                queue=CrashAfter(container.fanout_queue, 2, before_commit=before_commit),
+            )
+        )
+    task = _task_row(database_url, task_id)
+    assert (task["status"], task["processed_count"], task["cursor"]) == ("InProgress", 50, users[49])
+
+    run_until_idle(fanout_job(container, clock, batch_size=25))  # the dead worker's lease still holds
+    assert _task_row(database_url, task_id)["status"] == "InProgress"
+    clock.advance(301)
+    run_until_idle(fanout_job(container, clock, batch_size=25))
+    publish_outbox(container)
+
+    events = _fanout_events(tap, role_id, 120)
+    assert Counter(e.key for e in events) == Counter(str(u) for u in users)  # nothing lost, nothing twice
+    task = _task_row(database_url, task_id)
+    assert (task["status"], task["processed_count"]) == ("Completed", 120)
+
+
+def test_parallel_workers_never_share_a_task(container: Container, database_url: str, tap: EventTap) -> None:
+    roles = [_role_with_members(container, database_url, 60)[1] for _ in range(4)]
+    task_ids = [_change_permissions(container, role_id) for role_id in roles]
+    clock = ManualClock()
+    workers = [
+        threading.Thread(target=run_until_idle, args=(fanout_job(container, clock, batch_size=10),))
+        for _ in range(3)
+    ]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(60)
+    publish_outbox(container)
+
+    for role_id, task_id in zip(roles, task_ids, strict=True):
+        events = _fanout_events(tap, role_id, 60)
+        assert len(events) == 60 and len({e.key for e in events}) == 60
+        # One claim did all of a task's batches: every event carries the same jobRunId.
+        assert len({e.body["correlationId"] for e in events}) == 1
+        assert _task_row(database_url, task_id)["status"] == "Completed"
+
+
+def test_events_carry_the_task_role_version_and_a_newer_cache_drops_them(
+    container: Container, database_url: str, tap: EventTap
+) -> None:
+    _, role_id, users = _role_with_members(container, database_url, 5)
+    _change_permissions(container, role_id)  # version 2, its task Pending
+    _change_permissions(container, role_id)  # version 3 coalesces into the same task
+    run_until_idle(fanout_job(container, ManualClock()))
+    publish_outbox(container)
+    events = _fanout_events(tap, role_id, 5)
+    assert {e.payload["version"] for e in events} == {3}
+
+    cache = UserAccessCache()
+    newer = {**events[0].payload, "version": 4, "activeAssignments": []}
+    assert cache.apply(newer) is CacheDecision.APPLIED
+    assert cache.apply(events[0].payload) is CacheDecision.DROPPED_STALE
+    assert cache.assignments[events[0].key] == []
+    assert cache.apply(events[1].payload) is CacheDecision.APPLIED
+
+
+class FailingRole:
+    """The real queue, except that reading pages of one role fails: a poison task."""
+
+    def __init__(self, queue: PostgresFanOutQueue, role_id: UUID):
+        self._queue, self._role_id = queue, role_id
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._queue, name)
+
+    @contextmanager
+    def batch(self, task: FanOutTask, now: datetime, lease_until: datetime) -> Iterator[PostgresFanOutBatch]:
+        with self._queue.batch(task, now, lease_until) as batch:
+            if task.role_id == self._role_id:
+                batch.page = self._fail  # type: ignore[method-assign]
+            yield batch
+
+    @staticmethod
+    def _fail(role_id: UUID, after: UUID | None, size: int) -> list[UserAccessSnapshot]:
+        raise RuntimeError("snapshot query failed")
+
+
+def test_poison_task_fails_after_max_attempts_and_blocks_no_other_task(
+    container: Container, database_url: str, tap: EventTap
+) -> None:
+    _, poison_role, _ = _role_with_members(container, database_url, 10)
+    _, healthy_role, _ = _role_with_members(container, database_url, 10)
+    poison_task = _change_permissions(container, poison_role)
+    healthy_task = _change_permissions(container, healthy_role)
+    clock = ManualClock()
+    job = fanout_job(container, clock, max_attempts=3, queue=FailingRole(container.fanout_queue, poison_role))
+
+    run_until_idle(job)
+    assert _task_row(database_url, healthy_task)["status"] == "Completed"
+    for attempt in (1, 2, 3):
+        row = _task_row(database_url, poison_task)
+        assert (row["status"], row["attempt_count"]) == ("InProgress", attempt)
+        assert "snapshot query failed" in str(row["last_error"])
+        clock.advance(600)  # past the back-off
+        run_until_idle(job)
+    row = _task_row(database_url, poison_task)
+    assert (row["status"], row["attempt_count"]) == ("Failed", 3)
+    publish_outbox(container)
+    assert len(_fanout_events(tap, healthy_role, 10)) == 10
+
+    container.fanout_queue.replay(poison_task, clock())  # the runbook, once the cause is fixed
+    run_until_idle(fanout_job(container, clock))
+    assert _task_row(database_url, poison_task)["status"] == "Completed"
+
+
+class StopAfterFirstBatch:
+    def __init__(self, queue: PostgresFanOutQueue, stop: threading.Event):
+        self._queue, self._stop = queue, stop
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._queue, name)
+
+    @contextmanager
+    def batch(self, task: FanOutTask, now: datetime, lease_until: datetime) -> Iterator[PostgresFanOutBatch]:
+        with self._queue.batch(task, now, lease_until) as batch:
+            yield batch
+        self._stop.set()  # SIGTERM arrives while the first batch commits
+
+
+def test_cancellation_between_batches_keeps_committed_batches_and_releases_the_lease(
+    container: Container, database_url: str, tap: EventTap
+) -> None:
+    _, role_id, users = _role_with_members(container, database_url, 30)
+    task_id = _change_permissions(container, role_id)
+    clock, stop = ManualClock(), threading.Event()
+    job = fanout_job(container, clock, batch_size=10, queue=StopAfterFirstBatch(container.fanout_queue, stop))
+    job.run(stop)
+
+    row = _task_row(database_url, task_id)
+    assert (row["status"], row["processed_count"], row["cursor"]) == ("InProgress", 10, users[9])
+    assert (
+        row["lease_expires_at"] == clock() and row["attempt_count"] == 0
+    )  # free at once, attempt not counted
+    run_until_idle(fanout_job(container, clock, batch_size=10))
+    publish_outbox(container)
+    assert Counter(e.key for e in _fanout_events(tap, role_id, 30)) == Counter(str(u) for u in users)
+    assert _task_row(database_url, task_id)["status"] == "Completed"
+
+
+def test_role_archived_between_enqueue_and_processing(
+    container: Container, database_url: str, tap: EventTap
+) -> None:
+    company_id = seed.company(container.transactions)
+    role_id = seed.role(container.transactions, company_id)
+    other = seed.role(container.transactions, company_id, "kept")
+    users = [seed.user(container.transactions, company_id) for _ in range(3)]
+    for user_id in users:
+        seed.grant(container.transactions, user_id, role_id, company_id)
+    seed.grant(container.transactions, users[0], other, company_id)
+    task_id = _change_permissions(container, role_id)
+    identity.archive_role(container.transactions, identity.Context.fresh(), role_id)
+
+    run_until_idle(fanout_job(container, ManualClock()))
+    publish_outbox(container)
+
+    task = _task_row(database_url, task_id)
+    assert (task["status"], task["processed_count"]) == ("Completed", 0)
+    archived = tap.wait_for(
+        lambda e: (
+            e.payload.get("changeReason") == "RoleArchived" and e.payload["changedRoleId"] == str(role_id)
+        ),
+        3,
+    )
+    assert [
+        a["roleCode"] for a in {e.key: e for e in archived}[str(users[0])].payload["activeAssignments"]
+    ] == ["kept"]
+    assert tap.settle(lambda e: _changed_by(e, role_id), quiet_s=0.3) == []
+
+
+def test_a_paused_worker_whose_lease_expired_cannot_commit(
+    container: Container, database_url: str, tap: EventTap
+) -> None:
+    _, role_id, users = _role_with_members(container, database_url, 40)
+    task_id = _change_permissions(container, role_id)
+    clock = ManualClock()
+    paused_stop = threading.Event()
+    paused = fanout_job(
+        container, clock, batch_size=10, queue=StopAfterFirstBatch(container.fanout_queue, paused_stop)
+    )
+    task = container.fanout_queue.claim(uuid.uuid4(), clock(), clock.now.replace() + paused._settings.lease)
+    assert task is not None
+
+    # The paused worker commits one batch, then hangs (GC pause, network partition) past its lease.
+    paused._batch(task, None)
+    clock.advance(301)
+    run_until_idle(fanout_job(container, clock, batch_size=10))  # another worker takes over and finishes
+    assert _task_row(database_url, task_id)["status"] == "Completed"
+
+    outcome = paused.process(task, threading.Event())  # the paused worker wakes up
+    assert outcome == TaskOutcome.LEASE_LOST
+    publish_outbox(container)
+    events = _fanout_events(tap, role_id, 40)
+    assert Counter(e.key for e in events) == Counter(str(u) for u in users)
+    assert _task_row(database_url, task_id)["processed_count"] == 40

@@ -1,0 +1,106 @@
+"""The worker as a separate process over a 20,000-user role, killed with SIGKILL at random moments."""
+
+from __future__ import annotations
+
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+
+import psycopg
+import pytest
+
+from pin_identity.composition import Container
+from pin_identity.domain.fanout import FanOutPolicy
+from pin_identity.operations import identity
+from tests.support import seed
+from tests.support.kafka_tap import EventTap
+
+USERS = 20_000
+KILLS = 5
+LEASE_S = 2
+
+
+def _task_status(database_url: str) -> tuple[str, int]:
+    with psycopg.connect(database_url) as conn:
+        row = conn.execute("SELECT status, processed_count FROM identity.access_fanout_tasks").fetchone()
+    assert row is not None
+    return row[0], row[1]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_sigkill_at_random_moments_loses_no_user(
+    container: Container, database_url: str, subprocess_env: dict[str, str], tap: EventTap
+) -> None:
+    company_id = seed.company(container.transactions)
+    role_id = seed.role(container.transactions, company_id)
+    users = seed.bulk_role_members(database_url, role_id, company_id, USERS)
+    identity.set_role_permissions(
+        container.transactions,
+        identity.Context.fresh(),
+        role_id=role_id,
+        permissions=["x"],
+        policy=FanOutPolicy(inline_threshold=0),
+    )
+    env = {
+        **subprocess_env,
+        "PIN_IDENTITY_FANOUT_BATCH_SIZE": "50",
+        "PIN_IDENTITY_FANOUT_MAX_LEASE_S": str(LEASE_S),  # a killed worker's lease frees quickly
+        "PIN_IDENTITY_FANOUT_POLLING_INTERVAL_S": "0.2",
+    }
+    command = [
+        sys.executable,
+        "-m",
+        "pin_identity.entrypoints.cli",
+        "worker",
+        "--jobs",
+        "access-fanout,outbox-relay",
+    ]
+    rng = random.Random(20261129)
+    kills = 0
+    received: Counter[str] = Counter()
+
+    def drain() -> None:
+        tap.poll(0.05)
+        received.clear()
+        received.update(
+            e.key
+            for e in tap.received
+            if e.payload.get("changedRoleId") == str(role_id)
+            and e.payload.get("changeReason") == "RolePermissionsChanged"
+        )
+
+    while kills < KILLS:
+        worker = subprocess.Popen(command, env=env, stderr=subprocess.DEVNULL)
+        # Kill at a random point of the progress, so every kill lands mid-stream (batches in flight,
+        # events in the outbox and in the producer).
+        target = _task_status(database_url)[1] + rng.randint(200, 2500)
+        deadline = time.monotonic() + 60
+        while _task_status(database_url)[1] < target and time.monotonic() < deadline:
+            drain()
+        worker.send_signal(signal.SIGKILL)
+        worker.wait()
+        kills += 1
+        assert _task_status(database_url)[0] != "Completed", (
+            "make the role bigger: a kill must land mid-stream"
+        )
+
+    finisher = subprocess.Popen(command, env=env, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and len(received) < USERS:
+            drain()
+        time.sleep(1)
+        drain()
+    finally:
+        finisher.send_signal(signal.SIGTERM)
+        assert finisher.wait(timeout=60) == 0
+
+    assert set(received) == {str(u) for u in users}, f"lost {USERS - len(received)} users"
+    assert max(received.values()) <= 1 + KILLS
+    assert _task_status(database_url) == ("Completed", USERS)
+    duplicates = sum(count - 1 for count in received.values())
+    print(f"{KILLS} kills: {USERS} users, {duplicates} duplicate events, max copies {max(received.values())}")

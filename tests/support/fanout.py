@@ -1,0 +1,48 @@
+"""Runs the real fan-out job in-process, with a clock the test moves and no LISTEN connection."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+from pin_identity.composition import Container
+from pin_identity.jobs.access_fanout import AccessFanOutJob, FanOutSettings
+from pin_identity.jobs.ports import FanOutQueue
+
+
+@dataclass
+class ManualClock:
+    now: datetime = field(default_factory=lambda: datetime.now(UTC))
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += timedelta(seconds=seconds)
+
+
+class NoWakeups:
+    def wait(self, timeout_s: float) -> bool:
+        return False
+
+    def close(self) -> None:
+        return None
+
+
+def fanout_job(
+    container: Container,
+    clock: ManualClock,
+    *,
+    batch_size: int = 50,
+    max_attempts: int = 5,
+    queue: FanOutQueue | None = None,
+) -> AccessFanOutJob:
+    settings = FanOutSettings(
+        polling_interval_s=0.01, batch_size=batch_size, max_lease_s=300, max_attempts=max_attempts
+    )
+    return AccessFanOutJob(queue or container.fanout_queue, NoWakeups(), settings, clock)
+
+
+def run_until_idle(job: AccessFanOutJob) -> None:
+    job.run(threading.Event(), once=True)
