@@ -90,7 +90,7 @@ def test_empty_role_completes_at_once_without_events(
 def test_mass_fanout_sends_one_event_per_unique_user_across_all_pages(
     container: Container, database_url: str, tap: EventTap
 ) -> None:
-    company_id, role_id, users = _role_with_members(container, database_url, 173)
+    _, role_id, users = _role_with_members(container, database_url, 173)
     for user_id in users[:20]:  # a second assignment of the same role must not make a second event
         identity.grant_role_assignment(
             container.transactions,
@@ -226,7 +226,7 @@ def test_parallel_workers_never_share_a_task(container: Container, database_url:
 def test_events_carry_the_task_role_version_and_a_newer_cache_drops_them(
     container: Container, database_url: str, tap: EventTap
 ) -> None:
-    _, role_id, users = _role_with_members(container, database_url, 5)
+    _, role_id, _ = _role_with_members(container, database_url, 5)
     _change_permissions(container, role_id)  # version 2, its task Pending
     _change_permissions(container, role_id)  # version 3 coalesces into the same task
     run_until_idle(fanout_job(container, ManualClock()))

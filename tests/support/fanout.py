@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
@@ -24,6 +25,7 @@ class ManualClock:
 
 class NoWakeups:
     def wait(self, timeout_s: float) -> bool:
+        time.sleep(timeout_s)
         return False
 
     def close(self) -> None:

@@ -19,6 +19,9 @@ COMPANIES_TOPIC = "pin.identity.companies.v1"
 USERS_TOPIC = "pin.identity.users.v1"
 PUBLISHED_TOPICS = (ACCESS_TOPIC, COMPANIES_TOPIC, USERS_TOPIC)
 
+# One encoder for every event: json.dumps with options would build a new one per call (a hot path).
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+
 
 @dataclass(frozen=True)
 class OutboxMessage:
@@ -41,6 +44,51 @@ def _uuid_or_none(value: UUID | None) -> str | None:
     return str(value) if value is not None else None
 
 
+@dataclass(frozen=True)
+class _Stamp:
+    """What every event of one operation or batch shares, rendered to text once."""
+
+    correlation_id: UUID
+    correlation: str
+    occurred: str
+    traceparent: str | None
+
+    @classmethod
+    def of(cls, correlation_id: UUID, occurred_at: datetime, traceparent: str | None) -> _Stamp:
+        return cls(correlation_id, str(correlation_id), _iso(occurred_at), traceparent)
+
+
+def _message(
+    stamp: _Stamp,
+    *,
+    event_type: str,
+    topic: str,
+    aggregate_type: str,
+    aggregate_id: str,
+    payload: dict[str, Any],
+) -> OutboxMessage:
+    event_id = uuid.uuid4()
+    body = {
+        "eventId": str(event_id),
+        "eventType": event_type,
+        "contractVersion": CONTRACT_VERSION,
+        "aggregateType": aggregate_type,
+        "aggregateId": aggregate_id,
+        "occurredAt": stamp.occurred,
+        "correlationId": stamp.correlation,
+        "payload": payload,
+    }
+    return OutboxMessage(
+        event_id=event_id,
+        topic=topic,
+        key=aggregate_id,
+        event_type=event_type,
+        correlation_id=stamp.correlation_id,
+        value=_ENCODER.encode(body),
+        traceparent=stamp.traceparent,
+    )
+
+
 def envelope(
     *,
     event_type: str,
@@ -52,37 +100,25 @@ def envelope(
     occurred_at: datetime,
     traceparent: str | None = None,
 ) -> OutboxMessage:
-    event_id = uuid.uuid4()
-    body = {
-        "eventId": str(event_id),
-        "eventType": event_type,
-        "contractVersion": CONTRACT_VERSION,
-        "aggregateType": aggregate_type,
-        "aggregateId": str(aggregate_id),
-        "occurredAt": _iso(occurred_at),
-        "correlationId": str(correlation_id),
-        "payload": payload,
-    }
-    return OutboxMessage(
-        event_id=event_id,
-        topic=topic,
-        key=str(aggregate_id),
+    return _message(
+        _Stamp.of(correlation_id, occurred_at, traceparent),
         event_type=event_type,
-        correlation_id=correlation_id,
-        value=json.dumps(body, separators=(",", ":"), ensure_ascii=False),
-        traceparent=traceparent,
+        topic=topic,
+        aggregate_type=aggregate_type,
+        aggregate_id=str(aggregate_id),
+        payload=payload,
     )
 
 
 def access_payload(
-    snapshot: UserAccessSnapshot, reason: AccessChangeReason, version: int, changed_role_id: UUID
+    snapshot: UserAccessSnapshot, reason: AccessChangeReason, version: int, changed_role_id: str, user_id: str
 ) -> dict[str, Any]:
     return {
-        "userId": str(snapshot.user_id),
+        "userId": user_id,
         "companyId": _uuid_or_none(snapshot.company_id),
         "changeReason": reason.value,
         "version": version,
-        "changedRoleId": str(changed_role_id),
+        "changedRoleId": changed_role_id,
         "activeAssignments": [
             {
                 "assignmentId": str(item.assignment_id),
@@ -99,28 +135,6 @@ def access_payload(
     }
 
 
-def user_access_changed(
-    snapshot: UserAccessSnapshot,
-    *,
-    reason: AccessChangeReason,
-    version: int,
-    changed_role_id: UUID,
-    correlation_id: UUID,
-    occurred_at: datetime,
-    traceparent: str | None = None,
-) -> OutboxMessage:
-    return envelope(
-        event_type="UserAccessChanged",
-        topic=ACCESS_TOPIC,
-        aggregate_type="User",
-        aggregate_id=snapshot.user_id,
-        payload=access_payload(snapshot, reason, version, changed_role_id),
-        correlation_id=correlation_id,
-        occurred_at=occurred_at,
-        traceparent=traceparent,
-    )
-
-
 def users_access_changed(
     snapshots: Iterable[UserAccessSnapshot],
     *,
@@ -131,18 +145,45 @@ def users_access_changed(
     occurred_at: datetime,
     traceparent: str | None = None,
 ) -> list[OutboxMessage]:
-    return [
-        user_access_changed(
-            snapshot,
-            reason=reason,
-            version=version,
-            changed_role_id=changed_role_id,
-            correlation_id=correlation_id,
-            occurred_at=occurred_at,
-            traceparent=traceparent,
+    """UserAccessChanged for each snapshot; the shared parts are rendered once (a fan-out page is hot)."""
+    stamp = _Stamp.of(correlation_id, occurred_at, traceparent)
+    changed_role = str(changed_role_id)
+    messages = []
+    for snapshot in snapshots:
+        user_id = str(snapshot.user_id)
+        messages.append(
+            _message(
+                stamp,
+                event_type="UserAccessChanged",
+                topic=ACCESS_TOPIC,
+                aggregate_type="User",
+                aggregate_id=user_id,
+                payload=access_payload(snapshot, reason, version, changed_role, user_id),
+            )
         )
-        for snapshot in snapshots
-    ]
+    return messages
+
+
+def user_access_changed(
+    snapshot: UserAccessSnapshot,
+    *,
+    reason: AccessChangeReason,
+    version: int,
+    changed_role_id: UUID,
+    correlation_id: UUID,
+    occurred_at: datetime,
+    traceparent: str | None = None,
+) -> OutboxMessage:
+    [message] = users_access_changed(
+        [snapshot],
+        reason=reason,
+        version=version,
+        changed_role_id=changed_role_id,
+        correlation_id=correlation_id,
+        occurred_at=occurred_at,
+        traceparent=traceparent,
+    )
+    return message
 
 
 @dataclass(frozen=True)

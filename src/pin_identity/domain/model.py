@@ -87,13 +87,11 @@ class Scope:
     project_id: UUID | None = None
 
     def __post_init__(self) -> None:
-        required = {
-            ScopeType.PLATFORM: None,
-            ScopeType.ORGANIZATION: self.organization_id,
-            ScopeType.PROJECT_GROUP: self.project_group_id,
-            ScopeType.PROJECT: self.project_id,
-        }[self.type]
-        if self.type is not ScopeType.PLATFORM and required is None:
+        if (
+            (self.type is ScopeType.ORGANIZATION and self.organization_id is None)
+            or (self.type is ScopeType.PROJECT_GROUP and self.project_group_id is None)
+            or (self.type is ScopeType.PROJECT and self.project_id is None)
+        ):
             raise ValueError(f"a {self.type} scope needs its id")
 
     @classmethod

@@ -62,22 +62,23 @@ class AccessFanOutJob:
         log.info("fanout-job-started", batch_size=self._settings.batch_size)
         try:
             while not stop.is_set():
-                if not self.work_once(stop) and (once or stop.is_set()):
+                if self.work_once(stop):
+                    continue
+                if once:
                     break
+                self._await_task(stop)
         finally:
             self._wakeups.close()
 
     def work_once(self, stop: StopSignal) -> bool:
-        """Claim and process one task; without one, wait for a wake-up. True when a task was taken."""
+        """Claim and process one task; True when a task was taken."""
         try:
             task = self._claim()
-        except Exception as exc:  # the database is away: wait a polling interval and try again
+        except Exception as exc:  # the database is away: the caller waits a polling interval
             metrics.fanout_errors_total.inc()
             log.warning("fanout-claim-failed", error=type(exc).__name__)
-            stop.wait(self._settings.polling_interval_s)
             return False
         if task is None:
-            self._await_task(stop)
             return False
         self.process(task, stop)
         return True

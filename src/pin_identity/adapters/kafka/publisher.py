@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -35,6 +36,7 @@ def producer_config(client_config: dict[str, str]) -> dict[str, Any]:
         "linger.ms": 5,
         "queue.buffering.max.messages": 200_000,
         "message.timeout.ms": 60_000,
+        "compression.type": "lz4",
     }
     return {**defaults, **client_config}
 
@@ -56,6 +58,7 @@ class KafkaEventPublisher:
         self._answers = PublishReport()
         self._unknown_topic_retried: set[str] = set()
         self._topic_of_retry: dict[int, str] = {}
+        self._published: Counter[str] = Counter()  # per topic, added to the metric once per collect()
 
     def _on_error(self, error: KafkaError) -> None:
         if error.fatal():
@@ -88,6 +91,9 @@ class KafkaEventPublisher:
         elif timeout_s:
             time.sleep(timeout_s)
         answers, self._answers = self._answers, PublishReport()
+        for topic, count in self._published.items():
+            metrics.outbox_published_total.labels(topic=topic).inc(count)
+        self._published.clear()
         self._recheck_unknown_topics(answers)
         if any(code == "_MSG_TIMED_OUT" for code in answers.retry.values()):
             self._replace = True
@@ -121,7 +127,7 @@ class KafkaEventPublisher:
     def _classify(self, outbox_id: int, topic: str, error: KafkaError | None, report: PublishReport) -> None:
         if error is None:
             report.delivered.append(outbox_id)
-            metrics.outbox_published_total.labels(topic=topic).inc()
+            self._published[topic] += 1
         elif error.code() in _PERMANENT:
             report.rejected[outbox_id] = f"{error.name()}: {error.str()}"
         else:

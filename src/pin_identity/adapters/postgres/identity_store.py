@@ -19,6 +19,8 @@ from pin_identity.domain.events import CompanyState, OutboxMessage, UserState
 from pin_identity.domain.model import ActiveAssignment, RoleStatus, Scope, ScopeType, UserAccessSnapshot
 from pin_identity.operations.ports import AssignmentRecord, RoleRecord
 
+_SCOPE_TYPES = {scope_type.value: scope_type for scope_type in ScopeType}
+
 
 def snapshots_from_rows(rows: Iterable[Sequence[Any]]) -> list[UserAccessSnapshot]:
     """Group the rows of `access_snapshots` (ordered by user, assignment) into one snapshot per user."""
@@ -31,7 +33,7 @@ def snapshots_from_rows(rows: Iterable[Sequence[Any]]) -> list[UserAccessSnapsho
                 snapshots.append(UserAccessSnapshot(current[0], current[1], tuple(assignments)))
             current, assignments = (user_id, company_id), []
         if assignment_id is not None:
-            scope = Scope(ScopeType(scope_type), org, group, project)
+            scope = Scope(_SCOPE_TYPES[scope_type], org, group, project)
             assignments.append(ActiveAssignment(assignment_id, role_id, code, scope, expires))
     if current is not None:
         snapshots.append(UserAccessSnapshot(current[0], current[1], tuple(assignments)))

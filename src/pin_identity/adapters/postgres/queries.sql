@@ -243,7 +243,7 @@ SELECT pg_try_advisory_lock(hashtextextended('pin-identity:lock:outbox-relay', 0
 SELECT id, topic, message_key, convert_to(value, 'UTF8'), event_type, correlation_id::text, traceparent
 FROM identity.outbox_events
 WHERE tx_id < pg_snapshot_xmin(pg_current_snapshot())
-  AND NOT (id = ANY(%(in_flight)s::bigint[]))
+  AND NOT (id = ANY(%(in_flight)b::bigint[]))
 ORDER BY id
 LIMIT %(limit)s;
 

@@ -1,0 +1,251 @@
+"""Access fan-out end to end: enqueue -> every event acknowledged by the broker.
+
+    .venv/bin/python bench/access_fanout.py [--sizes 50000 1000000] [--runs 3] [--pickups 50]
+
+Starts its own embedded PostgreSQL (durable defaults) and embedded broker, and runs the product's own
+processes: `pin-identity worker --jobs access-fanout` and `pin-identity worker --jobs outbox-relay`
+(default settings: BatchSize 500). For each role size it reports the time from the task's enqueue until
+the outbox is empty (the relay deletes a row only once the broker acknowledged it), users/s, the page
+time at the start and at the end of the role (from the worker's `fanout-batch-processed` log lines),
+and the fan-out worker's peak RSS. Pickup latency: enqueue commit -> the task's StartedAt, for small
+queued roles enqueued one at a time while the worker idles.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import platform
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+import psycopg
+from psycopg import sql
+
+from pin_identity.adapters.kafka.embedded import free_port, start_broker, stop_broker
+from pin_identity.adapters.kafka.topics import TopicLayout, ensure_topics
+from pin_identity.adapters.postgres import migrate
+from pin_identity.adapters.postgres.database import ConnectionLimits, Database
+from pin_identity.adapters.postgres.embedded import ensure_embedded_postgres, stop_embedded_postgres
+from pin_identity.adapters.postgres.identity_store import PostgresIdentityTransactions
+from pin_identity.domain.events import PUBLISHED_TOPICS
+from pin_identity.domain.fanout import FanOutPolicy
+from pin_identity.operations import identity
+
+CLI = [sys.executable, "-m", "pin_identity.entrypoints.cli", "worker"]
+_phones = itertools.count(9_000_000_000)
+
+
+def seed_role(url: str, users: int) -> uuid.UUID:
+    """A company, a role held by `users` users (a fifth of them twice, in two scopes), and a second role
+    held by a third of them, so snapshots carry several assignments."""
+    company_id, role_id, other_role = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+    rng = random.Random(users)
+    with psycopg.connect(url) as conn, conn.cursor() as cur:
+        cur.execute(
+            "INSERT INTO identity.companies (id, name, company_type, status)"
+            " VALUES (%s, 'Bench', 'Developer', 'Active')",
+            (company_id,),
+        )
+        for rid, code in ((role_id, "sales-manager"), (other_role, "chessboard-viewer")):
+            cur.execute(
+                "INSERT INTO identity.role_definitions (id, code, name, company_id) VALUES (%s, %s, %s, %s)",
+                (rid, code, code, company_id),
+            )
+        user_ids = [uuid.uuid4() for _ in range(users)]
+        with cur.copy(
+            "COPY identity.users (id, company_id, type, status, phone, first_name, last_name) FROM STDIN"
+        ) as cp:
+            for user_id in user_ids:
+                cp.write_row(
+                    (user_id, company_id, "DeveloperManager", "Active", f"+7{next(_phones)}", "A", "B")
+                )
+        with cur.copy(
+            "COPY identity.role_assignments (id, role_id, user_id, company_id, scope_type,"
+            " scope_organization_id, scope_project_id) FROM STDIN"
+        ) as cp:
+            for user_id in user_ids:
+                cp.write_row((uuid.uuid4(), role_id, user_id, company_id, "Organization", company_id, None))
+                if rng.random() < 0.2:
+                    cp.write_row((uuid.uuid4(), role_id, user_id, company_id, "Project", None, uuid.uuid4()))
+                if rng.random() < 0.33:
+                    cp.write_row(
+                        (uuid.uuid4(), other_role, user_id, company_id, "Organization", company_id, None)
+                    )
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("VACUUM ANALYZE")
+    return role_id
+
+
+def fresh_database(admin_url: str, name: str) -> str:
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    url = psycopg.conninfo.make_conninfo(admin_url, dbname=name)
+    migrate.upgrade(url)
+    return url
+
+
+@dataclass
+class Workers:
+    fanout: subprocess.Popen[bytes]
+    relay: subprocess.Popen[bytes]
+    log_path: Path
+
+    def stop(self) -> int:
+        """Stops both; returns the fan-out worker's peak RSS in kB (VmHWM)."""
+        peak = 0
+        for line in Path(f"/proc/{self.fanout.pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                peak = int(line.split()[1])
+        for process in (self.fanout, self.relay):
+            process.terminate()
+            process.wait(60)
+        return peak
+
+    def batch_times_ms(self) -> list[float]:
+        stamps = []
+        for line in self.log_path.read_text().splitlines():
+            if '"fanout-batch-processed"' in line:
+                stamps.append(datetime.fromisoformat(json.loads(line)["timestamp"].replace("Z", "+00:00")))
+        return [(b - a).total_seconds() * 1000 for a, b in itertools.pairwise(stamps)]
+
+
+def start_workers(url: str, bootstrap: str, workdir: Path, tag: str) -> Workers:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIN_IDENTITY_")}
+    env.update(
+        {
+            "PIN_IDENTITY_DATABASE_URL": url,
+            "PIN_IDENTITY_KAFKA_BOOTSTRAP_SERVERS": bootstrap,
+            "PIN_IDENTITY_WORKER_HTTP_PORT": "0",
+            "PIN_IDENTITY_LOG_FORMAT": "json",
+            "PIN_IDENTITY_KAFKA_TOPIC_PARTITIONS": "12",
+            "PIN_IDENTITY_KAFKA_REPLICATION_FACTOR": "1",
+        }
+    )
+    log_path = workdir / f"fanout-{tag}.log"
+    with log_path.open("wb") as log, (workdir / f"relay-{tag}.log").open("wb") as relay_log:
+        fanout = subprocess.Popen([*CLI, "--jobs", "access-fanout"], env=env, stderr=log)
+        relay = subprocess.Popen([*CLI, "--jobs", "outbox-relay"], env=env, stderr=relay_log)
+    time.sleep(3)  # both idle and listening before the clock starts
+    return Workers(fanout, relay, log_path)
+
+
+def wait_until_published(url: str, timeout_s: float) -> float:
+    deadline = time.monotonic() + timeout_s
+    with psycopg.connect(url, autocommit=True) as conn:
+        while time.monotonic() < deadline:
+            done = conn.execute(
+                "SELECT NOT EXISTS (SELECT 1 FROM identity.access_fanout_tasks WHERE status <> 'Completed')"
+                " AND NOT EXISTS (SELECT 1 FROM identity.outbox_events)"
+            ).fetchone()
+            if done and done[0]:
+                return time.perf_counter()
+            time.sleep(0.02)
+    raise TimeoutError("the fan-out did not finish in time")
+
+
+def run_fanout(admin_url: str, bootstrap: str, workdir: Path, users: int, run: int) -> dict[str, float]:
+    url = fresh_database(admin_url, f"bench_fanout_{users}_{run}")
+    role_id = seed_role(url, users)
+    workers = start_workers(url, bootstrap, workdir, f"{users}-{run}")
+    database = Database(url, limits=ConnectionLimits()).open()
+    try:
+        started = time.perf_counter()
+        identity.set_role_permissions(
+            PostgresIdentityTransactions(database),
+            identity.Context.fresh(),
+            role_id=role_id,
+            permissions=["deals.read", "deals.approve"],
+            policy=FanOutPolicy(200),
+        )
+        finished = wait_until_published(url, timeout_s=600)
+    finally:
+        database.close()
+        peak_kb = workers.stop()
+    pages = workers.batch_times_ms()
+    elapsed = finished - started
+    return {
+        "seconds": elapsed,
+        "users_per_s": users / elapsed,
+        "first_pages_ms": statistics.median(pages[:20]),
+        "last_pages_ms": statistics.median(pages[-20:]),
+        "peak_rss_mb": peak_kb / 1024,
+    }
+
+
+def pickup_latencies(admin_url: str, bootstrap: str, workdir: Path, count: int) -> list[float]:
+    url = fresh_database(admin_url, "bench_pickup")
+    roles = [seed_role(url, 201) for _ in range(count)]
+    workers = start_workers(url, bootstrap, workdir, "pickup")
+    database = Database(url, limits=ConnectionLimits()).open()
+    try:
+        for role_id in roles:
+            identity.set_role_permissions(
+                PostgresIdentityTransactions(database),
+                identity.Context.fresh(),
+                role_id=role_id,
+                permissions=["x"],
+                policy=FanOutPolicy(200),
+            )
+            time.sleep(0.2)
+        wait_until_published(url, timeout_s=120)
+        with psycopg.connect(url) as conn:
+            rows = conn.execute(
+                "SELECT EXTRACT(EPOCH FROM started_at - created_at) * 1000 FROM identity.access_fanout_tasks"
+            ).fetchall()
+    finally:
+        database.close()
+        workers.stop()
+    return sorted(float(row[0]) for row in rows)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[50_000, 1_000_000])
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--pickups", type=int, default=50)
+    args = parser.parse_args()
+
+    workdir = Path(tempfile.mkdtemp(prefix="bench-fanout-"))
+    admin_url = ensure_embedded_postgres(workdir, database="postgres")
+    broker = start_broker(free_port(), workdir / "broker.log")
+    ensure_topics({"bootstrap.servers": broker.bootstrap_servers}, PUBLISHED_TOPICS, TopicLayout(12, 1))
+    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, python {platform.python_version()}")
+    try:
+        for users in args.sizes:
+            results = []
+            for run in range(args.runs):
+                results.append(run_fanout(admin_url, broker.bootstrap_servers, workdir, users, run))
+                print(
+                    f"{users:>9,} users run {run + 1}: "
+                    + ", ".join(f"{k} {v:,.1f}" for k, v in results[-1].items()),
+                    flush=True,
+                )
+            medians = {key: statistics.median(r[key] for r in results) for key in results[0]}
+            print(
+                f"{users:>9,} users MEDIAN: " + ", ".join(f"{k} {v:,.1f}" for k, v in medians.items()),
+                flush=True,
+            )
+        if args.pickups:
+            latencies = pickup_latencies(admin_url, broker.bootstrap_servers, workdir, args.pickups)
+            p99 = latencies[min(len(latencies) - 1, round(0.99 * (len(latencies) - 1)))]
+            p50 = statistics.median(latencies)
+            print(f"pickup over {len(latencies)} tasks: p50 {p50:.1f} ms, p99 {p99:.1f} ms")
+    finally:
+        stop_broker(broker.pid)
+        stop_embedded_postgres(workdir)
+
+
+if __name__ == "__main__":
+    main()
