@@ -26,6 +26,7 @@ test: $(STAMP) lint
 
 bench: $(STAMP)
 	$(BIN)/python bench/outbox_relay.py
+	$(BIN)/python bench/access_fanout.py
 
 clean:
 	rm -rf $(VENV) .pin-identity

@@ -6,9 +6,12 @@ import json
 import signal
 import subprocess
 import sys
+import time
 
+import httpx
 import pytest
 
+from pin_identity.adapters.kafka.embedded import free_port
 from pin_identity.composition import Container
 from tests.support import seed
 from tests.support.kafka_tap import EventTap
@@ -104,3 +107,38 @@ def test_sigterm_stops_the_worker_gracefully(subprocess_env: dict[str, str], con
     finally:
         worker.kill()
     assert {"event": "worker-stopped", "graceful": True}.items() <= logged[-1].items()
+
+
+def test_worker_serves_metrics_health_and_readiness(
+    subprocess_env: dict[str, str], container: Container
+) -> None:
+    port = free_port()
+    env = {**subprocess_env, "PIN_IDENTITY_WORKER_HTTP_PORT": str(port)}
+    worker = subprocess.Popen(
+        [*CLI, "worker", "--jobs", "outbox-relay,access-fanout"], env=env, stderr=subprocess.DEVNULL
+    )
+    try:
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                health = httpx.get(f"{base}/healthz", timeout=2)
+                break
+            except httpx.TransportError:
+                assert time.monotonic() < deadline, "the worker never served /healthz"
+                time.sleep(0.1)
+        assert health.status_code == 200
+        assert httpx.get(f"{base}/readyz", timeout=10).status_code == 200
+        seed.company(container.transactions)
+        metrics = httpx.get(f"{base}/metrics", timeout=5).text
+        for name in (
+            "identity_outbox_backlog",
+            "identity_access_fanout_queue_backlog",
+            "identity_access_fanout_tasks_total",
+            "identity_access_fanout_last_success_timestamp_seconds",
+        ):
+            assert name in metrics
+        assert httpx.get(f"{base}/nope", timeout=5).status_code == 404
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(timeout=30) == 0

@@ -31,6 +31,9 @@ class MemoryQueue:
         self.rows = [row for row in self.rows if row.outbox_id not in gone]
         self.dead.update(rejected)
 
+    def backlog(self) -> tuple[int, float]:
+        return len(self.rows), 0.0
+
     def reset(self) -> None:
         self.resets += 1
 

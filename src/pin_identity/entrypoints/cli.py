@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import getpass
 import json
+import logging
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -185,6 +186,31 @@ def worker(
         )
     with _container() as container:
         raise typer.Exit(worker_entry.run_worker(container, chosen, once=once))
+
+
+@app.command("demo")
+def demo(
+    users: Annotated[
+        int, typer.Option("--users", min=201, max=2_000_000, help="Size of the large role.")
+    ] = 50_000,
+    keep_running: Annotated[
+        bool, typer.Option("--keep-running", help="Leave the embedded servers running afterwards.")
+    ] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", help="Show the jobs' log lines too.")] = False,
+) -> None:
+    """The whole system on the embedded PostgreSQL and broker, with checks and a summary."""
+    from pin_identity.entrypoints.demo import print_report, run_demo
+
+    console = Console()
+    with _container() as container:
+        if not verbose:  # the progress bar and the summary say it; per-batch log lines would drown them
+            configure_logging(container.settings.log_format, level=logging.WARNING)
+        report = run_demo(container, large_role_users=users, console=console)
+        embedded = container.settings.database_url is None and container.kafka_is_embedded
+    print_report(report, console)
+    if embedded and not keep_running:
+        embedded_stop()
+    raise typer.Exit(EXIT_OK if report.passed else EXIT_FAILED)
 
 
 @embedded_app.command("stop")

@@ -11,6 +11,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from enum import StrEnum
 
 from pin_identity.domain import events
 from pin_identity.domain.model import AccessChangeReason
@@ -43,7 +44,7 @@ class FanOutSettings:
         return timedelta(seconds=min(self.max_lease_s, 2.0 ** min(attempt, 16)))
 
 
-class TaskOutcome:
+class TaskOutcome(StrEnum):
     COMPLETED = "completed"
     STOPPED = "stopped"
     LEASE_LOST = "lease_lost"
@@ -107,7 +108,7 @@ class AccessFanOutJob:
         metrics.fanout_failed_tasks.set(stats.failed)
         return self._queue.claim(uuid.uuid4(), now, now + self._settings.lease)
 
-    def process(self, task: FanOutTask, stop: StopSignal) -> str:
+    def process(self, task: FanOutTask, stop: StopSignal) -> TaskOutcome:
         """Pages until the role is done, the lease is lost, the worker stops, or a batch fails."""
         log.info(
             "fanout-task-dequeued",
@@ -124,12 +125,12 @@ class AccessFanOutJob:
         }
         with _tracer.start_as_current_span("access-fanout.task", attributes=attributes) as span:
             outcome = self._pages(task, stop)
-            span.set_attribute("outcome", outcome)
+            span.set_attribute("outcome", outcome.value)
         if outcome == TaskOutcome.COMPLETED:
             metrics.fanout_task_duration_ms.observe((time.monotonic() - started) * 1000)
         return outcome
 
-    def _pages(self, task: FanOutTask, stop: StopSignal) -> str:
+    def _pages(self, task: FanOutTask, stop: StopSignal) -> TaskOutcome:
         cursor, processed = task.cursor, task.processed_count
         while True:
             if stop.is_set():

@@ -22,6 +22,7 @@ class RelaySettings:
     standby_wait_s: float = 2.0
     max_backoff_s: float = 10.0
     stop_grace_s: float = 10.0
+    backlog_every_s: float = 5.0
 
 
 class OutboxRelay:
@@ -42,6 +43,7 @@ class OutboxRelay:
         self._draining = False
         self._retry_reason = ""
         self._failures = 0
+        self._backlog_due = 0.0
 
     def run(self, stop: StopSignal, *, once: bool = False) -> None:
         """Relay until stopped; with `once`, until the outbox holds nothing ready."""
@@ -70,12 +72,21 @@ class OutboxRelay:
         if not self._queue.try_become_active():
             stop.wait(self._settings.standby_wait_s)
             return True
+        self._report_backlog()
         sent = self._send_next_batch()
         self._settle(self._publisher.collect(0 if sent else self._settings.idle_wait_s))
         if self._draining and not self._in_flight:
             self._draining = False
             self._back_off(stop, reason=self._retry_reason)
         return sent == 0 and not self._in_flight
+
+    def _report_backlog(self) -> None:
+        if time.monotonic() < self._backlog_due:
+            return
+        self._backlog_due = time.monotonic() + self._settings.backlog_every_s
+        waiting, oldest_age_s = self._queue.backlog()
+        metrics.outbox_backlog.set(waiting)
+        metrics.outbox_oldest_age_seconds.set(oldest_age_s)
 
     def _send_next_batch(self) -> int | None:
         """How many rows were sent; None when there was no room to look (so nothing is known to be idle)."""

@@ -22,6 +22,9 @@ class PostgresOutboxQueue:
     def _session(self) -> psycopg.Connection:
         if self._conn is None or self._conn.closed:
             self._conn = self._database.dedicated(autocommit=True, name="pin-identity-outbox-relay")
+            # Removing published rows need not wait for the WAL flush: a removal lost in a crash only
+            # sends those events once more, which at-least-once delivery allows.
+            self._conn.execute(query("relay_session_settings"))
             self._active = False
         return self._conn
 

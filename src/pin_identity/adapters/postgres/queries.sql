@@ -234,6 +234,9 @@ SELECT status FROM identity.access_fanout_tasks WHERE id = %(task_id)s;
 COPY identity.outbox_events (event_id, topic, message_key, event_type, correlation_id, traceparent, value)
 FROM STDIN;
 
+-- name: relay_session_settings
+SET synchronous_commit = off;
+
 -- name: try_lock_outbox_relay
 SELECT pg_try_advisory_lock(hashtextextended('pin-identity:lock:outbox-relay', 0));
 
@@ -248,7 +251,7 @@ ORDER BY id
 LIMIT %(limit)s;
 
 -- name: delete_outbox_events
-DELETE FROM identity.outbox_events WHERE id = ANY(%(ids)s::bigint[]);
+DELETE FROM identity.outbox_events WHERE id = ANY(%(ids)b::bigint[]);
 
 -- name: dead_letter_outbox_event
 WITH moved AS (DELETE FROM identity.outbox_events WHERE id = %(id)s RETURNING *)
@@ -264,3 +267,27 @@ SELECT count(*), COALESCE(EXTRACT(EPOCH FROM now() - min(created_at)), 0)::float
 
 -- name: ping
 SELECT 1;
+
+-- ---------------------------------------------------------------- demo data
+
+-- name: demo_insert_users
+-- Demo only: `count` managers of one company, in one statement.
+INSERT INTO identity.users (id, company_id, type, status, phone, first_name, last_name, contacts_managed_by)
+SELECT gen_random_uuid(), %(company_id)s, 'DeveloperManager', 'Active',
+       '+7' || (%(phone_base)s::bigint + n)::text, 'Demo', 'Manager ' || n, 'User'
+FROM generate_series(1, %(count)s) AS n
+RETURNING id;
+
+-- name: demo_grant_role
+INSERT INTO identity.role_assignments (id, role_id, user_id, company_id, scope_type, scope_organization_id)
+SELECT gen_random_uuid(), %(role_id)s, user_id, %(company_id)s, 'Organization', %(company_id)s
+FROM unnest(%(user_ids)s::uuid[]) AS user_id;
+
+-- name: count_users
+SELECT count(*) FROM identity.users;
+
+-- name: fanout_task_progress
+SELECT status, processed_count FROM identity.access_fanout_tasks WHERE id = %(task_id)s;
+
+-- name: outbox_is_empty
+SELECT NOT EXISTS (SELECT 1 FROM identity.outbox_events);

@@ -1,0 +1,128 @@
+"""The fan-out job's decisions over an in-memory queue: paging, completion, attempts, stop."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from uuid import UUID
+
+from pin_identity.domain.events import OutboxMessage
+from pin_identity.domain.model import UserAccessSnapshot
+from pin_identity.jobs.access_fanout import AccessFanOutJob, FanOutSettings, TaskOutcome
+from pin_identity.jobs.ports import FanOutTask, LeaseLostError, PoisonedTask, QueueStats
+from tests.support.fanout import ManualClock, NoWakeups
+
+
+class MemoryBatch:
+    def __init__(self, queue: MemoryFanOutQueue):
+        self._queue = queue
+        self.pending_events: list[OutboxMessage] = []
+        self.pending_advance: tuple[UUID | None, int, bool] | None = None
+
+    def page(self, role_id: UUID, after: UUID | None, size: int) -> list[UserAccessSnapshot]:
+        if self._queue.fail_pages:
+            raise RuntimeError("database went away")
+        users = [u for u in self._queue.users if after is None or u > after][:size]
+        return [UserAccessSnapshot(u, None, ()) for u in users]
+
+    def add_events(self, messages: Sequence[OutboxMessage]) -> None:
+        self.pending_events.extend(messages)
+
+    def advance(self, *, cursor: UUID | None, processed: int, completed: bool) -> None:
+        self.pending_advance = (cursor, processed, completed)
+
+    def commit(self) -> None:
+        self._queue.events.extend(self.pending_events)
+        self._queue.advances.append(self.pending_advance)
+
+
+class MemoryFanOutQueue:
+    def __init__(self, users: int):
+        self.users = sorted(uuid.uuid4() for _ in range(users))
+        self.events: list[OutboxMessage] = []
+        self.advances: list[tuple[UUID | None, int, bool] | None] = []
+        self.releases: list[tuple[bool, str | None, datetime]] = []
+        self.fail_pages = False
+        self.lease_lost_after: int | None = None
+
+    def fail_exhausted(self, now: datetime, max_attempts: int) -> list[PoisonedTask]:
+        return []
+
+    def claim(self, claim_id: UUID, now: datetime, lease_until: datetime) -> FanOutTask | None:
+        return None
+
+    @contextmanager
+    def batch(self, task: FanOutTask, now: datetime, lease_until: datetime) -> Iterator[MemoryBatch]:
+        if self.lease_lost_after is not None and len(self.advances) >= self.lease_lost_after:
+            raise LeaseLostError(str(task.task_id))
+        yield MemoryBatch(self)
+
+    def release(
+        self,
+        task: FanOutTask,
+        now: datetime,
+        *,
+        available_at: datetime,
+        count_attempt: bool,
+        error: str | None,
+    ) -> None:
+        self.releases.append((count_attempt, error, available_at))
+
+    def stats(self, now: datetime) -> QueueStats:
+        return QueueStats(0, 0)
+
+
+def _task(attempt: int = 1) -> FanOutTask:
+    return FanOutTask(uuid.uuid4(), uuid.uuid4(), None, 7, None, 0, attempt, datetime.now(UTC), uuid.uuid4())
+
+
+def _job(queue: MemoryFanOutQueue, clock: ManualClock, batch_size: int = 10) -> AccessFanOutJob:
+    return AccessFanOutJob(
+        queue, NoWakeups(), FanOutSettings(polling_interval_s=0, batch_size=batch_size), clock
+    )
+
+
+def test_pages_until_a_short_page_and_completes_there() -> None:
+    queue = MemoryFanOutQueue(25)
+    assert _job(queue, ManualClock()).process(_task(), threading.Event()) == TaskOutcome.COMPLETED
+    assert [a[1:] for a in queue.advances if a] == [(10, False), (10, False), (5, True)]
+    assert queue.advances[-1] is not None and queue.advances[-1][0] == queue.users[-1]
+    assert len(queue.events) == 25
+
+
+def test_a_full_last_page_completes_with_an_empty_one() -> None:
+    queue = MemoryFanOutQueue(20)
+    _job(queue, ManualClock()).process(_task(), threading.Event())
+    assert [a[1:] for a in queue.advances if a] == [(10, False), (10, False), (0, True)]
+
+
+def test_an_error_releases_the_lease_after_a_back_off_and_counts_the_attempt() -> None:
+    queue, clock = MemoryFanOutQueue(5), ManualClock()
+    queue.fail_pages = True
+    assert _job(queue, clock).process(_task(attempt=3), threading.Event()) == TaskOutcome.ERROR
+    [(counted, error, available_at)] = queue.releases
+    assert counted and error is not None and "database went away" in error
+    assert available_at == clock() + timedelta(seconds=8)
+
+
+def test_a_stop_releases_at_once_without_counting_the_attempt() -> None:
+    queue, clock, stop = MemoryFanOutQueue(5), ManualClock(), threading.Event()
+    stop.set()
+    assert _job(queue, clock).process(_task(), stop) == TaskOutcome.STOPPED
+    assert queue.releases == [(False, None, clock())]
+    assert queue.events == []
+
+
+def test_a_lost_lease_stops_writing_and_releases_nothing() -> None:
+    queue = MemoryFanOutQueue(30)
+    queue.lease_lost_after = 1
+    assert _job(queue, ManualClock()).process(_task(), threading.Event()) == TaskOutcome.LEASE_LOST
+    assert len(queue.events) == 10 and queue.releases == []
+
+
+def test_retry_delay_doubles_and_never_exceeds_a_lease() -> None:
+    settings = FanOutSettings(max_lease_s=300)
+    assert [settings.retry_delay(n).total_seconds() for n in (1, 2, 3, 8, 9, 30)] == [2, 4, 8, 256, 300, 300]
