@@ -4,6 +4,7 @@ plus an archived role and a lease that expires under a paused worker."""
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -14,12 +15,17 @@ from uuid import UUID
 import psycopg
 import pytest
 
-from pin_identity.adapters.postgres.fanout_queue import PostgresFanOutBatch, PostgresFanOutQueue
+from pin_identity.adapters.postgres.fanout_queue import (
+    PostgresFanOutBatch,
+    PostgresFanOutQueue,
+    PostgresTaskWakeups,
+)
 from pin_identity.composition import Container
 from pin_identity.domain.access_cache import CacheDecision, UserAccessCache
+from pin_identity.domain.events import now_utc
 from pin_identity.domain.fanout import FanOutPolicy
 from pin_identity.domain.model import UserAccessSnapshot
-from pin_identity.jobs.access_fanout import TaskOutcome
+from pin_identity.jobs.access_fanout import AccessFanOutJob, FanOutSettings, TaskOutcome
 from pin_identity.jobs.ports import FanOutTask
 from pin_identity.operations import identity
 from tests.support import seed
@@ -380,3 +386,25 @@ def test_a_paused_worker_whose_lease_expired_cannot_commit(
     events = _fanout_events(tap, role_id, 40)
     assert Counter(e.key for e in events) == Counter(str(u) for u in users)
     assert _task_row(database_url, task_id)["processed_count"] == 40
+
+
+def test_a_new_task_wakes_an_idle_worker_long_before_its_polling_interval(
+    container: Container, database_url: str
+) -> None:
+    _, role_id, _ = _role_with_members(container, database_url, 20)
+    settings = FanOutSettings(polling_interval_s=60, batch_size=50)
+    job = AccessFanOutJob(container.fanout_queue, PostgresTaskWakeups(container.database), settings, now_utc)
+    stop = threading.Event()
+    worker = threading.Thread(target=job.run, args=(stop,), daemon=True)
+    worker.start()
+    try:
+        time.sleep(0.5)  # the worker found nothing and is now waiting on LISTEN
+        enqueued = time.monotonic()
+        task_id = _change_permissions(container, role_id)
+        while _task_row(database_url, task_id)["status"] != "Completed":
+            assert time.monotonic() - enqueued < 10, "the NOTIFY did not wake the worker"
+            time.sleep(0.02)
+    finally:
+        stop.set()
+        worker.join(10)
+    assert time.monotonic() - enqueued < 10

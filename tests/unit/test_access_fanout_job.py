@@ -126,3 +126,28 @@ def test_a_lost_lease_stops_writing_and_releases_nothing() -> None:
 def test_retry_delay_doubles_and_never_exceeds_a_lease() -> None:
     settings = FanOutSettings(max_lease_s=300)
     assert [settings.retry_delay(n).total_seconds() for n in (1, 2, 3, 8, 9, 30)] == [2, 4, 8, 256, 300, 300]
+
+
+def test_a_span_per_task_and_per_batch() -> None:
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    trace.set_tracer_provider(provider)
+    queue = MemoryFanOutQueue(15)
+    task = _task()
+    _job(queue, ManualClock()).process(task, threading.Event())
+
+    spans = exporter.get_finished_spans()
+    assert [s.name for s in spans] == ["access-fanout.batch", "access-fanout.batch", "access-fanout.task"]
+    task_span = spans[-1]
+    assert task_span.attributes is not None
+    assert task_span.attributes["jobRunId"] == str(task.claim_id)
+    assert task_span.attributes["roleId"] == str(task.role_id)
+    assert all(s.parent is not None and s.parent.span_id == task_span.context.span_id for s in spans[:2])
+    # With tracing on, the events carry the batch span's W3C traceparent.
+    assert all(m.traceparent and m.traceparent.startswith("00-") for m in queue.events)
