@@ -8,7 +8,6 @@ import logging
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from enum import StrEnum
 from typing import Annotated, Any
 from uuid import UUID
 
@@ -20,6 +19,7 @@ from pin_identity.composition import Container
 from pin_identity.config import ConfigurationError, Settings, load_settings
 from pin_identity.domain.errors import IdentityError
 from pin_identity.domain.events import now_utc
+from pin_identity.domain.model import FanOutTaskStatus
 from pin_identity.entrypoints import worker as worker_entry
 from pin_identity.observability.logging import configure_logging, get_logger
 from pin_identity.operations import identity
@@ -63,7 +63,7 @@ def _operator() -> str:
     """Who ran an admin command, for the audit line."""
     try:
         return f"cli:{getpass.getuser()}"
-    except OSError:
+    except (OSError, KeyError):  # a container user without a passwd entry
         return "cli:unknown"
 
 
@@ -125,16 +125,11 @@ def roles_set_permissions(
         )
 
 
-class TaskStatus(StrEnum):
-    PENDING = "Pending"
-    IN_PROGRESS = "InProgress"
-    COMPLETED = "Completed"
-    FAILED = "Failed"
-
-
 @fanout_app.command("list")
 def fanout_list(
-    status: Annotated[TaskStatus | None, typer.Option("--status", help="Only tasks in this status.")] = None,
+    status: Annotated[
+        FanOutTaskStatus | None, typer.Option("--status", help="Only tasks in this status.")
+    ] = None,
     limit: Annotated[int, typer.Option("--limit", min=1, max=10_000)] = 100,
     as_json: JsonOption = False,
 ) -> None:

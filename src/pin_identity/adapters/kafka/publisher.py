@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -15,6 +16,7 @@ from pin_identity.observability import metrics
 from pin_identity.observability.logging import get_logger
 
 log = get_logger("kafka-publisher")
+_librdkafka_log = logging.getLogger("librdkafka")
 
 # Errors that no retry can fix: the row goes to the dead letters instead of blocking the rows behind it.
 _PERMANENT = {
@@ -38,7 +40,8 @@ def producer_config(client_config: dict[str, str]) -> dict[str, Any]:
         "message.timeout.ms": 60_000,
         "compression.type": "lz4",
     }
-    return {**defaults, **client_config}
+    # librdkafka's own log lines go through the standard logging module, not raw to stderr.
+    return {**defaults, **client_config, "logger": _librdkafka_log}
 
 
 class KafkaEventPublisher:
