@@ -33,10 +33,37 @@ def ensure_embedded_postgres(data_dir: Path, database: str = DATABASE_NAME) -> s
         # cleanup_mode=None: the server outlives this process, so the next command finds it again.
         server = module.get_server(_pgdata(data_dir), cleanup_mode=None)
     with psycopg.connect(server.get_uri(), autocommit=True) as conn:
+        _configure(conn)
         exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (database,)).fetchone()
         if not exists:
             conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(database)))
     return str(server.get_uri(database))
+
+
+# The wheel's initdb defaults suit a tiny server. A fan-out of a million users writes gigabytes of WAL
+# (outbox rows in, then out again), and checkpoints every 1 GB would stall it mid-run.
+EMBEDDED_SETTINGS = {"max_wal_size": "4GB", "checkpoint_timeout": "15min"}
+
+
+def _configure(conn: psycopg.Connection) -> None:
+    changed = False
+    for name, value in EMBEDDED_SETTINGS.items():
+        current = conn.execute("SELECT setting, unit FROM pg_settings WHERE name = %s", (name,)).fetchone()
+        if current is None or _pretty(current) != value:
+            conn.execute(sql.SQL("ALTER SYSTEM SET {} = {}").format(sql.Identifier(name), sql.Literal(value)))
+            changed = True
+    if changed:
+        conn.execute("SELECT pg_reload_conf()")
+
+
+def _pretty(setting: tuple[str, str | None]) -> str:
+    """pg_settings reports 4GB as ('4096', 'MB') and 15min as ('900', 's')."""
+    value, unit = setting
+    if unit == "MB" and int(value) % 1024 == 0:
+        return f"{int(value) // 1024}GB"
+    if unit == "s" and int(value) % 60 == 0:
+        return f"{int(value) // 60}min"
+    return f"{value}{unit or ''}"
 
 
 def stop_embedded_postgres(data_dir: Path) -> bool:
