@@ -91,7 +91,9 @@ def seed_role(url: str, users: int) -> uuid.UUID:
 def fresh_database(admin_url: str, name: str) -> str:
     """A new database; earlier bench databases are dropped so that no autovacuum of theirs runs meanwhile."""
     with psycopg.connect(admin_url, autocommit=True) as conn:
-        for (old,) in conn.execute("SELECT datname FROM pg_database WHERE datname LIKE 'bench\\_%'").fetchall():
+        for (old,) in conn.execute(
+            "SELECT datname FROM pg_database WHERE datname LIKE 'bench\\_%'"
+        ).fetchall():
             conn.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(old)))
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     url = psycopg.conninfo.make_conninfo(admin_url, dbname=name)

@@ -22,6 +22,7 @@ from pin_identity.domain.events import now_utc
 from pin_identity.domain.model import FanOutTaskStatus
 from pin_identity.entrypoints import worker as worker_entry
 from pin_identity.observability.logging import configure_logging, get_logger
+from pin_identity.observability.tracing import configure_tracing
 from pin_identity.operations import identity
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
@@ -52,6 +53,10 @@ JsonOption = Annotated[bool, typer.Option("--json", help="Machine-readable outpu
 def _container() -> Iterator[Container]:
     settings = load_settings()
     configure_logging(settings.log_format)
+    try:
+        configure_tracing()
+    except ValueError as exc:
+        raise ConfigurationError(str(exc)) from None
     container = Container(settings)
     try:
         yield container
