@@ -3,13 +3,14 @@ plus an archived role and a lease that expires under a paused worker."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from uuid import UUID
 
 import psycopg
@@ -21,10 +22,11 @@ from pin_identity.adapters.postgres.fanout_queue import (
     PostgresTaskWakeups,
 )
 from pin_identity.composition import Container
+from pin_identity.domain import events
 from pin_identity.domain.access_cache import CacheDecision, UserAccessCache
 from pin_identity.domain.events import now_utc
 from pin_identity.domain.fanout import FanOutPolicy
-from pin_identity.domain.model import UserAccessSnapshot
+from pin_identity.domain.model import AccessChangeReason, RenderedAccessSnapshot, Scope, ScopeType
 from pin_identity.jobs.access_fanout import AccessFanOutJob, FanOutSettings, TaskOutcome
 from pin_identity.jobs.ports import FanOutTask
 from pin_identity.operations import identity
@@ -265,7 +267,7 @@ class FailingRole:
             yield batch
 
     @staticmethod
-    def _fail(role_id: UUID, after: UUID | None, size: int) -> list[UserAccessSnapshot]:
+    def _fail(role_id: UUID, after: UUID | None, size: int) -> list[RenderedAccessSnapshot]:
         raise RuntimeError("snapshot query failed")
 
 
@@ -408,3 +410,46 @@ def test_a_new_task_wakes_an_idle_worker_long_before_its_polling_interval(
         stop.set()
         worker.join(10)
     assert time.monotonic() - enqueued < 10
+
+
+def test_the_page_query_renders_snapshots_exactly_as_the_domain_does(
+    container: Container, database_url: str
+) -> None:
+    """The fan-out's page query renders activeAssignments in SQL; it must say what access_payload says."""
+    company_id, role_id, users = _role_with_members(container, database_url, 3)
+    identity.grant_role_assignment(
+        container.transactions,
+        identity.Context.fresh(),
+        user_id=users[0],
+        role_id=seed.role(container.transactions, company_id, 'code "quoted" \\ кириллица'),
+        scope=Scope(ScopeType.PROJECT, project_id=uuid.uuid4()),
+        expires_at=datetime(2027, 3, 1, 9, 30, 15, 123456, tzinfo=UTC),
+    )
+    identity.grant_role_assignment(
+        container.transactions,
+        identity.Context.fresh(),
+        user_id=users[0],
+        role_id=role_id,
+        scope=Scope(ScopeType.PROJECT_GROUP, project_group_id=uuid.uuid4()),
+    )
+    correlation, occurred = uuid.uuid4(), datetime.now(UTC)
+    task = FanOutTask(uuid.uuid4(), role_id, company_id, 2, None, 0, 1, occurred, uuid.uuid4())
+    with container.database.connection() as conn:
+        rendered = PostgresFanOutBatch(conn, task, occurred, occurred).page(role_id, None, 10)
+        conn.rollback()
+    with container.transactions() as tx:
+        domain = tx.access_snapshots(users)
+    common = {
+        "reason": AccessChangeReason.ROLE_PERMISSIONS_CHANGED,
+        "version": 2,
+        "changed_role_id": role_id,
+        "correlation_id": correlation,
+        "occurred_at": occurred,
+    }
+    from_sql = [json.loads(m.value) for m in events.rendered_access_changed(rendered, **common)]
+    from_domain = [json.loads(m.value) for m in events.users_access_changed(domain, **common)]
+    for body in from_sql + from_domain:
+        body.pop("eventId")
+        validate_event({**body, "eventId": str(uuid.uuid4())})
+    assert from_sql == from_domain
+    assert len(from_sql[0]["payload"]["activeAssignments"]) == 3

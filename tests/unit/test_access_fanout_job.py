@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 from uuid import UUID
 
 from pin_identity.domain.events import OutboxMessage
-from pin_identity.domain.model import UserAccessSnapshot
+from pin_identity.domain.model import RenderedAccessSnapshot
 from pin_identity.jobs.access_fanout import AccessFanOutJob, FanOutSettings, TaskOutcome
 from pin_identity.jobs.ports import FanOutTask, LeaseLostError, PoisonedTask, QueueStats
 from tests.support.fanout import ManualClock, NoWakeups
@@ -22,11 +22,11 @@ class MemoryBatch:
         self.pending_events: list[OutboxMessage] = []
         self.pending_advance: tuple[UUID | None, int, bool] | None = None
 
-    def page(self, role_id: UUID, after: UUID | None, size: int) -> list[UserAccessSnapshot]:
+    def page(self, role_id: UUID, after: UUID | None, size: int) -> list[RenderedAccessSnapshot]:
         if self._queue.fail_pages:
             raise RuntimeError("database went away")
         users = [u for u in self._queue.users if after is None or u > after][:size]
-        return [UserAccessSnapshot(u, None, ()) for u in users]
+        return [RenderedAccessSnapshot(u, None, "[]") for u in users]
 
     def add_events(self, messages: Sequence[OutboxMessage]) -> None:
         self.pending_events.extend(messages)

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
 
-from pin_identity.domain.model import AccessChangeReason, UserAccessSnapshot
+from pin_identity.domain.model import AccessChangeReason, RenderedAccessSnapshot, UserAccessSnapshot
 
 CONTRACT_VERSION = 1
 
@@ -21,6 +21,10 @@ PUBLISHED_TOPICS = (ACCESS_TOPIC, COMPANIES_TOPIC, USERS_TOPIC)
 
 # One encoder for every event: json.dumps with options would build a new one per call (a hot path).
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+# Stands in for the pre-rendered activeAssignments while the rest of the body is encoded; every other
+# value of the body is a uuid, a timestamp, an enum name or a number, so it cannot occur elsewhere.
+_RENDERED_ASSIGNMENTS = "\u0000rendered-active-assignments\u0000"
+_RENDERED_ASSIGNMENTS_ENCODED = json.dumps(_RENDERED_ASSIGNMENTS)
 
 
 @dataclass(frozen=True)
@@ -66,6 +70,7 @@ def _message(
     aggregate_type: str,
     aggregate_id: str,
     payload: dict[str, Any],
+    rendered_assignments: str | None = None,
 ) -> OutboxMessage:
     event_id = uuid.uuid4()
     body = {
@@ -78,13 +83,16 @@ def _message(
         "correlationId": stamp.correlation,
         "payload": payload,
     }
+    value = _ENCODER.encode(body)
+    if rendered_assignments is not None:
+        value = value.replace(_RENDERED_ASSIGNMENTS_ENCODED, rendered_assignments, 1)
     return OutboxMessage(
         event_id=event_id,
         topic=topic,
         key=aggregate_id,
         event_type=event_type,
         correlation_id=stamp.correlation_id,
-        value=_ENCODER.encode(body),
+        value=value,
         traceparent=stamp.traceparent,
     )
 
@@ -159,6 +167,44 @@ def users_access_changed(
                 aggregate_type="User",
                 aggregate_id=user_id,
                 payload=access_payload(snapshot, reason, version, changed_role, user_id),
+            )
+        )
+    return messages
+
+
+def rendered_access_changed(
+    snapshots: Iterable[RenderedAccessSnapshot],
+    *,
+    reason: AccessChangeReason,
+    version: int,
+    changed_role_id: UUID,
+    correlation_id: UUID,
+    occurred_at: datetime,
+    traceparent: str | None = None,
+) -> list[OutboxMessage]:
+    """users_access_changed for snapshots the database rendered (the fan-out's hot path): same events."""
+    stamp = _Stamp.of(correlation_id, occurred_at, traceparent)
+    changed_role = str(changed_role_id)
+    messages = []
+    for user_id, company_id, assignments_json in snapshots:
+        user = str(user_id)
+        payload = {
+            "userId": user,
+            "companyId": _uuid_or_none(company_id),
+            "changeReason": reason.value,
+            "version": version,
+            "changedRoleId": changed_role,
+            "activeAssignments": _RENDERED_ASSIGNMENTS,
+        }
+        messages.append(
+            _message(
+                stamp,
+                event_type="UserAccessChanged",
+                topic=ACCESS_TOPIC,
+                aggregate_type="User",
+                aggregate_id=user,
+                payload=payload,
+                rendered_assignments=assignments_json,
             )
         )
     return messages

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
+from typing import NamedTuple
 from uuid import UUID
 
 DEVELOPER_MANAGER_ROLE_CODE = "developer-manager"
@@ -108,6 +109,14 @@ class ActiveAssignment:
     role_code: str
     scope: Scope
     expires_at: datetime | None
+
+
+class RenderedAccessSnapshot(NamedTuple):
+    """A user's access snapshot as the database renders it: activeAssignments already in wire form (JSON)."""
+
+    user_id: UUID
+    company_id: UUID | None
+    assignments_json: str
 
 
 @dataclass(frozen=True)

@@ -159,7 +159,7 @@ class AccessFanOutJob:
         ):
             snapshots = batch.page(task.role_id, cursor, size)
             batch.add_events(
-                events.users_access_changed(
+                events.rendered_access_changed(
                     snapshots,
                     reason=AccessChangeReason.ROLE_PERMISSIONS_CHANGED,
                     version=task.role_version,

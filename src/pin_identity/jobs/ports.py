@@ -10,7 +10,7 @@ from typing import NamedTuple, Protocol
 from uuid import UUID
 
 from pin_identity.domain.events import OutboxMessage
-from pin_identity.domain.model import UserAccessSnapshot
+from pin_identity.domain.model import RenderedAccessSnapshot
 
 
 class PendingEvent(NamedTuple):
@@ -107,7 +107,7 @@ class QueueStats:
 class FanOutBatch(Protocol):
     """One batch's transaction; the lease was checked (and renewed) when it opened."""
 
-    def page(self, role_id: UUID, after: UUID | None, size: int) -> list[UserAccessSnapshot]: ...
+    def page(self, role_id: UUID, after: UUID | None, size: int) -> list[RenderedAccessSnapshot]: ...
     def add_events(self, messages: Sequence[OutboxMessage]) -> None: ...
     def advance(self, *, cursor: UUID | None, processed: int, completed: bool) -> None: ...
     def commit(self) -> None: ...

@@ -13,11 +13,10 @@ from psycopg.rows import dict_row
 
 from pin_identity.adapters.postgres.catalogue import query
 from pin_identity.adapters.postgres.database import Database
-from pin_identity.adapters.postgres.identity_store import snapshots_from_rows
 from pin_identity.adapters.postgres.outbox_writer import write_outbox
 from pin_identity.domain.errors import ConflictError, NotFoundError
 from pin_identity.domain.events import OutboxMessage
-from pin_identity.domain.model import UserAccessSnapshot
+from pin_identity.domain.model import RenderedAccessSnapshot
 from pin_identity.jobs.ports import FanOutTask, LeaseLostError, PoisonedTask, QueueStats
 
 NIL_UUID = UUID(int=0)
@@ -27,10 +26,10 @@ class PostgresFanOutBatch:
     def __init__(self, conn: psycopg.Connection, task: FanOutTask, now: datetime, lease_until: datetime):
         self._conn, self._task, self._now, self._lease_until = conn, task, now, lease_until
 
-    def page(self, role_id: UUID, after: UUID | None, size: int) -> list[UserAccessSnapshot]:
+    def page(self, role_id: UUID, after: UUID | None, size: int) -> list[RenderedAccessSnapshot]:
         params = {"role_id": role_id, "cursor": after or NIL_UUID, "limit": size}
         with self._conn.cursor(binary=True) as cursor:
-            return snapshots_from_rows(cursor.execute(query("fanout_page"), params))
+            return [RenderedAccessSnapshot(*row) for row in cursor.execute(query("fanout_page"), params)]
 
     def add_events(self, messages: Sequence[OutboxMessage]) -> None:
         write_outbox(self._conn, messages)

@@ -163,20 +163,30 @@ WHERE id = %(task_id)s AND lease_owner = %(claim_id)s AND status = 'InProgress'
 RETURNING id;
 
 -- name: fanout_page
--- One keyset page of the role's unique users and, in the same query, each one's full access snapshot.
+-- One keyset page of the role's unique users and, in the same query, each one's full access snapshot,
+-- rendered as the event's activeAssignments array (CONTRACTS section 4; the same fields and order as
+-- pin_identity.domain.events.access_payload, which a test holds this to).
 WITH page AS (
     SELECT DISTINCT user_id FROM identity.role_assignments
     WHERE role_id = %(role_id)s AND status = 'Active' AND user_id > %(cursor)s
     ORDER BY user_id
     LIMIT %(limit)s
 )
-SELECT u.id, u.company_id, ra.id, ra.role_id, rd.code, ra.scope_type, ra.scope_organization_id,
-       ra.scope_project_group_id, ra.scope_project_id, ra.expires_at
+SELECT u.id, u.company_id,
+       COALESCE((
+           SELECT json_agg(json_build_object(
+                      'assignmentId', ra.id, 'roleId', ra.role_id, 'roleCode', rd.code,
+                      'scopeType', ra.scope_type, 'scopeOrganizationId', ra.scope_organization_id,
+                      'scopeProjectGroupId', ra.scope_project_group_id, 'scopeProjectId', ra.scope_project_id,
+                      'expiresAt', to_char(ra.expires_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')
+                  ) ORDER BY ra.id)
+           FROM identity.role_assignments ra
+           JOIN identity.role_definitions rd ON rd.id = ra.role_id
+           WHERE ra.user_id = u.id AND ra.status = 'Active'
+       ), '[]'::json)::text
 FROM page
 JOIN identity.users u ON u.id = page.user_id
-LEFT JOIN identity.role_assignments ra ON ra.user_id = u.id AND ra.status = 'Active'
-LEFT JOIN identity.role_definitions rd ON rd.id = ra.role_id
-ORDER BY u.id, ra.id;
+ORDER BY u.id;
 
 -- name: advance_fanout_task
 -- A committed batch renews the lease and resets the attempts: only leases without progress count.
