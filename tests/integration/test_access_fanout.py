@@ -415,7 +415,7 @@ def test_a_new_task_wakes_an_idle_worker_long_before_its_polling_interval(
 def test_the_page_query_renders_snapshots_exactly_as_the_domain_does(
     container: Container, database_url: str
 ) -> None:
-    """The fan-out's page query renders activeAssignments in SQL; it must say what access_payload says."""
+    """The fan-out's page query renders activeAssignments in SQL; it must say what the domain says."""
     company_id, role_id, users = _role_with_members(container, database_url, 3)
     identity.grant_role_assignment(
         container.transactions,

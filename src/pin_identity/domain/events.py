@@ -118,29 +118,53 @@ def envelope(
     )
 
 
-def access_payload(
-    snapshot: UserAccessSnapshot, reason: AccessChangeReason, version: int, changed_role_id: str, user_id: str
-) -> dict[str, Any]:
-    return {
-        "userId": user_id,
-        "companyId": _uuid_or_none(snapshot.company_id),
-        "changeReason": reason.value,
-        "version": version,
-        "changedRoleId": changed_role_id,
-        "activeAssignments": [
-            {
-                "assignmentId": str(item.assignment_id),
-                "roleId": str(item.role_id),
-                "roleCode": item.role_code,
-                "scopeType": item.scope.type.value,
-                "scopeOrganizationId": _uuid_or_none(item.scope.organization_id),
-                "scopeProjectGroupId": _uuid_or_none(item.scope.project_group_id),
-                "scopeProjectId": _uuid_or_none(item.scope.project_id),
-                "expiresAt": _iso(item.expires_at) if item.expires_at else None,
-            }
-            for item in sorted(snapshot.assignments, key=lambda a: a.assignment_id)
-        ],
-    }
+def _assignments(snapshot: UserAccessSnapshot) -> list[dict[str, Any]]:
+    return [
+        {
+            "assignmentId": str(item.assignment_id),
+            "roleId": str(item.role_id),
+            "roleCode": item.role_code,
+            "scopeType": item.scope.type.value,
+            "scopeOrganizationId": _uuid_or_none(item.scope.organization_id),
+            "scopeProjectGroupId": _uuid_or_none(item.scope.project_group_id),
+            "scopeProjectId": _uuid_or_none(item.scope.project_id),
+            "expiresAt": _iso(item.expires_at) if item.expires_at else None,
+        }
+        for item in sorted(snapshot.assignments, key=lambda a: a.assignment_id)
+    ]
+
+
+@dataclass(frozen=True)
+class _AccessChange:
+    """What every UserAccessChanged of one operation or page shares."""
+
+    stamp: _Stamp
+    reason: AccessChangeReason
+    version: int
+    changed_role_id: str
+
+    def event(
+        self, user_id: UUID, company_id: UUID | None, assignments: list[dict[str, Any]] | str
+    ) -> OutboxMessage:
+        """`assignments` as a list, or as the JSON text of that list already rendered by the database."""
+        user = str(user_id)
+        payload = {
+            "userId": user,
+            "companyId": _uuid_or_none(company_id),
+            "changeReason": self.reason.value,
+            "version": self.version,
+            "changedRoleId": self.changed_role_id,
+            "activeAssignments": _RENDERED_ASSIGNMENTS if isinstance(assignments, str) else assignments,
+        }
+        return _message(
+            self.stamp,
+            event_type="UserAccessChanged",
+            topic=ACCESS_TOPIC,
+            aggregate_type="User",
+            aggregate_id=user,
+            payload=payload,
+            rendered_assignments=assignments if isinstance(assignments, str) else None,
+        )
 
 
 def users_access_changed(
@@ -153,23 +177,11 @@ def users_access_changed(
     occurred_at: datetime,
     traceparent: str | None = None,
 ) -> list[OutboxMessage]:
-    """UserAccessChanged for each snapshot; the shared parts are rendered once (a fan-out page is hot)."""
-    stamp = _Stamp.of(correlation_id, occurred_at, traceparent)
-    changed_role = str(changed_role_id)
-    messages = []
-    for snapshot in snapshots:
-        user_id = str(snapshot.user_id)
-        messages.append(
-            _message(
-                stamp,
-                event_type="UserAccessChanged",
-                topic=ACCESS_TOPIC,
-                aggregate_type="User",
-                aggregate_id=user_id,
-                payload=access_payload(snapshot, reason, version, changed_role, user_id),
-            )
-        )
-    return messages
+    """UserAccessChanged with each user's full snapshot (point changes, inline fan-out)."""
+    change = _AccessChange(
+        _Stamp.of(correlation_id, occurred_at, traceparent), reason, version, str(changed_role_id)
+    )
+    return [change.event(s.user_id, s.company_id, _assignments(s)) for s in snapshots]
 
 
 def rendered_access_changed(
@@ -182,32 +194,11 @@ def rendered_access_changed(
     occurred_at: datetime,
     traceparent: str | None = None,
 ) -> list[OutboxMessage]:
-    """users_access_changed for snapshots the database rendered (the fan-out's hot path): same events."""
-    stamp = _Stamp.of(correlation_id, occurred_at, traceparent)
-    changed_role = str(changed_role_id)
-    messages = []
-    for user_id, company_id, assignments_json in snapshots:
-        user = str(user_id)
-        payload = {
-            "userId": user,
-            "companyId": _uuid_or_none(company_id),
-            "changeReason": reason.value,
-            "version": version,
-            "changedRoleId": changed_role,
-            "activeAssignments": _RENDERED_ASSIGNMENTS,
-        }
-        messages.append(
-            _message(
-                stamp,
-                event_type="UserAccessChanged",
-                topic=ACCESS_TOPIC,
-                aggregate_type="User",
-                aggregate_id=user,
-                payload=payload,
-                rendered_assignments=assignments_json,
-            )
-        )
-    return messages
+    """The same events for snapshots the database rendered (the fan-out's page query, its hot path)."""
+    change = _AccessChange(
+        _Stamp.of(correlation_id, occurred_at, traceparent), reason, version, str(changed_role_id)
+    )
+    return [change.event(s.user_id, s.company_id, s.assignments_json) for s in snapshots]
 
 
 def user_access_changed(
