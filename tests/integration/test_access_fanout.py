@@ -447,7 +447,7 @@ def test_the_page_query_renders_snapshots_exactly_as_the_domain_does(
         "occurred_at": occurred,
     }
     from_sql = [json.loads(m.value) for m in events.rendered_access_changed(rendered, **common)]
-    from_domain = [json.loads(m.value) for m in events.users_access_changed(domain, **common)]
+    from_domain = [json.loads(events.user_access_changed(snapshot, **common).value) for snapshot in domain]
     for body in from_sql + from_domain:
         body.pop("eventId")
         validate_event({**body, "eventId": str(uuid.uuid4())})

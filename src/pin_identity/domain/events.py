@@ -167,23 +167,6 @@ class _AccessChange:
         )
 
 
-def users_access_changed(
-    snapshots: Iterable[UserAccessSnapshot],
-    *,
-    reason: AccessChangeReason,
-    version: int,
-    changed_role_id: UUID,
-    correlation_id: UUID,
-    occurred_at: datetime,
-    traceparent: str | None = None,
-) -> list[OutboxMessage]:
-    """UserAccessChanged with each user's full snapshot (point changes, inline fan-out)."""
-    change = _AccessChange(
-        _Stamp.of(correlation_id, occurred_at, traceparent), reason, version, str(changed_role_id)
-    )
-    return [change.event(s.user_id, s.company_id, _assignments(s)) for s in snapshots]
-
-
 def rendered_access_changed(
     snapshots: Iterable[RenderedAccessSnapshot],
     *,
@@ -194,7 +177,7 @@ def rendered_access_changed(
     occurred_at: datetime,
     traceparent: str | None = None,
 ) -> list[OutboxMessage]:
-    """The same events for snapshots the database rendered (the fan-out's page query, its hot path)."""
+    """user_access_changed for snapshots the database rendered (the fan-out's page query, its hot path)."""
     change = _AccessChange(
         _Stamp.of(correlation_id, occurred_at, traceparent), reason, version, str(changed_role_id)
     )
@@ -211,16 +194,11 @@ def user_access_changed(
     occurred_at: datetime,
     traceparent: str | None = None,
 ) -> OutboxMessage:
-    [message] = users_access_changed(
-        [snapshot],
-        reason=reason,
-        version=version,
-        changed_role_id=changed_role_id,
-        correlation_id=correlation_id,
-        occurred_at=occurred_at,
-        traceparent=traceparent,
+    """UserAccessChanged with the user's full snapshot (point changes, inline announcements)."""
+    change = _AccessChange(
+        _Stamp.of(correlation_id, occurred_at, traceparent), reason, version, str(changed_role_id)
     )
-    return message
+    return change.event(snapshot.user_id, snapshot.company_id, _assignments(snapshot))
 
 
 @dataclass(frozen=True)

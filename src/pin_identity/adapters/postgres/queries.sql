@@ -165,7 +165,7 @@ RETURNING id;
 -- name: fanout_page
 -- One keyset page of the role's unique users and, in the same query, each one's full access snapshot,
 -- rendered as the event's activeAssignments array (CONTRACTS section 4; the same fields and order as
--- pin_identity.domain.events.users_access_changed, which a test holds this to).
+-- pin_identity.domain.events.user_access_changed, which a test holds this to).
 WITH page AS (
     SELECT DISTINCT user_id FROM identity.role_assignments
     WHERE role_id = %(role_id)s AND status = 'Active' AND user_id > %(cursor)s
