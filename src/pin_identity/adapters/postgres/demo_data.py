@@ -13,25 +13,16 @@ DEMO_PHONE_BASE = 9_500_000_000
 def add_role_members(database: Database, *, company_id: UUID, role_id: UUID, count: int) -> int:
     """`count` new users of the company, each granted the role; returns how many were created."""
     with database.connection() as conn:
+        row = conn.execute(query("count_users")).fetchone()
+        phone_base = DEMO_PHONE_BASE + (int(row[0]) if row else 0)  # past every phone a rerun already used
         rows = conn.execute(
-            query("demo_insert_users"),
-            {
-                "company_id": company_id,
-                "count": count,
-                "phone_base": DEMO_PHONE_BASE + _used_phones(database),
-            },
+            query("demo_insert_users"), {"company_id": company_id, "count": count, "phone_base": phone_base}
         ).fetchall()
         user_ids = [row[0] for row in rows]
         conn.execute(
             query("demo_grant_role"), {"role_id": role_id, "company_id": company_id, "user_ids": user_ids}
         )
     return len(user_ids)
-
-
-def _used_phones(database: Database) -> int:
-    with database.connection() as conn:
-        row = conn.execute(query("count_users")).fetchone()
-    return int(row[0]) if row else 0
 
 
 def fanout_progress(database: Database, task_id: UUID) -> tuple[str, int]:

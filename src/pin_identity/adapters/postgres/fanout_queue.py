@@ -56,8 +56,10 @@ class PostgresFanOutQueue:
         self._database = database
 
     def _execute(self, name: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+        """One statement in its own transaction; the rows it returned, if it returns any."""
         with self._database.connection() as conn:
-            return conn.execute(query(name), params).fetchall()
+            cursor = conn.execute(query(name), params)
+            return cursor.fetchall() if cursor.description is not None else []
 
     def fail_exhausted(self, now: datetime, max_attempts: int) -> list[PoisonedTask]:
         rows = self._execute("fail_exhausted_fanout_tasks", {"now": now, "max_attempts": max_attempts})
@@ -108,11 +110,7 @@ class PostgresFanOutQueue:
             "count_attempt": count_attempt,
             "error": error,
         }
-        self._execute_write("release_fanout_task", params)
-
-    def _execute_write(self, name: str, params: dict[str, Any]) -> None:
-        with self._database.connection() as conn:
-            conn.execute(query(name), params)
+        self._execute("release_fanout_task", params)
 
     def list_tasks(self, status: str | None, limit: int = 100) -> list[dict[str, Any]]:
         with self._database.connection() as conn, conn.cursor(row_factory=dict_row) as cursor:
