@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import itertools
 import os
+import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import psycopg
@@ -19,6 +21,7 @@ from pin_identity.adapters.postgres.embedded import ensure_embedded_postgres, st
 from pin_identity.composition import Container
 from pin_identity.config import Settings
 from pin_identity.domain.events import PUBLISHED_TOPICS
+from pin_identity.simulation.talent import create_talent_topics
 from tests.support.kafka_tap import EventTap
 
 TEMPLATE = "pin_template"
@@ -109,3 +112,21 @@ def subprocess_env(settings: Settings) -> dict[str, str]:
         }
     )
     return env
+
+
+@dataclass(frozen=True)
+class TalentTopics:
+    tenants: str
+    users: str
+    group: str
+
+
+@pytest.fixture
+def talent_topics(broker: str) -> TalentTopics:
+    """Talent's two compacted topics and a consumer group of this test's own (the broker is shared)."""
+    suffix = uuid.uuid4().hex[:10]
+    topics = TalentTopics(f"talent.tenants.{suffix}", f"talent.users.{suffix}", f"talent-sync-{suffix}")
+    create_talent_topics(
+        {"bootstrap.servers": broker}, 3, tenants_topic=topics.tenants, users_topic=topics.users
+    )
+    return topics

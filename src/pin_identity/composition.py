@@ -8,6 +8,7 @@ from typing import Any
 
 from pin_identity.adapters.kafka import embedded as embedded_kafka
 from pin_identity.adapters.kafka.publisher import KafkaEventPublisher
+from pin_identity.adapters.kafka.talent_stream import KafkaTalentStream
 from pin_identity.adapters.kafka.topics import TopicLayout, broker_reachable, ensure_topics
 from pin_identity.adapters.postgres import embedded as embedded_postgres
 from pin_identity.adapters.postgres import migrate
@@ -15,11 +16,13 @@ from pin_identity.adapters.postgres.database import ConnectionLimits, Database
 from pin_identity.adapters.postgres.fanout_queue import PostgresFanOutQueue, PostgresTaskWakeups
 from pin_identity.adapters.postgres.identity_store import PostgresIdentityTransactions
 from pin_identity.adapters.postgres.outbox_queue import PostgresOutboxQueue
+from pin_identity.adapters.postgres.replica_store import PostgresReplicaTransactions
 from pin_identity.config import ConfigurationError, Settings
 from pin_identity.domain.events import PUBLISHED_TOPICS, now_utc
 from pin_identity.domain.fanout import FanOutPolicy
 from pin_identity.jobs.access_fanout import AccessFanOutJob, FanOutSettings
 from pin_identity.jobs.outbox_relay import OutboxRelay
+from pin_identity.jobs.talent_sync import TalentSyncJob, TalentSyncSettings
 
 
 def _missing_extra(what: str) -> ConfigurationError:
@@ -85,6 +88,10 @@ class Container:
     def transactions(self) -> PostgresIdentityTransactions:
         return PostgresIdentityTransactions(self.database)
 
+    @cached_property
+    def replica_transactions(self) -> PostgresReplicaTransactions:
+        return PostgresReplicaTransactions(self.database)
+
     @property
     def fanout_policy(self) -> FanOutPolicy:
         return FanOutPolicy(self.settings.inline_fanout_threshold)
@@ -121,6 +128,17 @@ class Container:
     def access_fanout(self) -> AccessFanOutJob:
         return AccessFanOutJob(
             self.fanout_queue, PostgresTaskWakeups(self.database), self.fanout_settings, clock=now_utc
+        )
+
+    def talent_sync(self, settings: TalentSyncSettings | None = None) -> TalentSyncJob:
+        stream = KafkaTalentStream(
+            self.kafka_client_config,
+            tenants_topic=self.settings.talent_tenants_topic,
+            users_topic=self.settings.talent_users_topic,
+            overrides={"group.id": self.settings.talent_sync_group},
+        )
+        return TalentSyncJob(
+            stream, self.replica_transactions, settings or TalentSyncSettings(), clock=now_utc
         )
 
     def close(self) -> None:

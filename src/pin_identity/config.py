@@ -37,6 +37,11 @@ class Settings(BaseSettings):
     fanout_max_attempts: PositiveInt = 5
     inline_fanout_threshold: Annotated[int, Field(ge=0)] = 200
 
+    # Talent's names are fixed by CONTRACTS section 5; overridable for staging clusters and tests.
+    talent_tenants_topic: str = "talent.identity.tenants.v1"
+    talent_users_topic: str = "talent.identity.users.v1"
+    talent_sync_group: str = "pin-identity-talent-sync"
+
     import_page_lease_s: PositiveInt = 600
     import_max_page_attempts: PositiveInt = 5
     talent_import_mode: Literal["api-pull", "topic-replay"] = "api-pull"

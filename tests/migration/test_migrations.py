@@ -67,7 +67,7 @@ def test_upgrade_creates_every_table_and_the_system_role(empty_database: str) ->
     assert tables == TABLES
     assert role == [("developer-manager", None, "Active", 1)]
     assert {"ix_access_fanout_tasks_role_id", "ix_access_fanout_tasks_pending"} <= indexes
-    assert migrate.current_revision(empty_database) == "0001"
+    assert migrate.current_revision(empty_database) == migrate.head_revision()
 
 
 def test_second_upgrade_is_a_no_op(empty_database: str) -> None:
@@ -87,7 +87,7 @@ def test_pods_upgrading_at_once_serialise_on_the_lock(empty_database: str) -> No
     ]
     results = [(pod.wait(timeout=60), pod.stderr.read().decode() if pod.stderr else "") for pod in pods]
     assert [rc for rc, _ in results] == [0, 0, 0, 0], results
-    assert migrate.current_revision(empty_database) == "0001"
+    assert migrate.current_revision(empty_database) == migrate.head_revision()
 
 
 def test_schema_enforces_the_contract_invariants(empty_database: str) -> None:

@@ -27,6 +27,7 @@ def _outbox_relay(container: Container) -> Job:
 JOB_FACTORIES: dict[str, Callable[[Container], Job]] = {
     "access-fanout": Container.access_fanout,
     "outbox-relay": _outbox_relay,
+    "talent-sync": Container.talent_sync,
 }
 ALL_JOBS: tuple[str, ...] = tuple(JOB_FACTORIES)
 

@@ -6,11 +6,12 @@ from collections.abc import Collection, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 from uuid import UUID
 
 from pin_identity.domain.events import OutboxMessage
 from pin_identity.domain.model import RenderedAccessSnapshot
+from pin_identity.domain.talent import ImportStage
 
 
 class PendingEvent(NamedTuple):
@@ -137,6 +138,41 @@ class FanOutQueue(Protocol):
 class TaskWakeups(Protocol):
     def wait(self, timeout_s: float) -> bool:
         """Block until a new task is announced (True) or the timeout passes (False)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+# ---------------------------------------------------------------- Talent consumer
+
+
+@dataclass(frozen=True)
+class TalentRecord:
+    """One record of a Talent topic: `payload` is the decoded JSON, None for a tombstone (the raw text when
+    it is not JSON, so that it reaches quarantine as it was)."""
+
+    stage: ImportStage  # Tenants or Users: which of the two topics it came from
+    topic: str
+    partition: int
+    offset: int
+    key: str | None
+    payload: Any
+
+
+class TalentStream(Protocol):
+    """The continuous consumer's view of the Talent topics (a consumer group, offsets committed by hand)."""
+
+    def poll(self, max_records: int, timeout_s: float) -> list[TalentRecord]: ...
+    def commit(self, records: Sequence[TalentRecord]) -> None:
+        """Mark every record up to the last of each partition as consumed (after the database commit)."""
+        ...
+
+    def rewind(self, records: Sequence[TalentRecord]) -> None:
+        """Read these records again: their transaction rolled back."""
+        ...
+
+    def lag(self) -> dict[tuple[str, int], int] | None:
+        """Records behind the end per assigned partition; None until the group assigned partitions."""
         ...
 
     def close(self) -> None: ...

@@ -36,3 +36,10 @@ def configure_logging(log_format: LogFormat | None = None, *, level: int = loggi
 
 def get_logger(component: str) -> Any:
     return structlog.get_logger(component=component)
+
+
+def describe_error(exc: BaseException) -> str:
+    """An exception for a log line: its class and first line only. A database error's detail lines quote
+    the row it refused (phones, names), and no PII goes into logs."""
+    first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {first_line}"[:300] if first_line else type(exc).__name__

@@ -50,3 +50,35 @@ fanout_failed_tasks = Gauge("identity_access_fanout_failed_tasks", "Fan-out task
 fanout_last_success = Gauge(
     "identity_access_fanout_last_success_timestamp_seconds", "When a fan-out task last completed"
 )
+
+# ---- Talent replica: the continuous consumer (issue-named) and the initial import (spec: Наблюдаемость)
+talent_sync_items_total = Counter(
+    "talent_sync_items_total", "Talent snapshots applied by the continuous consumer", ["aggregate", "result"]
+)
+talent_sync_stale_events_total = Counter(
+    "talent_sync_stale_events_total",
+    "Talent snapshots skipped by the version guard (INV-6/INV-10)",
+    ["aggregate"],
+)
+talent_sync_conflicts_total = Counter(
+    "talent_sync_conflicts_total", "Talent users quarantined because their phone belongs to another user (R6)"
+)
+talent_sync_consumer_lag = Gauge(
+    "talent_sync_consumer_lag",
+    "Records the continuous consumer is behind, per partition",
+    ["topic", "partition"],
+)
+import_running = Gauge("identity_import_running", "1 while this process works on a Running import run")
+import_pages_total = Counter("identity_import_pages_total", "Import pages finished", ["stage", "status"])
+import_items_total = Counter(
+    "identity_import_items_total", "Import items by outcome", ["aggregate", "result"]
+)
+import_page_duration_ms = Histogram(
+    "identity_import_page_duration_ms",
+    "Time to read and apply one import page",
+    buckets=(10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10_000, 30_000),
+)
+import_failed_items_total = Counter("identity_import_failed_items_total", "Import items quarantined")
+import_run_started = Gauge(
+    "identity_import_run_started_timestamp_seconds", "When the import run this process works on started"
+)

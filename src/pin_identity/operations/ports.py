@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Protocol
+from typing import Any, Protocol
 from uuid import UUID
 
 from pin_identity.domain.events import CompanyState, OutboxMessage, UserState
@@ -72,3 +72,84 @@ class IdentityTransactions(Protocol):
     """Opens a transaction; leaving the block without commit() rolls it back."""
 
     def __call__(self) -> AbstractContextManager[IdentityTransaction]: ...
+
+
+# ---------------------------------------------------------------- Talent replica
+
+
+class StoreConflictError(Exception):
+    """A unique constraint refused a write; `field` names what collided (`phone`, ...)."""
+
+    def __init__(self, field: str):
+        super().__init__(f"unique conflict on {field}")
+        self.field = field
+
+
+@dataclass(frozen=True)
+class DefaultGrant:
+    """The developer-manager role in the user's own organization (created with the user, or re-granted)."""
+
+    assignment_id: UUID
+    user_id: UUID
+    company_id: UUID
+
+
+@dataclass(frozen=True)
+class QuarantineEntry:
+    """A row of talent_import_failed_items; run_id None: quarantined by the continuous consumer."""
+
+    entry_id: UUID
+    run_id: UUID | None
+    stage: str
+    external_id: UUID | None
+    error_code: str
+    payload: Any
+    attempt_count: int
+    next_attempt_at: datetime | None
+
+
+class ReplicaTransaction(Protocol):
+    """One transaction over the Talent replica; batch-shaped, so a page costs a handful of statements."""
+
+    def commit(self) -> None: ...
+    def savepoint(self) -> AbstractContextManager[None]:
+        """A nested block; a unique violation inside it rolls it back and raises StoreConflictError."""
+        ...
+
+    def lock_talent_ids(self, stage: str, talent_ids: Sequence[UUID]) -> None: ...
+    def companies_by_tenant(self, tenant_ids: Sequence[UUID]) -> dict[UUID, CompanyState]: ...
+    def users_by_talent_id(self, talent_ids: Sequence[UUID], *, lock: bool) -> dict[UUID, UserState]: ...
+    def phone_owners(self, phones: Sequence[str]) -> dict[str, UUID]: ...
+    def default_role(self) -> RoleRecord: ...
+
+    def save_companies(
+        self, created: Sequence[CompanyState], updated: Sequence[CompanyState], synced_at: datetime
+    ) -> None: ...
+    def save_users(
+        self, created: Sequence[UserState], updated: Sequence[UserState], synced_at: datetime
+    ) -> None: ...
+    def revoke_user_assignments(
+        self, user_ids: Sequence[UUID], role_id: UUID | None
+    ) -> list[tuple[UUID, UUID]]:
+        """Revokes the users' Active assignments (of one role, or all); returns (user, role) pairs revoked."""
+        ...
+
+    def grant_default_role(self, role: RoleRecord, grants: Sequence[DefaultGrant]) -> None: ...
+    def access_versions(self, user_ids: Sequence[UUID]) -> dict[UUID, int]: ...
+    def access_snapshots(self, user_ids: Sequence[UUID]) -> list[UserAccessSnapshot]: ...
+
+    def quarantine(self, entries: Sequence[QuarantineEntry]) -> None: ...
+    def due_quarantined(self, now: datetime, limit: int) -> list[QuarantineEntry]:
+        """The consumer's deferred items whose next try is due, locked for this transaction."""
+        ...
+
+    def release_quarantined(self, entry_ids: Sequence[UUID]) -> None: ...
+    def discard_deferred(self, stage: str, talent_ids: Sequence[UUID]) -> None:
+        """Drop the consumer's deferred items of these entities (they were deleted in Talent)."""
+        ...
+
+    def add_events(self, messages: Sequence[OutboxMessage]) -> None: ...
+
+
+class ReplicaTransactions(Protocol):
+    def __call__(self) -> AbstractContextManager[ReplicaTransaction]: ...

@@ -35,3 +35,13 @@ def current_revision(database_url: str) -> str | None:
             return None
         row = conn.execute("SELECT version_num FROM identity.alembic_version").fetchone()
         return str(row[0]) if row else None
+
+
+def head_revision() -> str:
+    """The newest revision this package ships."""
+    from alembic.script import ScriptDirectory
+
+    head = ScriptDirectory.from_config(_alembic_config("")).get_current_head()
+    if head is None:
+        raise RuntimeError("no migrations found")
+    return head

@@ -238,6 +238,140 @@ RETURNING id;
 -- name: fanout_task_status
 SELECT status FROM identity.access_fanout_tasks WHERE id = %(task_id)s;
 
+-- ---------------------------------------------------------------- Talent replica
+
+-- name: lock_talent_ids
+-- Serialises every writer of the same Talent entity (the consumer and an import may run at once); ids are
+-- locked in order so that two batches never wait on each other in a circle.
+SELECT pg_advisory_xact_lock(hashtextextended(%(namespace)s || ids.id::text, 0))
+FROM (SELECT id FROM unnest(%(ids)s::uuid[]) AS id ORDER BY id) AS ids;
+
+-- name: companies_by_tenant
+SELECT id, name, company_type, status, tax_id, sync_source, external_talent_tenant_id, replica_version
+FROM identity.companies WHERE external_talent_tenant_id = ANY(%(tenant_ids)s::uuid[]);
+
+-- name: users_by_talent_id
+SELECT id, company_id, type, status, phone, email, first_name, last_name, middle_name, contacts_managed_by,
+       sync_source, external_talent_user_id, replica_version
+FROM identity.users WHERE external_talent_user_id = ANY(%(talent_ids)s::uuid[]);
+
+-- name: lock_users_by_talent_id
+-- Locks the rows too: a point change of the same user (grant, revoke) waits, so versions stay ordered.
+SELECT id, company_id, type, status, phone, email, first_name, last_name, middle_name, contacts_managed_by,
+       sync_source, external_talent_user_id, replica_version
+FROM identity.users WHERE external_talent_user_id = ANY(%(talent_ids)s::uuid[])
+ORDER BY id
+FOR UPDATE;
+
+-- name: phone_owners
+SELECT phone, id FROM identity.users WHERE phone = ANY(%(phones)s::text[]);
+
+-- name: default_role
+SELECT id, code, company_id, status, version FROM identity.role_definitions
+WHERE code = 'developer-manager' AND company_id IS NULL;
+
+-- name: insert_replica_companies
+INSERT INTO identity.companies (id, name, company_type, status, tax_id, sync_source, external_talent_tenant_id,
+                                replica_version, last_synced_at)
+SELECT c.id, c.name, c.company_type, c.status, c.tax_id, 'TalentIdentity', c.external_id, c.replica_version,
+       %(synced_at)s
+FROM unnest(%(ids)s::uuid[], %(names)s::text[], %(types)s::text[], %(statuses)s::text[], %(tax_ids)s::text[],
+            %(external_ids)s::uuid[], %(versions)s::bigint[])
+     AS c(id, name, company_type, status, tax_id, external_id, replica_version);
+
+-- name: update_replica_companies
+UPDATE identity.companies co
+SET name = c.name, status = c.status, tax_id = c.tax_id, replica_version = c.replica_version,
+    last_synced_at = %(synced_at)s, updated_at = now()
+FROM unnest(%(ids)s::uuid[], %(names)s::text[], %(statuses)s::text[], %(tax_ids)s::text[],
+            %(versions)s::bigint[]) AS c(id, name, status, tax_id, replica_version)
+WHERE co.id = c.id;
+
+-- name: insert_replica_users
+INSERT INTO identity.users (id, company_id, type, status, phone, email, first_name, last_name, middle_name,
+                            contacts_managed_by, sync_source, external_talent_user_id, replica_version,
+                            last_synced_at)
+SELECT u.id, u.company_id, u.type, u.status, u.phone, u.email, u.first_name, u.last_name, u.middle_name,
+       'TalentSync', 'TalentIdentity', u.external_id, u.replica_version, %(synced_at)s
+FROM unnest(%(ids)s::uuid[], %(company_ids)s::uuid[], %(types)s::text[], %(statuses)s::text[],
+            %(phones)s::text[], %(emails)s::text[], %(first_names)s::text[], %(last_names)s::text[],
+            %(middle_names)s::text[], %(external_ids)s::uuid[], %(versions)s::bigint[])
+     AS u(id, company_id, type, status, phone, email, first_name, last_name, middle_name, external_id,
+          replica_version);
+
+-- name: update_replica_users
+UPDATE identity.users us
+SET company_id = u.company_id, status = u.status, phone = u.phone, email = u.email, first_name = u.first_name,
+    last_name = u.last_name, middle_name = u.middle_name, replica_version = u.replica_version,
+    last_synced_at = %(synced_at)s, updated_at = now()
+FROM unnest(%(ids)s::uuid[], %(company_ids)s::uuid[], %(types)s::text[], %(statuses)s::text[],
+            %(phones)s::text[], %(emails)s::text[], %(first_names)s::text[], %(last_names)s::text[],
+            %(middle_names)s::text[], %(external_ids)s::uuid[], %(versions)s::bigint[])
+     AS u(id, company_id, type, status, phone, email, first_name, last_name, middle_name, external_id,
+          replica_version)
+WHERE us.id = u.id;
+
+-- name: revoke_user_assignments
+-- Run under the users' row locks (lock_users_by_talent_id), so each user's next version is read safely.
+UPDATE identity.role_assignments ra
+SET status = 'Revoked', updated_at = now(),
+    version = (SELECT max(x.version) + 1 FROM identity.role_assignments x WHERE x.user_id = ra.user_id)
+WHERE ra.user_id = ANY(%(user_ids)s::uuid[]) AND ra.status = 'Active'
+  AND (%(role_id)s::uuid IS NULL OR ra.role_id = %(role_id)s::uuid)
+RETURNING ra.user_id, ra.role_id;
+
+-- name: grant_default_role
+INSERT INTO identity.role_assignments (id, role_id, user_id, company_id, scope_type, scope_organization_id,
+                                       version)
+SELECT g.id, %(role_id)s, g.user_id, %(role_company_id)s, 'Organization', g.company_id,
+       COALESCE((SELECT max(x.version) FROM identity.role_assignments x WHERE x.user_id = g.user_id), 0) + 1
+FROM unnest(%(ids)s::uuid[], %(user_ids)s::uuid[], %(company_ids)s::uuid[]) AS g(id, user_id, company_id);
+
+-- ---------------------------------------------------------------- quarantine (talent_import_failed_items)
+
+-- name: update_quarantined
+-- A re-applied item that failed again keeps its row (and id) with the new reason.
+UPDATE identity.talent_import_failed_items f
+SET error_code = q.error_code, payload = q.payload::jsonb, attempt_count = q.attempt_count,
+    next_attempt_at = q.next_attempt_at, updated_at = now()
+FROM unnest(%(ids)s::uuid[], %(error_codes)s::text[], %(payloads)s::text[], %(attempts)s::int[],
+            %(next_attempts)s::timestamptz[]) AS q(id, error_code, payload, attempt_count, next_attempt_at)
+WHERE f.id = q.id;
+
+-- name: insert_quarantined
+-- The consumer may see the same record again after a crash (at-least-once): the same failure of the same
+-- payload is kept once.
+INSERT INTO identity.talent_import_failed_items (id, run_id, stage, external_id, error_code, payload,
+                                                 attempt_count, next_attempt_at)
+SELECT q.id, q.run_id, q.stage, q.external_id, q.error_code, q.payload::jsonb, q.attempt_count,
+       q.next_attempt_at
+FROM unnest(%(ids)s::uuid[], %(run_ids)s::uuid[], %(stages)s::text[], %(external_ids)s::uuid[],
+            %(error_codes)s::text[], %(payloads)s::text[], %(attempts)s::int[], %(next_attempts)s::timestamptz[])
+     AS q(id, run_id, stage, external_id, error_code, payload, attempt_count, next_attempt_at)
+WHERE NOT EXISTS (
+    SELECT 1 FROM identity.talent_import_failed_items f
+    WHERE q.run_id IS NULL AND f.run_id IS NULL AND f.stage = q.stage AND f.external_id = q.external_id
+      AND f.error_code = q.error_code AND f.payload IS NOT DISTINCT FROM q.payload::jsonb
+)
+ON CONFLICT (id) DO NOTHING;
+
+-- name: release_quarantined
+DELETE FROM identity.talent_import_failed_items WHERE id = ANY(%(ids)s::uuid[]);
+
+-- name: discard_deferred
+DELETE FROM identity.talent_import_failed_items
+WHERE run_id IS NULL AND next_attempt_at IS NOT NULL AND stage = %(stage)s
+  AND external_id = ANY(%(talent_ids)s::uuid[]);
+
+-- name: due_quarantined
+-- The consumer's deferred items (a user that arrived before its tenant) whose next try is due.
+SELECT id, stage, external_id, error_code, payload, attempt_count, next_attempt_at
+FROM identity.talent_import_failed_items
+WHERE run_id IS NULL AND next_attempt_at <= %(now)s
+ORDER BY next_attempt_at
+LIMIT %(limit)s
+FOR UPDATE SKIP LOCKED;
+
 -- ---------------------------------------------------------------- transactional outbox
 
 -- name: copy_outbox_events

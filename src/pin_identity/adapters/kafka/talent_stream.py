@@ -1,0 +1,120 @@
+"""The continuous consumer's Kafka side: the `pin-identity-talent-sync` group on Talent's two topics."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+
+from pin_identity.domain.talent import TALENT_SYNC_GROUP, TENANTS_TOPIC, USERS_TOPIC, ImportStage
+from pin_identity.jobs.ports import TalentRecord
+from pin_identity.observability.logging import get_logger
+
+log = get_logger("talent-stream")
+
+# Offsets are committed by hand after the database commit; a new group starts from the beginning, so a first
+# start (or a reset group) reads every compacted snapshot.
+_CONSUMER_DEFAULTS = {
+    "group.id": TALENT_SYNC_GROUP,
+    "enable.auto.commit": False,
+    "enable.auto.offset.store": False,
+    "auto.offset.reset": "earliest",
+    "session.timeout.ms": 10_000,
+    "heartbeat.interval.ms": 2_000,
+}
+
+
+def _payload(value: bytes | None) -> Any:
+    if value is None:
+        return None
+    text = value.decode("utf-8", errors="replace")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text  # kept as it came, for the quarantine
+
+
+def _record(message: Message, stage: ImportStage) -> TalentRecord:
+    key = message.key()
+    return TalentRecord(
+        stage=stage,
+        topic=message.topic() or "",
+        partition=message.partition() or 0,
+        offset=message.offset() or 0,
+        key=key.decode("utf-8", errors="replace") if isinstance(key, bytes) else key,
+        payload=_payload(message.value()),
+    )
+
+
+def _edges(records: Sequence[TalentRecord], *, last: bool) -> list[TopicPartition]:
+    """Per partition, the offset after the last record (to commit) or of the first one (to seek back to)."""
+    edges: dict[tuple[str, int], int] = {}
+    for record in records:
+        where = (record.topic, record.partition)
+        offset = record.offset + 1 if last else record.offset
+        known = edges.get(where, offset)
+        edges[where] = max(known, offset) if last else min(known, offset)
+    return [TopicPartition(topic, partition, offset) for (topic, partition), offset in edges.items()]
+
+
+class KafkaTalentStream:
+    def __init__(
+        self,
+        client_config: dict[str, str],
+        *,
+        tenants_topic: str = TENANTS_TOPIC,
+        users_topic: str = USERS_TOPIC,
+        overrides: dict[str, Any] | None = None,
+    ):
+        self._consumer = Consumer({**_CONSUMER_DEFAULTS, **client_config, **(overrides or {})})
+        self._stages = {tenants_topic: ImportStage.TENANTS, users_topic: ImportStage.USERS}
+        self._topics = list(self._stages)
+        self._consumer.subscribe(self._topics)
+
+    def poll(self, max_records: int, timeout_s: float) -> list[TalentRecord]:
+        records = []
+        for message in self._consumer.consume(max_records, timeout_s):
+            error = message.error()
+            if error is None:
+                records.append(_record(message, self._stages[message.topic() or ""]))
+            elif error.fatal():
+                raise KafkaException(error)
+            elif error.code() != KafkaError._PARTITION_EOF:
+                log.warning("talent-stream-error", error=error.str())
+        return records
+
+    def commit(self, records: Sequence[TalentRecord]) -> None:
+        self._consumer.commit(offsets=_edges(records, last=True), asynchronous=False)
+
+    def rewind(self, records: Sequence[TalentRecord]) -> None:
+        for partition in _edges(records, last=False):
+            try:
+                self._consumer.seek(partition)
+            except KafkaException as exc:  # no longer ours: the new owner starts from the committed offset
+                log.info("talent-stream-seek-skipped", error=str(exc))
+
+    def lag(self) -> dict[tuple[str, int], int] | None:
+        assignment = self._consumer.assignment()
+        if not assignment:
+            # Nothing to wait for when Talent's topics do not exist (yet) in this cluster.
+            return None if self._topics_exist() else {}
+        positions = self._consumer.position(assignment)
+        committed = self._consumer.committed(assignment, timeout=5)
+        lag = {}
+        for position, stored in zip(positions, committed, strict=True):
+            # Watermarks as the last fetch response reported them: no broker call per partition.
+            low, high = self._consumer.get_watermark_offsets(position, cached=True)
+            if high < 0:
+                return None  # not fetched yet
+            at = next((o for o in (position.offset, stored.offset) if o >= 0), low)
+            lag[(position.topic, position.partition)] = max(high - at, 0)
+        return lag
+
+    def _topics_exist(self) -> bool:
+        known = self._consumer.list_topics(timeout=5).topics
+        return any(topic in known for topic in self._topics)
+
+    def close(self) -> None:
+        self._consumer.close()

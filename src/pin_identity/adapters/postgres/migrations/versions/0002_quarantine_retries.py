@@ -1,0 +1,31 @@
+"""Quarantine rows remember their attempts: the consumer retries a user whose tenant has not arrived yet.
+
+Revision ID: 0002
+Revises: 0001
+Create Date: 2026-11-29
+"""
+
+from alembic import op
+
+revision = "0002"
+down_revision = "0001"
+branch_labels = None
+depends_on = None
+
+QUARANTINE_RETRIES = """
+ALTER TABLE identity.talent_import_failed_items
+    ADD COLUMN attempt_count integer NOT NULL DEFAULT 1 CHECK (attempt_count >= 1),
+    ADD COLUMN next_attempt_at timestamptz NULL,
+    ADD COLUMN updated_at timestamptz NOT NULL DEFAULT now();
+CREATE INDEX ix_talent_import_failed_items_due ON identity.talent_import_failed_items (next_attempt_at)
+    WHERE next_attempt_at IS NOT NULL;
+CREATE INDEX ix_talent_import_failed_items_external_id ON identity.talent_import_failed_items (external_id);
+"""
+
+
+def upgrade() -> None:
+    op.execute(QUARANTINE_RETRIES)
+
+
+def downgrade() -> None:
+    raise NotImplementedError("pin-identity migrations move forward only")

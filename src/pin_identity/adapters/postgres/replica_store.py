@@ -1,0 +1,190 @@
+"""ReplicaTransaction on PostgreSQL: the Talent replica read and written in batches (one statement each)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+import psycopg
+from psycopg import errors
+
+from pin_identity.adapters.postgres.catalogue import query
+from pin_identity.adapters.postgres.database import Database
+from pin_identity.adapters.postgres.identity_store import PostgresIdentityTransaction
+from pin_identity.domain.events import CompanyState, UserState
+from pin_identity.domain.model import RoleStatus
+from pin_identity.operations.ports import DefaultGrant, QuarantineEntry, RoleRecord, StoreConflictError
+
+_LOCK_NAMESPACES = {"Tenants": "talent-tenant:", "Users": "talent-user:"}
+# Unique constraints a replica write can meet, by what they protect.
+_CONFLICT_FIELDS = {"users_phone_key": "phone", "users_external_talent_user_id_key": "externalTalentUserId"}
+
+
+def _company_columns(companies: Sequence[CompanyState]) -> dict[str, list[Any]]:
+    return {
+        "ids": [c.company_id for c in companies],
+        "names": [c.name for c in companies],
+        "types": [c.company_type for c in companies],
+        "statuses": [c.status for c in companies],
+        "tax_ids": [c.tax_id for c in companies],
+        "external_ids": [c.external_talent_tenant_id for c in companies],
+        "versions": [c.replica_version for c in companies],
+    }
+
+
+def _user_columns(users: Sequence[UserState]) -> dict[str, list[Any]]:
+    return {
+        "ids": [u.user_id for u in users],
+        "company_ids": [u.company_id for u in users],
+        "types": [u.type for u in users],
+        "statuses": [u.status for u in users],
+        "phones": [u.phone for u in users],
+        "emails": [u.email for u in users],
+        "first_names": [u.first_name for u in users],
+        "last_names": [u.last_name for u in users],
+        "middle_names": [u.middle_name for u in users],
+        "external_ids": [u.external_talent_user_id for u in users],
+        "versions": [u.replica_version for u in users],
+    }
+
+
+def _quarantine_columns(entries: Sequence[QuarantineEntry]) -> dict[str, list[Any]]:
+    return {
+        "ids": [e.entry_id for e in entries],
+        "run_ids": [e.run_id for e in entries],
+        "stages": [e.stage for e in entries],
+        "external_ids": [e.external_id for e in entries],
+        "error_codes": [e.error_code for e in entries],
+        "payloads": [
+            None if e.payload is None else json.dumps(e.payload, ensure_ascii=False) for e in entries
+        ],
+        "attempts": [e.attempt_count for e in entries],
+        "next_attempts": [e.next_attempt_at for e in entries],
+    }
+
+
+class PostgresReplicaTransaction(PostgresIdentityTransaction):
+    def __init__(self, conn: psycopg.Connection):
+        super().__init__(conn)
+        self._conn = conn
+
+    def _run(self, name: str, params: dict[str, Any]) -> psycopg.Cursor[Any]:
+        return self._conn.execute(query(name), params)
+
+    @contextmanager
+    def savepoint(self) -> Iterator[None]:
+        try:
+            with self._conn.transaction():
+                yield
+        except errors.UniqueViolation as exc:
+            constraint = exc.diag.constraint_name or "unknown"
+            raise StoreConflictError(_CONFLICT_FIELDS.get(constraint, constraint)) from None
+
+    def lock_talent_ids(self, stage: str, talent_ids: Sequence[UUID]) -> None:
+        if talent_ids:
+            self._run("lock_talent_ids", {"namespace": _LOCK_NAMESPACES[stage], "ids": list(talent_ids)})
+
+    def companies_by_tenant(self, tenant_ids: Sequence[UUID]) -> dict[UUID, CompanyState]:
+        if not tenant_ids:
+            return {}
+        rows = self._run("companies_by_tenant", {"tenant_ids": list(tenant_ids)})
+        return {row[6]: CompanyState(*row) for row in rows}
+
+    def users_by_talent_id(self, talent_ids: Sequence[UUID], *, lock: bool) -> dict[UUID, UserState]:
+        if not talent_ids:
+            return {}
+        name = "lock_users_by_talent_id" if lock else "users_by_talent_id"
+        return {row[11]: UserState(*row) for row in self._run(name, {"talent_ids": list(talent_ids)})}
+
+    def phone_owners(self, phones: Sequence[str]) -> dict[str, UUID]:
+        if not phones:
+            return {}
+        return {row[0]: row[1] for row in self._run("phone_owners", {"phones": list(phones)})}
+
+    def default_role(self) -> RoleRecord:
+        row = self._run("default_role", {}).fetchone()
+        if row is None:
+            raise RuntimeError("the developer-manager system role is missing: run `pin-identity db upgrade`")
+        return RoleRecord(row[0], row[1], row[2], RoleStatus(row[3]), int(row[4]))
+
+    def save_companies(
+        self, created: Sequence[CompanyState], updated: Sequence[CompanyState], synced_at: datetime
+    ) -> None:
+        if created:
+            self._run("insert_replica_companies", {**_company_columns(created), "synced_at": synced_at})
+        if updated:
+            columns = _company_columns(updated)
+            del columns["types"], columns["external_ids"]
+            self._run("update_replica_companies", {**columns, "synced_at": synced_at})
+
+    def save_users(
+        self, created: Sequence[UserState], updated: Sequence[UserState], synced_at: datetime
+    ) -> None:
+        if created:
+            self._run("insert_replica_users", {**_user_columns(created), "synced_at": synced_at})
+        if updated:
+            self._run("update_replica_users", {**_user_columns(updated), "synced_at": synced_at})
+
+    def revoke_user_assignments(
+        self, user_ids: Sequence[UUID], role_id: UUID | None
+    ) -> list[tuple[UUID, UUID]]:
+        rows = self._run("revoke_user_assignments", {"user_ids": list(user_ids), "role_id": role_id})
+        return [(row[0], row[1]) for row in rows]
+
+    def grant_default_role(self, role: RoleRecord, grants: Sequence[DefaultGrant]) -> None:
+        if not grants:
+            return
+        params = {
+            "role_id": role.role_id,
+            "role_company_id": role.company_id,
+            "ids": [g.assignment_id for g in grants],
+            "user_ids": [g.user_id for g in grants],
+            "company_ids": [g.company_id for g in grants],
+        }
+        self._run("grant_default_role", params)
+
+    def quarantine(self, entries: Sequence[QuarantineEntry]) -> None:
+        columns = _quarantine_columns(entries)
+        self._run("update_quarantined", columns)
+        self._run("insert_quarantined", columns)
+
+    def due_quarantined(self, now: datetime, limit: int) -> list[QuarantineEntry]:
+        rows = self._run("due_quarantined", {"now": now, "limit": limit})
+        return [
+            QuarantineEntry(
+                entry_id=row[0],
+                run_id=None,
+                stage=row[1],
+                external_id=row[2],
+                error_code=row[3],
+                payload=row[4],
+                attempt_count=row[5],
+                next_attempt_at=row[6],
+            )
+            for row in rows
+        ]
+
+    def release_quarantined(self, entry_ids: Sequence[UUID]) -> None:
+        self._run("release_quarantined", {"ids": list(entry_ids)})
+
+    def discard_deferred(self, stage: str, talent_ids: Sequence[UUID]) -> None:
+        self._run("discard_deferred", {"stage": stage, "talent_ids": list(talent_ids)})
+
+
+class PostgresReplicaTransactions:
+    """One replica transaction per `with`, on a pooled connection."""
+
+    def __init__(self, database: Database):
+        self._database = database
+
+    @contextmanager
+    def __call__(self) -> Iterator[PostgresReplicaTransaction]:
+        with self._database.connection() as conn:
+            try:
+                yield PostgresReplicaTransaction(conn)
+            finally:
+                conn.rollback()

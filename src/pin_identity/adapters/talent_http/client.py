@@ -1,0 +1,182 @@
+"""A synchronous client of Talent's HTTP API (ApiPull, CONTRACTS section 5), shared by the import threads."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Self
+from uuid import UUID
+
+import httpx
+
+from pin_identity.observability.logging import get_logger
+
+log = get_logger("talent-api")
+
+HEALTH_PATH = "/health"
+TENANTS_PATH = "/api/v1/tenants"
+USERS_PATH = "/api/v1/users"
+_REJECTED_STATUSES = frozenset({401, 403})
+
+
+class TalentSourceError(Exception):
+    """Talent gave no usable answer, even after the retries. The reason is one line without PII."""
+
+
+class TalentSourceUnavailable(TalentSourceError):  # noqa: N818 - the name the importer expects
+    """Talent is not usable now (the health probe failed)."""
+
+
+class TalentSourceRejected(TalentSourceUnavailable):
+    """Talent refused our credentials: retrying cannot help, the run must fail with a clear error."""
+
+
+class _AttemptError(Exception):
+    """One failed attempt that a later attempt may fix; the message is the one-line reason."""
+
+
+@dataclass(frozen=True)
+class TalentPage:
+    """One page of snapshots, raw: an item that is not a JSON object is passed through for quarantine."""
+
+    items: list[dict[str, Any]]
+    next_cursor: str | None
+
+
+class TalentApiClient:
+    """One keep-alive connection pool; a semaphore caps the calls in flight across the threads sharing it."""
+
+    def __init__(
+        self,
+        base_url: str,
+        token: str | None,
+        *,
+        timeout_s: float = 10.0,
+        max_concurrent_calls: int = 4,
+        max_attempts: int = 5,
+        backoff_base_s: float = 0.2,
+        backoff_max_s: float = 5.0,
+        sleep: Callable[[float], None] = time.sleep,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        """`transport` replaces the network, for tests only."""
+        if max_concurrent_calls < 1 or max_attempts < 1:
+            raise ValueError("max_concurrent_calls and max_attempts must be at least 1")
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx.Client(
+            base_url=base_url.rstrip("/"),
+            headers=headers,
+            transport=transport,
+            timeout=httpx.Timeout(timeout_s),
+            limits=httpx.Limits(
+                max_connections=max_concurrent_calls, max_keepalive_connections=max_concurrent_calls
+            ),
+        )
+        self._call_slots = threading.BoundedSemaphore(max_concurrent_calls)
+        self._max_attempts = max_attempts
+        self._backoff_base_s = backoff_base_s
+        self._backoff_max_s = backoff_max_s
+        self._sleep = sleep
+        self._jitter = random.Random()
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def health(self) -> None:
+        """A probe, so no retries: raises TalentSourceUnavailable (or Rejected) unless Talent answers 200."""
+        try:
+            self._send(HEALTH_PATH, {})
+        except _AttemptError as failure:
+            raise TalentSourceUnavailable(f"GET {HEALTH_PATH} failed: {failure}") from None
+
+    def list_tenants(
+        self, limit: int, cursor: str | None = None, tenant_id: UUID | None = None
+    ) -> TalentPage:
+        return self._fetch_page(TENANTS_PATH, _page_params(limit, cursor, tenant_id))
+
+    def list_users(self, limit: int, cursor: str | None = None, tenant_id: UUID | None = None) -> TalentPage:
+        return self._fetch_page(USERS_PATH, _page_params(limit, cursor, tenant_id))
+
+    def _fetch_page(self, path: str, params: dict[str, str]) -> TalentPage:
+        reason = ""
+        for attempt in range(1, self._max_attempts + 1):
+            try:
+                return _parse_page(_json_body(self._send(path, params)))
+            except _AttemptError as failure:
+                reason = str(failure)
+            if attempt < self._max_attempts:
+                log.warning("talent-api-retry", path=path, reason=reason, attempt=attempt)
+                self._sleep(self._backoff_s(attempt))
+        raise TalentSourceError(f"GET {path} failed after {self._max_attempts} attempts: {reason}")
+
+    def _send(self, path: str, params: dict[str, str]) -> httpx.Response:
+        """One attempt, answered 200 or failed.
+
+        Reasons name a status or an exception class only: never the body, never the token.
+        """
+        with self._call_slots:
+            try:
+                response = self._http.get(path, params=params)
+            except httpx.RequestError as exc:
+                raise _AttemptError(type(exc).__name__) from None
+        if response.status_code in _REJECTED_STATUSES:
+            raise TalentSourceRejected(
+                f"Talent refused the credentials (HTTP {response.status_code} on GET {path}); "
+                "check the Talent API token"
+            )
+        if response.status_code != 200:
+            raise _AttemptError(f"HTTP {response.status_code}")
+        return response
+
+    def _backoff_s(self, attempt: int) -> float:
+        ceiling = min(self._backoff_max_s, self._backoff_base_s * 2.0 ** (attempt - 1))
+        # Jitter keeps the threads that failed together from retrying together.
+        return ceiling * self._jitter.uniform(0.5, 1.0)
+
+
+def _page_params(limit: int, cursor: str | None, tenant_id: UUID | None) -> dict[str, str]:
+    if limit < 1:
+        raise ValueError("limit must be at least 1")
+    params = {"limit": str(limit)}
+    if cursor is not None:
+        params["cursor"] = cursor
+    if tenant_id is not None:
+        params["tenantId"] = str(tenant_id)
+    return params
+
+
+def _json_body(response: httpx.Response) -> Any:
+    try:
+        return response.json()
+    except ValueError:
+        raise _AttemptError("malformed page: the body is not JSON") from None
+
+
+def _parse_page(body: Any) -> TalentPage:
+    if not isinstance(body, dict):
+        raise _AttemptError("malformed page: not a JSON object")
+    items = body.get("items")
+    if not isinstance(items, list):
+        raise _AttemptError("malformed page: `items` is not a list")
+    if "nextCursor" not in body:
+        raise _AttemptError("malformed page: no `nextCursor`")
+    next_cursor = body["nextCursor"]
+    # An empty cursor would restart the listing from the top: treat it as malformed, not as the end.
+    if next_cursor is not None and (not isinstance(next_cursor, str) or not next_cursor):
+        raise _AttemptError("malformed page: `nextCursor` is not a non-empty string or null")
+    return TalentPage(items=items, next_cursor=next_cursor)

@@ -1,0 +1,202 @@
+"""`worker --jobs talent-sync`: the continuous consumer of Talent's tenant and user topics.
+
+A polled batch is applied in one database transaction (tenants before users), and only after that commit are
+the batch's offsets committed: a crash in between replays the batch, which the version guard makes harmless.
+A user whose tenant has not arrived yet is parked in the quarantine with a next-attempt time and retried with
+backoff, so it is neither lost nor holding up its partition.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from uuid import UUID
+
+from prometheus_client import Counter
+
+from pin_identity.domain.talent import (
+    ImportStage,
+    ItemResult,
+    RawSnapshot,
+    SyncErrorCode,
+)
+from pin_identity.jobs.ports import StopSignal, TalentRecord, TalentStream
+from pin_identity.observability import metrics
+from pin_identity.observability.logging import describe_error, get_logger
+from pin_identity.operations.identity import Context
+from pin_identity.operations.ports import ReplicaTransactions
+from pin_identity.operations.talent_replica import (
+    ApplyOptions,
+    BatchOutcome,
+    ItemOutcome,
+    SourceItem,
+    apply_snapshots,
+)
+
+log = get_logger("talent-sync")
+
+_AGGREGATE = {ImportStage.TENANTS: "company", ImportStage.USERS: "user"}
+
+
+@dataclass(frozen=True)
+class TalentSyncSettings:
+    batch_size: int = 500
+    poll_timeout_s: float = 1.0
+    retry_base_s: float = 1.0
+    retry_max_s: float = 300.0
+    max_deferrals: int = 12  # then the item stays quarantined for the operator (about 20 min of retries)
+    error_backoff_max_s: float = 30.0
+
+
+class TalentSyncJob:
+    def __init__(
+        self,
+        stream: TalentStream,
+        transactions: ReplicaTransactions,
+        settings: TalentSyncSettings,
+        *,
+        clock: Callable[[], datetime],
+    ):
+        self._stream, self._transactions, self._settings, self._clock = stream, transactions, settings, clock
+        self._failures = 0
+
+    def run(self, stop: StopSignal, *, once: bool = False) -> None:
+        """With `once`: until every assigned partition is read to its end and no deferred item is due."""
+        log.info("talent-sync-started", batch_size=self._settings.batch_size)
+        try:
+            while not stop.is_set():
+                busy = self.step()
+                if self._failures:
+                    stop.wait(min(2.0**self._failures / 4, self._settings.error_backoff_max_s))
+                elif once and not busy and self._caught_up():
+                    break
+        finally:
+            self._stream.close()
+            log.info("talent-sync-stopped")
+
+    def step(self) -> bool:
+        """One poll and one round of due retries; True when there was something to do."""
+        records = self._stream.poll(self._settings.batch_size, self._settings.poll_timeout_s)
+        consumed = self._consume(records) if records else False
+        retried = self._retry_deferred()
+        return consumed or retried
+
+    def _caught_up(self) -> bool:
+        lag = self._stream.lag()
+        if lag is None:
+            return False
+        for (topic, partition), behind in lag.items():
+            metrics.talent_sync_consumer_lag.labels(topic=topic, partition=str(partition)).set(behind)
+        return all(behind == 0 for behind in lag.values())
+
+    def _consume(self, records: list[TalentRecord]) -> bool:
+        batches = _by_stage(records)
+        outcomes = self._apply(batches)
+        if outcomes is None:
+            self._stream.rewind(records)
+            return False
+        try:
+            self._stream.commit(records)
+        except Exception as exc:  # the batch is applied; a replay would be skipped by the version guard
+            log.warning("talent-sync-offset-commit-failed", error=describe_error(exc))
+        log.info(
+            "talent-sync-batch-applied",
+            records=len(records),
+            applied=sum(o.applied for o in outcomes),
+            skipped=sum(o.skipped for o in outcomes),
+            failed=sum(o.failed for o in outcomes),
+        )
+        return True
+
+    def _retry_deferred(self) -> bool:
+        try:
+            with self._transactions() as tx:
+                due = tx.due_quarantined(self._clock(), self._settings.batch_size)
+                if not due:
+                    return False
+                ctx = Context(correlation_id=_new_correlation(), now=self._clock())
+                for stage in ImportStage:
+                    items = [
+                        SourceItem(
+                            RawSnapshot(str(e.external_id) if e.external_id else None, e.payload),
+                            quarantine_id=e.entry_id,
+                            attempts=e.attempt_count,
+                        )
+                        for e in due
+                        if e.stage == stage.value
+                    ]
+                    if items:
+                        self._record(apply_snapshots(tx, stage, items, ctx, self._options(ctx.now)))
+                tx.commit()
+        except Exception as exc:
+            log.warning("talent-sync-retry-failed", error=describe_error(exc))
+            return False
+        log.info("talent-sync-deferred-retried", items=len(due))
+        return True
+
+    def _apply(self, batches: dict[ImportStage, list[SourceItem]]) -> list[BatchOutcome] | None:
+        ctx = Context(correlation_id=_new_correlation(), now=self._clock())
+        try:
+            with self._transactions() as tx:
+                outcomes = [
+                    apply_snapshots(tx, stage, items, ctx, self._options(ctx.now))
+                    for stage, items in batches.items()
+                    if items
+                ]
+                tx.commit()
+        except Exception as exc:
+            self._failures += 1
+            log.warning("talent-sync-batch-failed", error=describe_error(exc), failures=self._failures)
+            return None
+        self._failures = 0
+        for outcome in outcomes:
+            self._record(outcome)
+        return outcomes
+
+    def _options(self, now: datetime) -> ApplyOptions:
+        settings = self._settings
+
+        def retry_at(attempt: int) -> datetime | None:
+            if attempt > settings.max_deferrals:
+                return None
+            delay = min(settings.retry_base_s * 2 ** (attempt - 1), settings.retry_max_s)
+            return now + timedelta(seconds=delay)
+
+        return ApplyOptions(run_id=None, retry_at=retry_at)
+
+    def _record(self, batch: BatchOutcome) -> None:
+        for outcome in batch.outcomes:
+            record_outcome(outcome, metric=metrics.talent_sync_items_total)
+
+
+def record_outcome(outcome: ItemOutcome, *, metric: Counter) -> None:
+    """Metrics and the quarantine log line of one applied item (shared with the initial import)."""
+    aggregate = _AGGREGATE[outcome.stage]
+    metric.labels(aggregate=aggregate, result=outcome.result.value).inc()
+    if outcome.stale:
+        metrics.talent_sync_stale_events_total.labels(aggregate=aggregate).inc()
+    if outcome.error is SyncErrorCode.PHONE_CONFLICT:
+        metrics.talent_sync_conflicts_total.inc()
+    if outcome.result is ItemResult.FAILED:
+        event = "item-deferred" if outcome.retry_at is not None else "item-quarantined"
+        log.warning(
+            event,
+            stage=outcome.stage.value,
+            external_id=str(outcome.external_id) if outcome.external_id else None,
+            error_code=outcome.error.value if outcome.error else None,
+            retry_at=outcome.retry_at.isoformat() if outcome.retry_at else None,
+        )
+
+
+def _by_stage(records: Sequence[TalentRecord]) -> dict[ImportStage, list[SourceItem]]:
+    """Tenants first: a user and its tenant in one batch then apply in the right order."""
+    batches: dict[ImportStage, list[SourceItem]] = {ImportStage.TENANTS: [], ImportStage.USERS: []}
+    for record in records:
+        batches[record.stage].append(SourceItem(RawSnapshot(record.key, record.payload)))
+    return batches
+
+
+def _new_correlation() -> UUID:
+    return uuid.uuid4()

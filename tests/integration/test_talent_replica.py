@@ -1,0 +1,181 @@
+"""The replica apply logic on real PostgreSQL: writes, events, quarantine, batches."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+from pin_identity.composition import Container
+from pin_identity.domain.talent import ImportStage, ItemResult, RawSnapshot, SyncErrorCode
+from pin_identity.operations.talent_replica import ApplyOptions
+from tests.support import seed, talent
+from tests.support.schemas import validate_event
+
+
+def _rows(container: Container, sql: Any, params: Any = None) -> list[tuple[Any, ...]]:
+    with container.database.connection() as conn:
+        return conn.execute(sql, params).fetchall()
+
+
+def test_a_new_manager_gets_exactly_one_default_role_and_three_events(container: Container) -> None:
+    company = talent.tenant()
+    manager = talent.user(company["tenantId"])
+    talent.tenants(container, company)
+
+    outcome = talent.users(container, manager)
+    again = talent.users(container, manager)
+
+    assert (outcome.applied, again.skipped) == (1, 1)
+    [user] = talent.replica_state(container)["users"]
+    assert user[2:4] == ("DeveloperManager", "Invited")
+    assert user[-1] == [f"developer-manager@{company['tenantId']}"]
+    events = talent.outbox_events(container)
+    assert [e["eventType"] for e in events] == ["CompanyUpserted", "UserUpserted", "UserAccessChanged"]
+    access = events[2]["payload"]
+    assert (access["changeReason"], access["version"], access["userId"]) == (
+        "RoleAssigned",
+        1,
+        manager["userId"],
+    )
+    assert [a["scopeType"] for a in access["activeAssignments"]] == ["Organization"]
+    for (value,) in _rows(container, "SELECT value FROM identity.outbox_events"):
+        validate_event(json.loads(value))
+
+
+def test_a_phone_of_an_existing_investor_is_quarantined_not_merged(container: Container) -> None:
+    company = talent.tenant()
+    talent.tenants(container, company)
+    investor = seed.user(container.transactions)
+    [(phone,)] = _rows(container, "SELECT phone FROM identity.users WHERE id = %s", [investor])
+    manager = talent.user(company["tenantId"], phone=phone)
+
+    outcome = talent.users(container, manager)
+
+    assert [o.error for o in outcome.outcomes] == [SyncErrorCode.PHONE_CONFLICT]
+    quarantined = _rows(
+        container,
+        "SELECT run_id, stage, external_id::text, error_code, payload"
+        " FROM identity.talent_import_failed_items",
+    )
+    assert quarantined == [(None, "Users", manager["userId"], "IDENTITY_SYNC_PHONE_CONFLICT", manager)]
+    assert _rows(container, "SELECT sync_source FROM identity.users") == [
+        ("Local",)
+    ]  # untouched, no second user
+
+
+def test_poison_items_never_fail_their_batch(container: Container) -> None:
+    company = talent.tenant()
+    talent.tenants(container, company)
+    first, second = talent.user(company["tenantId"]), talent.user(company["tenantId"])
+    records = [
+        talent.raw(first),
+        talent.raw(talent.user(company["tenantId"], phone="not-a-phone")),
+        RawSnapshot(None, "{not json"),
+        talent.raw(talent.user(company["tenantId"], phone=first["phone"])),
+        talent.raw(talent.user(str(uuid.uuid4()))),
+        talent.raw(second),
+    ]
+
+    outcome = talent.apply(container, ImportStage.USERS, records)
+
+    assert [o.result for o in outcome.outcomes].count(ItemResult.APPLIED) == 2
+    assert sorted(o.error for o in outcome.outcomes if o.error) == sorted(
+        [
+            SyncErrorCode.INVALID_PAYLOAD,
+            SyncErrorCode.INVALID_PAYLOAD,
+            SyncErrorCode.PHONE_CONFLICT,
+            SyncErrorCode.COMPANY_NOT_FOUND,
+        ]
+    )
+    assert _rows(container, "SELECT count(*) FROM identity.talent_import_failed_items") == [(4,)]
+
+
+def test_tenant_rules_unknown_type_immutable_type_and_deletion(container: Container) -> None:
+    company = talent.tenant()
+    talent.tenants(container, company)
+
+    unknown = talent.tenants(container, talent.tenant(company_type="Cooperative"))
+    immutable = talent.tenants(container, {**company, "version": 2, "companyType": "Bank"})
+    deleted = talent.apply(container, ImportStage.TENANTS, [talent.tombstone(company["tenantId"])])
+    absent = talent.apply(container, ImportStage.TENANTS, [talent.tombstone(str(uuid.uuid4()))])
+
+    assert [o.error for o in unknown.outcomes] == [SyncErrorCode.UNKNOWN_COMPANY_TYPE]
+    assert [o.error for o in immutable.outcomes] == [SyncErrorCode.COMPANY_TYPE_IMMUTABLE]
+    assert (deleted.applied, absent.skipped) == (1, 1)
+    assert [row[2:4] for row in talent.replica_state(container)["companies"]] == [("Developer", "Blocked")]
+
+
+def test_a_deleted_manager_is_blocked_and_loses_every_active_role(container: Container) -> None:
+    company = talent.tenant()
+    manager = talent.user(company["tenantId"])
+    talent.tenants(container, company)
+    talent.users(container, manager)
+    [(user_id, company_id)] = _rows(container, "SELECT id, company_id FROM identity.users")
+    extra_role = seed.role(container.transactions, company_id)
+    seed.grant(container.transactions, user_id, extra_role, company_id)
+
+    outcome = talent.users(container, {**manager, "version": 2, "isDeleted": True})
+
+    assert outcome.applied == 1
+    assert _rows(container, "SELECT status FROM identity.users") == [("Blocked",)]
+    assert _rows(container, "SELECT count(*) FROM identity.role_assignments WHERE status = 'Active'") == [
+        (0,)
+    ]
+    revoked = [
+        e for e in talent.outbox_events(container) if e["payload"].get("changeReason") == "RoleRevoked"
+    ]
+    assert sorted(e["payload"]["changedRoleId"] for e in revoked) == sorted(
+        ["00000000-0000-4000-8000-000000000001", str(extra_role)]
+    )
+    assert all(e["payload"]["activeAssignments"] == [] for e in revoked)
+
+
+def test_a_manager_moving_tenant_takes_the_default_role_along(container: Container) -> None:
+    old, new = talent.tenant(), talent.tenant()
+    manager = talent.user(old["tenantId"])
+    talent.tenants(container, old, new)
+    talent.users(container, manager)
+
+    talent.users(container, {**manager, "version": 2, "tenantId": new["tenantId"]})
+
+    [user] = talent.replica_state(container)["users"]
+    assert (user[1], user[-1]) == (new["tenantId"], [f"developer-manager@{new['tenantId']}"])
+
+
+def test_phones_swapped_inside_one_batch_apply_in_order(container: Container) -> None:
+    company = talent.tenant()
+    talent.tenants(container, company)
+    leaving = talent.user(company["tenantId"])
+    talent.users(container, leaving)
+    newcomer = talent.user(company["tenantId"], phone=leaving["phone"])
+
+    # The newcomer takes the phone the other user gives up earlier in the same batch: the bulk write meets the
+    # unique index first, and the round is replayed item by item.
+    outcome = talent.users(container, {**leaving, "version": 2, "phone": talent.talent_phone()}, newcomer)
+
+    assert outcome.applied == 2
+    assert len(talent.replica_state(container)["users"]) == 2
+
+
+def test_a_dry_run_decides_and_counts_but_writes_nothing(container: Container) -> None:
+    company = talent.tenant()
+    manager = talent.user(company["tenantId"])
+    options = ApplyOptions(dry_run=True, assumed_tenants=frozenset({uuid.UUID(company["tenantId"])}))
+
+    tenants = talent.apply(container, ImportStage.TENANTS, [talent.raw(company)], options)
+    users = talent.apply(
+        container, ImportStage.USERS, [talent.raw(manager), talent.raw(talent.user("x"))], options
+    )
+
+    assert (tenants.applied, users.applied, users.failed) == (1, 1, 1)
+    assert talent.replica_state(container) == {"companies": [], "users": []}
+    assert _rows(container, "SELECT count(*) FROM identity.outbox_events") == [(0,)]
+    assert _rows(container, "SELECT count(*) FROM identity.talent_import_failed_items") == [(0,)]
+
+
+def test_the_same_failure_seen_twice_by_the_consumer_is_kept_once(container: Container) -> None:
+    poison = talent.raw(talent.tenant(company_type="Cooperative"))
+    talent.apply(container, ImportStage.TENANTS, [poison])
+    talent.apply(container, ImportStage.TENANTS, [poison])
+    assert _rows(container, "SELECT count(*) FROM identity.talent_import_failed_items") == [(1,)]

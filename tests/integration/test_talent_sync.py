@@ -1,0 +1,120 @@
+"""The continuous consumer on the real broker and database: snapshots in, replica rows and events out."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from pin_identity.composition import Container
+from pin_identity.jobs.ports import TalentRecord
+from pin_identity.simulation.talent import TalentDataset
+from tests.conftest import TalentTopics
+from tests.support import talent
+from tests.support.fanout import ManualClock
+from tests.support.kafka_tap import EventTap
+from tests.support.relay import publish_outbox
+from tests.support.schemas import validate_event
+
+
+def _rows(container: Container, sql: Any) -> list[tuple[Any, ...]]:
+    with container.database.connection() as conn:
+        return conn.execute(sql).fetchall()
+
+
+def _replica(container: Container) -> list[tuple[Any, ...]]:
+    return _rows(
+        container,
+        "SELECT u.external_talent_user_id, u.status, u.phone, u.first_name, u.replica_version,"
+        " c.external_talent_tenant_id, c.status, c.replica_version,"
+        " (SELECT count(*) FROM identity.role_assignments ra"
+        "  WHERE ra.user_id = u.id AND ra.status = 'Active')"
+        " FROM identity.users u JOIN identity.companies c ON c.id = u.company_id ORDER BY 1",
+    )
+
+
+def test_snapshots_on_the_topics_reach_the_replica_and_the_identity_topics(
+    container: Container, talent_topics: TalentTopics, tap: EventTap
+) -> None:
+    company = talent.tenant()
+    managers = [talent.user(company["tenantId"]) for _ in range(3)]
+    renamed = {**managers[0], "version": 2, "firstName": "Пётр"}
+    talent.produce(container, talent_topics, TalentDataset([company], [*managers, renamed]))
+
+    talent.run_until_caught_up(talent.sync_job(container, talent_topics))
+    publish_outbox(container)
+
+    replica = _replica(container)
+    assert [(str(r[0]), r[1], r[4], r[6], r[8]) for r in replica] == sorted(
+        [(m["userId"], "Invited", 2 if m is managers[0] else 1, "Active", 1) for m in managers]
+    )
+    user_ids = {str(u) for (u,) in _rows(container, "SELECT id FROM identity.users")}
+    events = tap.wait_for(lambda e: e.body["aggregateId"] in user_ids, count=3 + 1 + 3)
+    kinds = sorted(e.body["eventType"] for e in events)
+    assert kinds == ["UserAccessChanged"] * 3 + ["UserUpserted"] * 4
+    for event in events:
+        validate_event(event.body)
+
+
+class _DiesBeforeOffsetCommit:
+    """A stream whose process dies after the database commit and before the offset commit."""
+
+    def __init__(self, inner: talent.KafkaTalentStream):
+        self._inner = inner
+
+    def poll(self, max_records: int, timeout_s: float) -> list[TalentRecord]:
+        return self._inner.poll(max_records, timeout_s)
+
+    def commit(self, records: Sequence[TalentRecord]) -> None:
+        return None  # never reached the broker
+
+    def rewind(self, records: Sequence[TalentRecord]) -> None:
+        self._inner.rewind(records)
+
+    def lag(self) -> dict[tuple[str, int], int] | None:
+        return self._inner.lag()
+
+    def close(self) -> None:
+        self._inner.close()
+
+
+def test_a_consumer_killed_between_database_and_offset_commit_replays_safely(
+    container: Container, talent_topics: TalentTopics
+) -> None:
+    company = talent.tenant()
+    managers = [talent.user(company["tenantId"]) for _ in range(5)]
+    talent.produce(container, talent_topics, TalentDataset([company], managers))
+    dying = _DiesBeforeOffsetCommit(talent.talent_stream(container, talent_topics))
+    talent.run_until_caught_up(talent.sync_job(container, talent_topics, stream=dying))
+    before = (_replica(container), _rows(container, "SELECT count(*) FROM identity.outbox_events"))
+
+    talent.run_until_caught_up(talent.sync_job(container, talent_topics))
+
+    assert (_replica(container), _rows(container, "SELECT count(*) FROM identity.outbox_events")) == before
+    assert before[1] == [(1 + 5 * 2,)]
+
+
+def test_a_user_before_its_tenant_is_retried_with_backoff(
+    container: Container, talent_topics: TalentTopics
+) -> None:
+    clock = ManualClock()
+    company = talent.tenant()
+    manager = talent.user(company["tenantId"])
+    job = talent.sync_job(container, talent_topics, clock=clock)
+    talent.produce(container, talent_topics, TalentDataset([], [manager]))
+    talent.run_until_caught_up(job)
+    deferred = _rows(
+        container,
+        "SELECT error_code, attempt_count, next_attempt_at FROM identity.talent_import_failed_items",
+    )
+    assert [(code, attempts) for code, attempts, _ in deferred] == [("IDENTITY_SYNC_COMPANY_NOT_FOUND", 1)]
+    assert deferred[0][2] is not None
+
+    job = talent.sync_job(container, talent_topics, clock=clock)
+    talent.produce(container, talent_topics, TalentDataset([company], []))
+    talent.run_until_caught_up(job)
+    assert _replica(container) == []  # the tenant is in, the user waits for its next attempt
+    clock.advance(2)
+    talent.run_until_caught_up(talent.sync_job(container, talent_topics, clock=clock))
+
+    assert [str(r[0]) for r in _replica(container)] == [manager["userId"]]
+    assert _rows(container, "SELECT count(*) FROM identity.talent_import_failed_items") == [(0,)]

@@ -1,0 +1,178 @@
+"""Talent snapshots for tests, and applying them through the replica use case."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import threading
+import uuid
+from collections.abc import Callable
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+from uuid import UUID
+
+from pin_identity.adapters.kafka.talent_stream import KafkaTalentStream
+from pin_identity.composition import Container
+from pin_identity.domain.events import now_utc
+from pin_identity.jobs.ports import TalentStream
+from pin_identity.jobs.talent_sync import TalentSyncJob, TalentSyncSettings
+from pin_identity.simulation.talent import TalentDataset, produce_to_topics
+
+if TYPE_CHECKING:
+    from tests.conftest import TalentTopics
+from pin_identity.domain.talent import ImportStage, RawSnapshot
+from pin_identity.operations.identity import Context
+from pin_identity.operations.talent_replica import ApplyOptions, BatchOutcome, SourceItem, apply_snapshots
+
+_phones = itertools.count(1_000_000)
+
+
+def talent_phone() -> str:
+    """A distinct Russian mobile number, written the way people write it."""
+    digits = f"{next(_phones):07d}"
+    return f"8 (915) {digits[:3]}-{digits[3:5]}-{digits[5:]}"
+
+
+def tenant(
+    tenant_id: UUID | None = None, *, version: int = 1, company_type: str = "Developer", **fields: Any
+) -> dict[str, Any]:
+    snapshot = {
+        "tenantId": str(tenant_id or uuid.uuid4()),
+        "version": version,
+        "name": "Stroy Invest",
+        "companyType": company_type,
+        "taxId": "7701234567",
+        "isDeleted": False,
+    }
+    return {**snapshot, **fields}
+
+
+def user(tenant_id: str, user_id: UUID | None = None, *, version: int = 1, **fields: Any) -> dict[str, Any]:
+    snapshot = {
+        "userId": str(user_id or uuid.uuid4()),
+        "tenantId": tenant_id,
+        "version": version,
+        "phone": talent_phone(),
+        "email": "manager@stroy.example",
+        "firstName": "Иван",
+        "lastName": "Петров",
+        "middleName": None,
+        "isDeleted": False,
+    }
+    return {**snapshot, **fields}
+
+
+def raw(snapshot: dict[str, Any]) -> RawSnapshot:
+    key = snapshot.get("userId", snapshot.get("tenantId"))
+    return RawSnapshot(str(key), snapshot)
+
+
+def tombstone(entity_id: str) -> RawSnapshot:
+    return RawSnapshot(entity_id, None)
+
+
+def apply(
+    container: Container,
+    stage: ImportStage,
+    records: list[RawSnapshot],
+    options: ApplyOptions | None = None,
+) -> BatchOutcome:
+    with container.replica_transactions() as tx:
+        outcome = apply_snapshots(
+            tx, stage, [SourceItem(r) for r in records], Context.fresh(), options or ApplyOptions()
+        )
+        tx.commit()
+    return outcome
+
+
+def tenants(container: Container, *snapshots: dict[str, Any]) -> BatchOutcome:
+    return apply(container, ImportStage.TENANTS, [raw(s) for s in snapshots])
+
+
+def users(container: Container, *snapshots: dict[str, Any]) -> BatchOutcome:
+    return apply(container, ImportStage.USERS, [raw(s) for s in snapshots])
+
+
+def sync_job(
+    container: Container,
+    topics: TalentTopics,
+    *,
+    clock: Callable[[], datetime] = now_utc,
+    stream: TalentStream | None = None,
+) -> TalentSyncJob:
+    """The real continuous consumer on this test's topics and group."""
+    return TalentSyncJob(
+        stream or talent_stream(container, topics),
+        container.replica_transactions,
+        TalentSyncSettings(poll_timeout_s=0.3, retry_base_s=1.0),
+        clock=clock,
+    )
+
+
+def talent_stream(container: Container, topics: TalentTopics) -> KafkaTalentStream:
+    return KafkaTalentStream(
+        container.kafka_client_config,
+        tenants_topic=topics.tenants,
+        users_topic=topics.users,
+        overrides={"group.id": topics.group, "session.timeout.ms": 6000},
+    )
+
+
+def produce(container: Container, topics: TalentTopics, dataset: TalentDataset, **kwargs: Any) -> None:
+    produce_to_topics(
+        container.kafka_client_config,
+        dataset,
+        tenants_topic=topics.tenants,
+        users_topic=topics.users,
+        **kwargs,
+    )
+
+
+def run_until_caught_up(job: TalentSyncJob) -> None:
+    job.run(threading.Event(), once=True)
+
+
+_REPLICA_COMPANIES = """
+SELECT external_talent_tenant_id::text, name, company_type, status, tax_id, sync_source, replica_version
+FROM identity.companies WHERE sync_source = 'TalentIdentity' ORDER BY 1"""
+_REPLICA_USERS = """
+SELECT u.external_talent_user_id::text, c.external_talent_tenant_id::text, u.type, u.status, u.phone, u.email,
+       u.first_name, u.last_name, u.middle_name, u.contacts_managed_by, u.sync_source, u.replica_version,
+       (SELECT array_agg(rd.code || '@' || oc.external_talent_tenant_id::text ORDER BY rd.code)
+        FROM identity.role_assignments ra
+        JOIN identity.role_definitions rd ON rd.id = ra.role_id
+        JOIN identity.companies oc ON oc.id = ra.scope_organization_id
+        WHERE ra.user_id = u.id AND ra.status = 'Active') AS active_roles
+FROM identity.users u JOIN identity.companies c ON c.id = u.company_id
+WHERE u.sync_source = 'TalentIdentity' ORDER BY 1"""
+
+
+def replica_state(container: Container) -> dict[str, list[tuple[Any, ...]]]:
+    """The Talent replica without generated ids and timestamps: what parity compares."""
+    with container.database.connection() as conn:
+        return {
+            "companies": conn.execute(_REPLICA_COMPANIES).fetchall(),
+            "users": conn.execute(_REPLICA_USERS).fetchall(),
+        }
+
+
+def outbox_events(container: Container) -> list[dict[str, Any]]:
+    """Unpublished events in outbox order, with generated ids replaced by Talent's and times dropped."""
+    with container.database.connection() as conn:
+        external = dict(
+            conn.execute(
+                "SELECT id::text, external_talent_tenant_id::text FROM identity.companies"
+                " UNION ALL SELECT id::text, external_talent_user_id::text FROM identity.users"
+                " UNION ALL SELECT id::text, 'assignment' FROM identity.role_assignments"
+            ).fetchall()
+        )
+        values = [row[0] for row in conn.execute("SELECT value FROM identity.outbox_events ORDER BY id")]
+    return [_normalised(json.loads(value), external) for value in values]
+
+
+def _normalised(body: dict[str, Any], external: dict[str, str]) -> dict[str, Any]:
+    text = json.dumps({k: v for k, v in body.items() if k not in ("eventId", "occurredAt", "correlationId")})
+    for internal, talent_id in external.items():
+        text = text.replace(internal, talent_id)
+    normalised: dict[str, Any] = json.loads(text)
+    return normalised
