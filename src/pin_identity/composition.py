@@ -8,6 +8,7 @@ from typing import Any
 
 from pin_identity.adapters.kafka import embedded as embedded_kafka
 from pin_identity.adapters.kafka.publisher import KafkaEventPublisher
+from pin_identity.adapters.kafka.replay_source import TopicReplaySource
 from pin_identity.adapters.kafka.talent_stream import KafkaTalentStream
 from pin_identity.adapters.kafka.topics import TopicLayout, broker_reachable, ensure_topics
 from pin_identity.adapters.postgres import embedded as embedded_postgres
@@ -15,13 +16,19 @@ from pin_identity.adapters.postgres import migrate
 from pin_identity.adapters.postgres.database import ConnectionLimits, Database
 from pin_identity.adapters.postgres.fanout_queue import PostgresFanOutQueue, PostgresTaskWakeups
 from pin_identity.adapters.postgres.identity_store import PostgresIdentityTransactions
+from pin_identity.adapters.postgres.import_store import PostgresImportStore, PostgresRunLock
 from pin_identity.adapters.postgres.outbox_queue import PostgresOutboxQueue
 from pin_identity.adapters.postgres.replica_store import PostgresReplicaTransactions
+from pin_identity.adapters.talent_http.client import TalentApiClient
+from pin_identity.adapters.talent_http.source import ApiPullSource
 from pin_identity.config import ConfigurationError, Settings
 from pin_identity.domain.events import PUBLISHED_TOPICS, now_utc
 from pin_identity.domain.fanout import FanOutPolicy
+from pin_identity.domain.talent_import import ImportMode
 from pin_identity.jobs.access_fanout import AccessFanOutJob, FanOutSettings
 from pin_identity.jobs.outbox_relay import OutboxRelay
+from pin_identity.jobs.ports import TalentSource
+from pin_identity.jobs.talent_import import ImportSettings, TalentImportJob
 from pin_identity.jobs.talent_sync import TalentSyncJob, TalentSyncSettings
 
 
@@ -139,6 +146,37 @@ class Container:
         )
         return TalentSyncJob(
             stream, self.replica_transactions, settings or TalentSyncSettings(), clock=now_utc
+        )
+
+    @cached_property
+    def import_store(self) -> PostgresImportStore:
+        return PostgresImportStore(self.database)
+
+    def run_lock(self) -> PostgresRunLock:
+        return PostgresRunLock(self.database)
+
+    def talent_source(self, mode: ImportMode) -> TalentSource:
+        if mode is ImportMode.TOPIC_REPLAY:
+            return TopicReplaySource(
+                self.kafka_client_config,
+                tenants_topic=self.settings.talent_tenants_topic,
+                users_topic=self.settings.talent_users_topic,
+                group_id=self.settings.talent_sync_group,
+            )
+        if not self.settings.talent_api_url:
+            raise ConfigurationError("PIN_IDENTITY_TALENT_API_URL: required for the api-pull import")
+        return ApiPullSource(TalentApiClient(self.settings.talent_api_url, self.settings.talent_api_token))
+
+    @property
+    def import_settings(self) -> ImportSettings:
+        return ImportSettings(
+            page_lease_s=self.settings.import_page_lease_s,
+            max_page_attempts=self.settings.import_max_page_attempts,
+        )
+
+    def talent_import(self, lock: PostgresRunLock | None = None) -> TalentImportJob:
+        return TalentImportJob(
+            self.import_store, lock or self.run_lock(), self.talent_source, self.import_settings, now_utc
         )
 
     def close(self) -> None:

@@ -22,6 +22,7 @@ TABLES = {
     "talent_import_runs",
     "talent_import_pages",
     "talent_import_failed_items",
+    "talent_import_dry_run_tenants",
     "outbox_events",
     "outbox_dead_letters",
     "alembic_version",

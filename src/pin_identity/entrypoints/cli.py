@@ -2,27 +2,24 @@
 
 from __future__ import annotations
 
-import getpass
 import json
 import logging
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import Annotated, Any
+from typing import Annotated
 from uuid import UUID
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from pin_identity.composition import Container
 from pin_identity.config import ConfigurationError, Settings, load_settings
 from pin_identity.domain.errors import IdentityError
 from pin_identity.domain.events import now_utc
 from pin_identity.domain.model import FanOutTaskStatus
 from pin_identity.entrypoints import worker as worker_entry
+from pin_identity.entrypoints.cli_common import JsonOption, container_from_env, emit, operator
+from pin_identity.entrypoints.talent_import_cli import run_initial_import, talent_import_app
 from pin_identity.observability.logging import configure_logging, get_logger
-from pin_identity.observability.tracing import configure_tracing
 from pin_identity.operations import identity
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
@@ -45,45 +42,30 @@ app.add_typer(kafka_app, name="kafka")
 app.add_typer(roles_app, name="roles")
 app.add_typer(fanout_app, name="fanout")
 app.add_typer(embedded_app, name="embedded")
-
-JsonOption = Annotated[bool, typer.Option("--json", help="Machine-readable output on stdout.")]
-
-
-@contextmanager
-def _container() -> Iterator[Container]:
-    settings = load_settings()
-    configure_logging(settings.log_format)
-    try:
-        configure_tracing()
-    except ValueError as exc:
-        raise ConfigurationError(str(exc)) from None
-    container = Container(settings)
-    try:
-        yield container
-    finally:
-        container.close()
+app.add_typer(talent_import_app, name="talent-import")
 
 
-def _operator() -> str:
-    """Who ran an admin command, for the audit line."""
-    try:
-        return f"cli:{getpass.getuser()}"
-    except (OSError, KeyError):  # a container user without a passwd entry
-        return "cli:unknown"
-
-
-def _emit(result: dict[str, Any], as_json: bool) -> None:
-    if as_json:
-        typer.echo(json.dumps(result, default=str))
-    else:
-        for key, value in result.items():
-            typer.echo(f"{key}: {value}")
+@app.callback(invoke_without_command=True)
+def root(
+    ctx: typer.Context,
+    initial_import: Annotated[
+        bool,
+        typer.Option(
+            "--run-initial-import",
+            help="Run the Talent bootstrap (mode from PIN_IDENTITY_TALENT_IMPORT_MODE) and exit.",
+        ),
+    ] = False,
+) -> None:
+    if initial_import:
+        raise typer.Exit(run_initial_import())
+    if ctx.invoked_subcommand is None:
+        typer.echo(ctx.get_help())
 
 
 @db_app.command("upgrade")
 def db_upgrade() -> None:
     """Apply schema migrations (idempotent; safe when several pods run it at once)."""
-    with _container() as container:
+    with container_from_env() as container:
         container.upgrade_schema()
         typer.echo("schema is up to date")
 
@@ -91,9 +73,9 @@ def db_upgrade() -> None:
 @kafka_app.command("ensure-topics")
 def kafka_ensure_topics(as_json: JsonOption = False) -> None:
     """Create missing pin.identity.* topics (compacted)."""
-    with _container() as container:
+    with container_from_env() as container:
         created = container.ensure_topics()
-        _emit({"created": created}, as_json)
+        emit({"created": created}, as_json)
 
 
 @roles_app.command("set-permissions")
@@ -103,7 +85,7 @@ def roles_set_permissions(
     as_json: JsonOption = False,
 ) -> None:
     """Replace a role's permissions, bump its version, notify its users inline or via the fan-out queue."""
-    with _container() as container:
+    with container_from_env() as container:
         change = identity.set_role_permissions(
             container.transactions,
             identity.Context.fresh(),
@@ -116,9 +98,9 @@ def roles_set_permissions(
             action="set-role-permissions",
             role_id=str(role_id),
             role_version=change.role_version,
-            who=_operator(),
+            who=operator(),
         )
-        _emit(
+        emit(
             {
                 "roleId": change.role_id,
                 "roleVersion": change.role_version,
@@ -139,7 +121,7 @@ def fanout_list(
     as_json: JsonOption = False,
 ) -> None:
     """The newest fan-out tasks first."""
-    with _container() as container:
+    with container_from_env() as container:
         tasks = container.fanout_queue.list_tasks(status.value if status else None, limit)
     if as_json:
         typer.echo(json.dumps(tasks, default=str))
@@ -162,9 +144,9 @@ def fanout_list(
 @fanout_app.command("replay")
 def fanout_replay(task_id: Annotated[UUID, typer.Argument(help="A Failed task.")]) -> None:
     """Runbook: after fixing the cause, a Failed task goes back to Pending (AttemptCount = 0)."""
-    with _container() as container:
+    with container_from_env() as container:
         container.fanout_queue.replay(task_id, now_utc())
-        log.info("admin-action", action="fanout-replay", task_id=str(task_id), who=_operator())
+        log.info("admin-action", action="fanout-replay", task_id=str(task_id), who=operator())
     typer.echo(f"task {task_id} is Pending again")
 
 
@@ -184,7 +166,7 @@ def worker(
             f"unknown job {', '.join(unknown) or '(none)'}; choose from {', '.join(worker_entry.ALL_JOBS)}",
             param_hint="--jobs",
         )
-    with _container() as container:
+    with container_from_env() as container:
         raise typer.Exit(worker_entry.run_worker(container, chosen, once=once))
 
 
@@ -202,7 +184,7 @@ def demo(
     from pin_identity.entrypoints.demo import print_report, run_demo
 
     console = Console()
-    with _container() as container:
+    with container_from_env() as container:
         if not verbose:  # the progress bar and the summary say it; per-batch log lines would drown them
             configure_logging(container.settings.log_format, level=logging.WARNING)
         report = run_demo(container, large_role_users=users, console=console)

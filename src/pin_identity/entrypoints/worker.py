@@ -28,6 +28,7 @@ JOB_FACTORIES: dict[str, Callable[[Container], Job]] = {
     "access-fanout": Container.access_fanout,
     "outbox-relay": _outbox_relay,
     "talent-sync": Container.talent_sync,
+    "talent-import": Container.talent_import,
 }
 ALL_JOBS: tuple[str, ...] = tuple(JOB_FACTORIES)
 

@@ -11,7 +11,18 @@ from uuid import UUID
 
 from pin_identity.domain.events import OutboxMessage
 from pin_identity.domain.model import RenderedAccessSnapshot
-from pin_identity.domain.talent import ImportStage
+from pin_identity.domain.talent import ImportStage, RawSnapshot
+from pin_identity.domain.talent_import import (
+    ImportPage,
+    ImportRequest,
+    ImportRun,
+    PageProgress,
+    PageStatus,
+    PlanStep,
+    RunStatus,
+    StageCounters,
+)
+from pin_identity.operations.ports import ReplicaTransaction
 
 
 class PendingEvent(NamedTuple):
@@ -176,3 +187,89 @@ class TalentStream(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+# ---------------------------------------------------------------- Talent initial import
+
+
+class SourceUnavailableError(Exception):
+    """Talent cannot be read now (down, timing out, malformed answers); worth trying again later."""
+
+
+class SourceRejectedError(SourceUnavailableError):
+    """Talent refuses our credentials (401/403): retrying will not help."""
+
+
+class TalentSource(Protocol):
+    """Where an import reads Talent's snapshots: the HTTP API (ApiPull) or the compacted topics (TopicReplay).
+    Cursors are the source's own: the job stores and hands them back without reading them."""
+
+    def check(self) -> None:
+        """Raise SourceUnavailableError unless the source can be used (checked before anything is written)."""
+        ...
+
+    def count_companies(self, tenant_filter: UUID | None) -> int | None:
+        """How many companies the source lists within the scope, None if it cannot tell cheaply."""
+        ...
+
+    def plan(
+        self, stage: ImportStage, cursor: str | None, page_no: int, page_size: int, tenant_filter: UUID | None
+    ) -> PlanStep: ...
+    def read(
+        self, stage: ImportStage, cursor: str | None, page_size: int, tenant_filter: UUID | None
+    ) -> list[RawSnapshot]: ...
+    def handover(self, cursors: Sequence[str | None]) -> None:
+        """After a complete replay: let the continuous consumer resume where the replay ended."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class RunLock(Protocol):
+    """The one-run-per-cluster lock (a session-level PostgreSQL advisory lock)."""
+
+    def try_acquire(self) -> bool: ...
+    def release(self) -> None: ...
+    def holder(self) -> str | None: ...
+
+
+class ImportPageTransaction(ReplicaTransaction, Protocol):
+    """The replica transaction of one page, already fenced: the page is still this claim's."""
+
+    def complete_page(self, page: ImportPage, counters: StageCounters, *, count_planned: bool) -> None: ...
+    def assume_tenants(self, run_id: UUID, tenant_ids: Sequence[UUID]) -> None: ...
+    def assumed_tenants(self, run_id: UUID, tenant_ids: Sequence[UUID]) -> set[UUID]: ...
+    def talent_users_of_tenant(self, tenant_id: UUID, user_ids: Sequence[UUID]) -> set[UUID]: ...
+
+
+class ImportStore(Protocol):
+    def running_run(self) -> ImportRun | None: ...
+    def load_run(self, run_id: UUID) -> ImportRun | None: ...
+    def latest_run(self) -> ImportRun | None: ...
+    def create_run(self, request: ImportRequest, correlation_id: UUID, now: datetime) -> ImportRun: ...
+    def replica_company_count(self, tenant_filter: UUID | None) -> int: ...
+    def add_planned_pages(self, run: ImportRun, stage: ImportStage, step: PlanStep) -> None: ...
+    def progress(self, run_id: UUID) -> PageProgress: ...
+    def page_cursors(self, run_id: UUID, stage: ImportStage) -> list[str | None]: ...
+    def finish_run(
+        self,
+        run_id: UUID,
+        status: RunStatus,
+        now: datetime,
+        *,
+        error_code: str | None = None,
+        error: str | None = None,
+    ) -> bool: ...
+
+    def claim_page(
+        self, claim_id: UUID, now: datetime, lease_until: datetime, max_attempts: int, run_id: UUID | None
+    ) -> ImportPage | None: ...
+    def page_transaction(
+        self, page: ImportPage, now: datetime, lease_until: datetime
+    ) -> AbstractContextManager[ImportPageTransaction]:
+        """Opens the page's transaction; raises LeaseLostError when the page is no longer this claim's."""
+        ...
+
+    def release_page(
+        self, page: ImportPage, now: datetime, *, available_at: datetime, max_attempts: int, error: str
+    ) -> PageStatus | None: ...

@@ -14,15 +14,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from uuid import UUID
 
-from prometheus_client import Counter
-
 from pin_identity.domain.talent import (
     ImportStage,
-    ItemResult,
     RawSnapshot,
-    SyncErrorCode,
 )
 from pin_identity.jobs.ports import StopSignal, TalentRecord, TalentStream
+from pin_identity.jobs.replica_outcomes import record_outcome
 from pin_identity.observability import metrics
 from pin_identity.observability.logging import describe_error, get_logger
 from pin_identity.operations.identity import Context
@@ -30,9 +27,9 @@ from pin_identity.operations.ports import ReplicaTransactions
 from pin_identity.operations.talent_replica import (
     ApplyOptions,
     BatchOutcome,
-    ItemOutcome,
     SourceItem,
     apply_snapshots,
+    quarantined_items,
 )
 
 log = get_logger("talent-sync")
@@ -118,15 +115,7 @@ class TalentSyncJob:
                     return False
                 ctx = Context(correlation_id=_new_correlation(), now=self._clock())
                 for stage in ImportStage:
-                    items = [
-                        SourceItem(
-                            RawSnapshot(str(e.external_id) if e.external_id else None, e.payload),
-                            quarantine_id=e.entry_id,
-                            attempts=e.attempt_count,
-                        )
-                        for e in due
-                        if e.stage == stage.value
-                    ]
+                    items = quarantined_items(due, stage)
                     if items:
                         self._record(apply_snapshots(tx, stage, items, ctx, self._options(ctx.now)))
                 tx.commit()
@@ -169,25 +158,6 @@ class TalentSyncJob:
     def _record(self, batch: BatchOutcome) -> None:
         for outcome in batch.outcomes:
             record_outcome(outcome, metric=metrics.talent_sync_items_total)
-
-
-def record_outcome(outcome: ItemOutcome, *, metric: Counter) -> None:
-    """Metrics and the quarantine log line of one applied item (shared with the initial import)."""
-    aggregate = _AGGREGATE[outcome.stage]
-    metric.labels(aggregate=aggregate, result=outcome.result.value).inc()
-    if outcome.stale:
-        metrics.talent_sync_stale_events_total.labels(aggregate=aggregate).inc()
-    if outcome.error is SyncErrorCode.PHONE_CONFLICT:
-        metrics.talent_sync_conflicts_total.inc()
-    if outcome.result is ItemResult.FAILED:
-        event = "item-deferred" if outcome.retry_at is not None else "item-quarantined"
-        log.warning(
-            event,
-            stage=outcome.stage.value,
-            external_id=str(outcome.external_id) if outcome.external_id else None,
-            error_code=outcome.error.value if outcome.error else None,
-            retry_at=outcome.retry_at.isoformat() if outcome.retry_at else None,
-        )
 
 
 def _by_stage(records: Sequence[TalentRecord]) -> dict[ImportStage, list[SourceItem]]:

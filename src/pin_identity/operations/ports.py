@@ -143,6 +143,12 @@ class ReplicaTransaction(Protocol):
         """The consumer's deferred items whose next try is due, locked for this transaction."""
         ...
 
+    def quarantined_for_replay(
+        self, run_id: UUID | None, entry_ids: Sequence[UUID] | None
+    ) -> list[QuarantineEntry]:
+        """A run's quarantine rows (the chosen ones, or all), locked for this transaction."""
+        ...
+
     def release_quarantined(self, entry_ids: Sequence[UUID]) -> None: ...
     def discard_deferred(self, stage: str, talent_ids: Sequence[UUID]) -> None:
         """Drop the consumer's deferred items of these entities (they were deleted in Talent)."""

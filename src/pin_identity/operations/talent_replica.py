@@ -45,6 +45,7 @@ from pin_identity.operations.ports import (
     DefaultGrant,
     QuarantineEntry,
     ReplicaTransaction,
+    ReplicaTransactions,
     RoleRecord,
     StoreConflictError,
 )
@@ -376,3 +377,32 @@ def _access_reasons(
     if change.change in _GRANTING:
         return [(AccessChangeReason.ROLE_ASSIGNED, role.role_id)]
     return [(AccessChangeReason.ROLE_REVOKED, role_id) for role_id in revoked_roles]
+
+
+def quarantined_items(entries: Sequence[QuarantineEntry], stage: ImportStage) -> list[SourceItem]:
+    """Quarantine rows of one stage as items to apply again (each keeps its row id and attempt count)."""
+    return [
+        SourceItem(
+            RawSnapshot(str(e.external_id) if e.external_id else None, e.payload),
+            quarantine_id=e.entry_id,
+            attempts=e.attempt_count,
+        )
+        for e in entries
+        if e.stage == stage.value
+    ]
+
+
+def replay_quarantined(
+    transactions: ReplicaTransactions, ctx: Context, *, run_id: UUID | None, item_ids: Sequence[UUID] | None
+) -> BatchOutcome:
+    """The runbook's replay after the operator fixed the cause: the chosen items (all when None) of a run are
+    applied again; one that applies leaves the quarantine, one that fails again stays, with its new reason."""
+    batch = BatchOutcome()
+    with transactions() as tx:
+        entries = tx.quarantined_for_replay(run_id, item_ids)
+        for stage in ImportStage:
+            items = quarantined_items(entries, stage)
+            if items:
+                batch.outcomes += apply_snapshots(tx, stage, items, ctx, ApplyOptions(run_id=run_id)).outcomes
+        tx.commit()
+    return batch

@@ -26,7 +26,8 @@ _CONSUMER_DEFAULTS = {
 }
 
 
-def _payload(value: bytes | None) -> Any:
+def decode_snapshot(value: bytes | None) -> Any:
+    """The record value as JSON, None for a tombstone; text that is not JSON stays text (for quarantine)."""
     if value is None:
         return None
     text = value.decode("utf-8", errors="replace")
@@ -44,7 +45,7 @@ def _record(message: Message, stage: ImportStage) -> TalentRecord:
         partition=message.partition() or 0,
         offset=message.offset() or 0,
         key=key.decode("utf-8", errors="replace") if isinstance(key, bytes) else key,
-        payload=_payload(message.value()),
+        payload=decode_snapshot(message.value()),
     )
 
 

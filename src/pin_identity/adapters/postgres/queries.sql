@@ -435,3 +435,180 @@ SELECT status, processed_count FROM identity.access_fanout_tasks WHERE id = %(ta
 
 -- name: outbox_is_empty
 SELECT NOT EXISTS (SELECT 1 FROM identity.outbox_events);
+
+
+-- ---------------------------------------------------------------- talent-initial-import
+
+-- name: create_import_run
+INSERT INTO identity.talent_import_runs (id, mode, status, talent_tenant_id_filter, page_size, dry_run,
+                                         correlation_id, started_at, updated_at)
+VALUES (%(id)s, %(mode)s, 'Running', %(tenant_filter)s, %(page_size)s, %(dry_run)s, %(correlation_id)s,
+        %(now)s, %(now)s);
+
+-- name: import_runs
+-- Every run query returns these columns in this order; the WHERE clause is appended by the caller's choice
+-- of block below.
+SELECT id, mode, status, talent_tenant_id_filter, page_size, dry_run, correlation_id, started_at, finished_at,
+       companies_planned, companies_applied, companies_skipped, companies_failed,
+       users_planned, users_applied, users_skipped, users_failed,
+       tenants_listed, users_listed, plan_cursor, plan_page_no, error_code, error
+FROM identity.talent_import_runs
+WHERE (%(run_id)s::uuid IS NULL OR id = %(run_id)s::uuid)
+  AND (NOT %(running_only)s OR status = 'Running')
+ORDER BY started_at DESC
+LIMIT 1;
+
+-- name: replica_company_count
+SELECT count(*) FROM identity.companies
+WHERE sync_source = 'TalentIdentity' AND status <> 'Blocked'
+  AND (%(tenant_filter)s::uuid IS NULL OR external_talent_tenant_id = %(tenant_filter)s::uuid);
+
+-- name: add_import_pages
+-- One planning step, atomically: its pages, their planned items, and where the listing continues.
+WITH inserted AS (
+    INSERT INTO identity.talent_import_pages (id, run_id, stage, page_no, cursor, items_planned)
+    SELECT gen_random_uuid(), %(run_id)s, %(stage)s, p.page_no, p.cursor, p.planned
+    FROM unnest(%(page_nos)s::int[], %(cursors)s::text[], %(planned)s::int[]) AS p(page_no, cursor, planned)
+    ON CONFLICT (run_id, stage, page_no) DO NOTHING
+    RETURNING items_planned
+)
+UPDATE identity.talent_import_runs r
+SET companies_planned = r.companies_planned
+        + CASE WHEN %(stage)s = 'Tenants' THEN (SELECT COALESCE(sum(items_planned), 0) FROM inserted) ELSE 0 END,
+    users_planned = r.users_planned
+        + CASE WHEN %(stage)s = 'Users' THEN (SELECT COALESCE(sum(items_planned), 0) FROM inserted) ELSE 0 END,
+    tenants_listed = r.tenants_listed OR (%(stage)s = 'Tenants' AND %(complete)s),
+    users_listed = r.users_listed OR (%(stage)s = 'Users' AND %(complete)s),
+    plan_cursor = CASE WHEN %(complete)s THEN NULL ELSE %(next_cursor)s END,
+    plan_page_no = CASE WHEN %(complete)s THEN 0 ELSE %(next_page_no)s END,
+    updated_at = now()
+WHERE r.id = %(run_id)s;
+
+-- name: import_page_progress
+SELECT stage, status, count(*) FROM identity.talent_import_pages WHERE run_id = %(run_id)s GROUP BY 1, 2;
+
+-- name: import_page_cursors
+SELECT cursor FROM identity.talent_import_pages WHERE run_id = %(run_id)s AND stage = %(stage)s ORDER BY page_no;
+
+-- name: finish_import_run
+UPDATE identity.talent_import_runs
+SET status = %(status)s, finished_at = %(now)s, error_code = %(error_code)s, error = %(error)s,
+    cancel_requested = cancel_requested OR %(status)s = 'Cancelled', updated_at = now()
+WHERE id = %(run_id)s AND status = 'Running'
+RETURNING id;
+
+-- name: fail_exhausted_import_pages
+-- A page whose attempts are used up (its last holder died, or it kept failing) is Failed, not claimed again.
+UPDATE identity.talent_import_pages
+SET status = 'Failed', lease_until = NULL, claim_id = NULL, updated_at = %(now)s,
+    error = COALESCE(error, 'lease expired after the last attempt')
+WHERE attempt_count >= %(max_attempts)s
+  AND (status = 'Pending' OR (status = 'InProgress' AND lease_until <= %(now)s))
+  AND run_id IN (SELECT id FROM identity.talent_import_runs WHERE status = 'Running')
+RETURNING stage;
+
+-- name: claim_import_page
+-- Tenants pages first (the barrier already keeps Users pages out until Tenants are Done); pages others hold
+-- are skipped; an InProgress page whose holder's lease expired is taken again.
+WITH next AS (
+    SELECT p.id FROM identity.talent_import_pages p
+    JOIN identity.talent_import_runs r ON r.id = p.run_id AND r.status = 'Running'
+    WHERE (%(run_id)s::uuid IS NULL OR p.run_id = %(run_id)s::uuid)
+      AND ((p.status = 'Pending' AND COALESCE(p.available_at, %(now)s) <= %(now)s)
+           OR (p.status = 'InProgress' AND p.lease_until <= %(now)s))
+    ORDER BY p.stage = 'Users', p.page_no
+    LIMIT 1
+    FOR UPDATE OF p SKIP LOCKED
+)
+UPDATE identity.talent_import_pages p
+SET status = 'InProgress', lease_until = %(lease_until)s, claim_id = %(claim_id)s,
+    attempt_count = p.attempt_count + 1, updated_at = %(now)s
+FROM next
+WHERE p.id = next.id
+RETURNING p.id, p.run_id, p.stage, p.page_no, p.cursor, p.attempt_count;
+
+-- name: fence_import_page
+-- Only the claim holding the lease may complete the page; the row stays locked until the page commits.
+UPDATE identity.talent_import_pages
+SET lease_until = %(lease_until)s, updated_at = %(now)s
+WHERE id = %(page_id)s AND claim_id = %(claim_id)s AND status = 'InProgress'
+RETURNING id;
+
+-- name: complete_import_page
+WITH page AS (
+    UPDATE identity.talent_import_pages
+    SET status = 'Done', items_applied = %(applied)s, items_skipped = %(skipped)s, items_failed = %(failed)s,
+        items_planned = CASE WHEN %(count_planned)s THEN %(planned)s ELSE items_planned END,
+        lease_until = NULL, error = NULL, updated_at = now()
+    WHERE id = %(page_id)s AND claim_id = %(claim_id)s AND status = 'InProgress'
+    RETURNING run_id, stage
+)
+UPDATE identity.talent_import_runs r
+SET companies_planned = r.companies_planned + CASE WHEN page.stage = 'Tenants' AND %(count_planned)s THEN %(planned)s ELSE 0 END,
+    companies_applied = r.companies_applied + CASE WHEN page.stage = 'Tenants' THEN %(applied)s ELSE 0 END,
+    companies_skipped = r.companies_skipped + CASE WHEN page.stage = 'Tenants' THEN %(skipped)s ELSE 0 END,
+    companies_failed = r.companies_failed + CASE WHEN page.stage = 'Tenants' THEN %(failed)s ELSE 0 END,
+    users_planned = r.users_planned + CASE WHEN page.stage = 'Users' AND %(count_planned)s THEN %(planned)s ELSE 0 END,
+    users_applied = r.users_applied + CASE WHEN page.stage = 'Users' THEN %(applied)s ELSE 0 END,
+    users_skipped = r.users_skipped + CASE WHEN page.stage = 'Users' THEN %(skipped)s ELSE 0 END,
+    users_failed = r.users_failed + CASE WHEN page.stage = 'Users' THEN %(failed)s ELSE 0 END,
+    updated_at = now()
+FROM page
+WHERE r.id = page.run_id
+RETURNING r.id;
+
+-- name: release_import_page
+-- After an infrastructure error: back to Pending with a backoff, or Failed once the attempts are used up.
+UPDATE identity.talent_import_pages
+SET status = CASE WHEN attempt_count >= %(max_attempts)s THEN 'Failed' ELSE 'Pending' END,
+    available_at = %(available_at)s, lease_until = NULL, claim_id = NULL, error = %(error)s, updated_at = %(now)s
+WHERE id = %(page_id)s AND claim_id = %(claim_id)s AND status = 'InProgress'
+RETURNING status;
+
+-- name: assume_dry_run_tenants
+INSERT INTO identity.talent_import_dry_run_tenants (run_id, external_talent_tenant_id)
+SELECT %(run_id)s, t FROM unnest(%(tenant_ids)s::uuid[]) AS t
+ON CONFLICT DO NOTHING;
+
+-- name: assumed_dry_run_tenants
+SELECT external_talent_tenant_id FROM identity.talent_import_dry_run_tenants
+WHERE run_id = %(run_id)s AND external_talent_tenant_id = ANY(%(tenant_ids)s::uuid[]);
+
+-- name: talent_users_of_tenant
+SELECT u.external_talent_user_id FROM identity.users u
+JOIN identity.companies c ON c.id = u.company_id
+WHERE c.external_talent_tenant_id = %(tenant_id)s AND u.external_talent_user_id = ANY(%(user_ids)s::uuid[]);
+
+-- name: import_lock_holder
+-- Who holds the one-run lock: the session's process, application name and client.
+SELECT a.pid, a.application_name, COALESCE(host(a.client_addr), 'local'), a.backend_start
+FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+  AND ((l.classid::bigint << 32) | l.objid::bigint) = hashtextextended(%(key)s, 0);
+
+-- name: try_import_lock
+SELECT pg_try_advisory_lock(hashtextextended(%(key)s, 0));
+
+-- name: reset_import_leases
+UPDATE identity.talent_import_pages SET lease_until = now(), updated_at = now()
+WHERE run_id = %(run_id)s AND status = 'InProgress'
+RETURNING id;
+
+-- name: request_import_cancel
+UPDATE identity.talent_import_runs
+SET status = 'Cancelled', cancel_requested = true, finished_at = now(), updated_at = now()
+WHERE id = %(run_id)s AND status = 'Running'
+RETURNING id;
+
+-- name: import_failed_items
+SELECT id, stage, external_id, error_code, attempt_count, created_at, updated_at
+FROM identity.talent_import_failed_items
+WHERE run_id IS NOT DISTINCT FROM %(run_id)s::uuid
+ORDER BY created_at, id;
+
+-- name: import_failed_items_for_replay
+SELECT id, stage, external_id, error_code, payload, attempt_count, next_attempt_at
+FROM identity.talent_import_failed_items
+WHERE run_id IS NOT DISTINCT FROM %(run_id)s::uuid AND (%(all)s OR id = ANY(%(ids)s::uuid[]))
+ORDER BY created_at, id
+FOR UPDATE SKIP LOCKED;

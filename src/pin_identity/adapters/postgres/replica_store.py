@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
@@ -65,6 +65,11 @@ def _quarantine_columns(entries: Sequence[QuarantineEntry]) -> dict[str, list[An
         "attempts": [e.attempt_count for e in entries],
         "next_attempts": [e.next_attempt_at for e in entries],
     }
+
+
+def _entries(rows: Iterable[Sequence[Any]], run_id: UUID | None) -> list[QuarantineEntry]:
+    """Rows of (id, stage, external_id, error_code, payload, attempt_count, next_attempt_at)."""
+    return [QuarantineEntry(row[0], run_id, row[1], row[2], row[3], row[4], row[5], row[6]) for row in rows]
 
 
 class PostgresReplicaTransaction(PostgresIdentityTransaction):
@@ -153,20 +158,13 @@ class PostgresReplicaTransaction(PostgresIdentityTransaction):
         self._run("insert_quarantined", columns)
 
     def due_quarantined(self, now: datetime, limit: int) -> list[QuarantineEntry]:
-        rows = self._run("due_quarantined", {"now": now, "limit": limit})
-        return [
-            QuarantineEntry(
-                entry_id=row[0],
-                run_id=None,
-                stage=row[1],
-                external_id=row[2],
-                error_code=row[3],
-                payload=row[4],
-                attempt_count=row[5],
-                next_attempt_at=row[6],
-            )
-            for row in rows
-        ]
+        return _entries(self._run("due_quarantined", {"now": now, "limit": limit}), None)
+
+    def quarantined_for_replay(
+        self, run_id: UUID | None, entry_ids: Sequence[UUID] | None
+    ) -> list[QuarantineEntry]:
+        params = {"run_id": run_id, "all": entry_ids is None, "ids": list(entry_ids or [])}
+        return _entries(self._run("import_failed_items_for_replay", params), run_id)
 
     def release_quarantined(self, entry_ids: Sequence[UUID]) -> None:
         self._run("release_quarantined", {"ids": list(entry_ids)})

@@ -1,0 +1,263 @@
+"""Talent replica apply throughput: snapshots created, then the same snapshots re-applied as stale.
+
+    .venv/bin/python bench/talent_apply.py [--tenants 5000] [--users 50000] [--batch-size 500] [--runs 3]
+                                           [--json]
+
+Starts its own embedded PostgreSQL (durable defaults) in a temporary directory; no broker (the apply logic
+writes events to the outbox only). Each run uses a fresh migrated database and applies the simulated dataset
+through `apply_snapshots`, one transaction per batch (committed), tenants first, then users:
+- create: every snapshot is new (companies, users, default-role grants and their outbox events are written);
+- stale: exactly the same snapshots again, every one skipped by the version guard.
+Each phase is timed by wall clock and reported in items/s; the counts are checked after every run.
+Target (issue: Talent replica): >= 2,000 items/s on a 2-core machine. With `--json` the JSON document goes to
+stdout and the human lines to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TextIO
+
+import psycopg
+from psycopg import sql
+
+from pin_identity.adapters.postgres import migrate
+from pin_identity.adapters.postgres.database import ConnectionLimits, Database
+from pin_identity.adapters.postgres.embedded import ensure_embedded_postgres, stop_embedded_postgres
+from pin_identity.adapters.postgres.replica_store import PostgresReplicaTransactions
+from pin_identity.domain.talent import ImportStage, ItemResult, RawSnapshot
+from pin_identity.operations.identity import Context
+from pin_identity.operations.talent_replica import ApplyOptions, SourceItem, apply_snapshots
+from pin_identity.simulation.talent import generate_dataset
+
+TARGET_ITEMS_PER_S = 2_000
+PHASES = ("create", "stale")
+
+
+@dataclass(frozen=True)
+class Snapshots:
+    tenants: list[SourceItem]
+    users: list[SourceItem]
+
+    @property
+    def total(self) -> int:
+        return len(self.tenants) + len(self.users)
+
+
+@dataclass(frozen=True)
+class PhaseResult:
+    seconds: float
+    tenants_s: float
+    users_s: float
+    items_per_s: float
+    results: dict[str, int]  # ItemResult -> count; "stale" counts skipped items the version guard held
+
+
+def source_items(tenants: int, users: int) -> Snapshots:
+    dataset = generate_dataset(tenants, users, seed=7)
+    return Snapshots(
+        [SourceItem(RawSnapshot(str(t["tenantId"]), t)) for t in dataset.tenants],
+        [SourceItem(RawSnapshot(str(u["userId"]), u)) for u in dataset.users],
+    )
+
+
+def fresh_database(admin_url: str, name: str) -> str:
+    """A new database; earlier bench databases are dropped so that no autovacuum of theirs runs meanwhile."""
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        for (old,) in conn.execute(
+            "SELECT datname FROM pg_database WHERE datname LIKE 'bench\\_%'"
+        ).fetchall():
+            conn.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(old)))
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    url = psycopg.conninfo.make_conninfo(admin_url, dbname=name)
+    migrate.upgrade(url)
+    return url
+
+
+def checkpoint(url: str) -> None:
+    """Earlier writes are flushed before the clock starts."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("CHECKPOINT")
+
+
+def apply_stage(
+    transactions: PostgresReplicaTransactions,
+    stage: ImportStage,
+    items: Sequence[SourceItem],
+    batch_size: int,
+    results: Counter[str],
+) -> float:
+    """Every batch in its own committed transaction; returns the stage's wall-clock seconds."""
+    started = time.perf_counter()
+    for start in range(0, len(items), batch_size):
+        with transactions() as tx:
+            batch = apply_snapshots(
+                tx, stage, items[start : start + batch_size], Context.fresh(), ApplyOptions()
+            )
+            tx.commit()
+        for outcome in batch.outcomes:
+            results[outcome.result.value] += 1
+            results["stale"] += outcome.stale
+    return time.perf_counter() - started
+
+
+def apply_phase(database: Database, snapshots: Snapshots, batch_size: int) -> PhaseResult:
+    transactions = PostgresReplicaTransactions(database)
+    results: Counter[str] = Counter({result.value: 0 for result in ItemResult})
+    tenants_s = apply_stage(transactions, ImportStage.TENANTS, snapshots.tenants, batch_size, results)
+    users_s = apply_stage(transactions, ImportStage.USERS, snapshots.users, batch_size, results)
+    seconds = tenants_s + users_s
+    return PhaseResult(seconds, tenants_s, users_s, snapshots.total / seconds, dict(results))
+
+
+def replica_counts(url: str) -> dict[str, int]:
+    with psycopg.connect(url) as conn:
+        row = conn.execute(
+            "SELECT (SELECT count(*) FROM identity.companies WHERE external_talent_tenant_id IS NOT NULL),"
+            " (SELECT count(*) FROM identity.users WHERE external_talent_user_id IS NOT NULL),"
+            " (SELECT count(*) FROM identity.outbox_events)"
+        ).fetchone()
+    assert row is not None
+    return {"companies": row[0], "users": row[1], "outbox_events": row[2]}
+
+
+def verify(url: str, snapshots: Snapshots, create: PhaseResult, stale: PhaseResult) -> None:
+    """Fails loudly unless the run did what the figures claim."""
+    tenants, users, total = len(snapshots.tenants), len(snapshots.users), snapshots.total
+    expected = {"companies": tenants, "users": users, "outbox_events": tenants + 2 * users}
+    problems = []
+    if (counts := replica_counts(url)) != expected:
+        problems.append(f"replica counts {counts}, expected {expected}")
+    if create.results[ItemResult.APPLIED.value] != total:
+        problems.append(f"create phase outcomes {create.results}, expected {total} applied")
+    if stale.results[ItemResult.SKIPPED.value] != total or stale.results["stale"] != total:
+        problems.append(f"stale phase outcomes {stale.results}, expected {total} skipped as stale")
+    if problems:
+        raise SystemExit("verification failed: " + "; ".join(problems))
+
+
+def run_once(admin_url: str, snapshots: Snapshots, batch_size: int, run: int) -> dict[str, PhaseResult]:
+    url = fresh_database(admin_url, f"bench_talent_{run}")
+    database = Database(url, limits=ConnectionLimits()).open()
+    try:
+        phases = {}
+        for phase in PHASES:
+            checkpoint(url)
+            phases[phase] = apply_phase(database, snapshots, batch_size)
+    finally:
+        database.close()
+    verify(url, snapshots, phases["create"], phases["stale"])
+    return phases
+
+
+def machine(admin_url: str) -> dict[str, Any]:
+    with psycopg.connect(admin_url) as conn:
+        row = conn.execute("SHOW server_version").fetchone()
+    return {
+        "arch": platform.machine(),
+        "processor": platform.processor() or "cpu",
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "postgres": row[0] if row else "unknown",
+        "system": f"{platform.system()} {platform.release()}",
+    }
+
+
+def summary(
+    args: argparse.Namespace, snapshots: Snapshots, runs: list[dict[str, PhaseResult]]
+) -> dict[str, Any]:
+    phases = {}
+    for phase in PHASES:
+        rates = [run[phase].items_per_s for run in runs]
+        median = statistics.median(rates)
+        phases[phase] = {
+            "median_items_per_s": median,
+            "target_met": median >= TARGET_ITEMS_PER_S,
+            "runs": [asdict(run[phase]) for run in runs],
+        }
+    return {
+        "benchmark": "talent_apply",
+        "date": datetime.now(UTC).date().isoformat(),
+        "settings": {"tenants": args.tenants, "users": args.users, "batch_size": args.batch_size},
+        "runs": args.runs,
+        "items_per_phase": snapshots.total,
+        "total_items": snapshots.total * len(PHASES) * args.runs,
+        "target_items_per_s": TARGET_ITEMS_PER_S,
+        "target_met": all(phases[phase]["target_met"] for phase in PHASES),
+        "phases": phases,
+    }
+
+
+def print_table(report: dict[str, Any], out: TextIO) -> None:
+    settings = report["settings"]
+    print(
+        f"items per phase: {report['items_per_phase']:,} ({settings['tenants']:,} tenants + "
+        f"{settings['users']:,} users), batch size {settings['batch_size']}, runs: {report['runs']}, "
+        f"total items applied: {report['total_items']:,}",
+        file=out,
+    )
+    print("| phase | median items/s | runs (items/s) | runs (s: tenants + users) |", file=out)
+    print("|---|---|---|---|", file=out)
+    for phase, data in report["phases"].items():
+        rates = " / ".join(f"{r['items_per_s']:,.0f}" for r in data["runs"])
+        times = " / ".join(f"{r['tenants_s']:.1f} + {r['users_s']:.1f}" for r in data["runs"])
+        print(f"| {phase} | {data['median_items_per_s']:,.0f} | {rates} | {times} |", file=out)
+    verdict = "met" if report["target_met"] else "NOT met"
+    print(f"target >= {report['target_items_per_s']:,} items/s in both phases: {verdict}", file=out)
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tenants", type=int, default=5_000)
+    parser.add_argument("--users", type=int, default=50_000)
+    parser.add_argument("--batch-size", type=int, default=500)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--json", action="store_true", help="print a JSON document to stdout")
+    args = parser.parse_args()
+    if args.tenants < 1 or args.users < 0 or args.batch_size < 1 or args.runs < 1:
+        parser.error("--tenants, --batch-size and --runs must be positive, --users not negative")
+    return args
+
+
+def main() -> None:
+    args = parse_args()
+    out = sys.stderr if args.json else sys.stdout
+    snapshots = source_items(args.tenants, args.users)
+    workdir = Path(tempfile.mkdtemp(prefix="bench-talent-"))
+    admin_url = ensure_embedded_postgres(workdir, database="postgres")
+    try:
+        info = machine(admin_url)
+        print(f"machine: {info['arch']}, {info['cores']} cores, python {info['python']}", file=out)
+        runs = []
+        for run in range(args.runs):
+            runs.append(run_once(admin_url, snapshots, args.batch_size, run))
+            print(
+                f"run {run + 1}: "
+                + ", ".join(
+                    f"{p} {r.items_per_s:,.0f} items/s ({r.seconds:.1f} s)" for p, r in runs[-1].items()
+                ),
+                file=out,
+                flush=True,
+            )
+    finally:
+        stop_embedded_postgres(workdir)
+    report = {**summary(args, snapshots, runs), "machine": info}
+    print_table(report, out)
+    if args.json:
+        print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()

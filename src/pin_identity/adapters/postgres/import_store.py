@@ -1,0 +1,256 @@
+"""The initial import's state on PostgreSQL: runs, leased pages, the run lock, the dry run's tenants."""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+import psycopg
+
+from pin_identity.adapters.postgres.catalogue import query
+from pin_identity.adapters.postgres.database import Database
+from pin_identity.adapters.postgres.replica_store import PostgresReplicaTransaction
+from pin_identity.domain.talent import ImportStage
+from pin_identity.domain.talent_import import (
+    RUN_LOCK_KEY,
+    ImportMode,
+    ImportPage,
+    ImportRequest,
+    ImportRun,
+    PageProgress,
+    PageStatus,
+    PlanStep,
+    RunStatus,
+    StageCounters,
+)
+from pin_identity.jobs.ports import LeaseLostError
+
+
+def _run(row: Sequence[Any]) -> ImportRun:
+    return ImportRun(
+        run_id=row[0],
+        mode=ImportMode(row[1]),
+        status=RunStatus(row[2]),
+        tenant_filter=row[3],
+        page_size=row[4],
+        dry_run=row[5],
+        correlation_id=row[6],
+        started_at=row[7],
+        finished_at=row[8],
+        companies=StageCounters(*row[9:13]),
+        users=StageCounters(*row[13:17]),
+        tenants_listed=row[17],
+        users_listed=row[18],
+        plan_cursor=row[19],
+        plan_page_no=row[20],
+        error_code=row[21],
+        error=row[22],
+    )
+
+
+class PostgresImportPageTransaction(PostgresReplicaTransaction):
+    def complete_page(self, page: ImportPage, counters: StageCounters, *, count_planned: bool) -> None:
+        params = {
+            "page_id": page.page_id,
+            "claim_id": page.claim_id,
+            "planned": counters.planned,
+            "applied": counters.applied,
+            "skipped": counters.skipped,
+            "failed": counters.failed,
+            "count_planned": count_planned,
+        }
+        if self._run("complete_import_page", params).fetchone() is None:
+            raise LeaseLostError(str(page.page_id))
+
+    def assume_tenants(self, run_id: UUID, tenant_ids: Sequence[UUID]) -> None:
+        if tenant_ids:
+            self._run("assume_dry_run_tenants", {"run_id": run_id, "tenant_ids": list(tenant_ids)})
+
+    def assumed_tenants(self, run_id: UUID, tenant_ids: Sequence[UUID]) -> set[UUID]:
+        if not tenant_ids:
+            return set()
+        rows = self._run("assumed_dry_run_tenants", {"run_id": run_id, "tenant_ids": list(tenant_ids)})
+        return {row[0] for row in rows}
+
+    def talent_users_of_tenant(self, tenant_id: UUID, user_ids: Sequence[UUID]) -> set[UUID]:
+        rows = self._run("talent_users_of_tenant", {"tenant_id": tenant_id, "user_ids": list(user_ids)})
+        return {row[0] for row in rows}
+
+
+class PostgresImportStore:
+    def __init__(self, database: Database):
+        self._database = database
+
+    def _rows(self, name: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+        """One statement in its own transaction; the rows it returned, if any."""
+        with self._database.connection() as conn:
+            cursor = conn.execute(query(name), params)
+            return cursor.fetchall() if cursor.description is not None else []
+
+    def _one_run(self, run_id: UUID | None, *, running_only: bool) -> ImportRun | None:
+        rows = self._rows("import_runs", {"run_id": run_id, "running_only": running_only})
+        return _run(rows[0]) if rows else None
+
+    def running_run(self) -> ImportRun | None:
+        return self._one_run(None, running_only=True)
+
+    def load_run(self, run_id: UUID) -> ImportRun | None:
+        return self._one_run(run_id, running_only=False)
+
+    def latest_run(self) -> ImportRun | None:
+        return self._one_run(None, running_only=False)
+
+    def create_run(self, request: ImportRequest, correlation_id: UUID, now: datetime) -> ImportRun:
+        run_id = uuid.uuid4()
+        params = {
+            "id": run_id,
+            "mode": request.mode.value,
+            "tenant_filter": request.tenant_filter,
+            "page_size": request.page_size,
+            "dry_run": request.dry_run,
+            "correlation_id": correlation_id,
+            "now": now,
+        }
+        self._rows("create_import_run", params)
+        created = self.load_run(run_id)
+        assert created is not None
+        return created
+
+    def replica_company_count(self, tenant_filter: UUID | None) -> int:
+        return int(self._rows("replica_company_count", {"tenant_filter": tenant_filter})[0][0])
+
+    def add_planned_pages(self, run: ImportRun, stage: ImportStage, step: PlanStep) -> None:
+        params = {
+            "run_id": run.run_id,
+            "stage": stage.value,
+            "page_nos": [p.page_no for p in step.pages],
+            "cursors": [p.cursor for p in step.pages],
+            "planned": [p.items_planned for p in step.pages],
+            "complete": step.complete,
+            "next_cursor": step.next_cursor,
+            "next_page_no": run.plan_page_no + len(step.pages),
+        }
+        self._rows("add_import_pages", params)
+
+    def progress(self, run_id: UUID) -> PageProgress:
+        rows = self._rows("import_page_progress", {"run_id": run_id})
+        return PageProgress({(ImportStage(stage), PageStatus(status)): n for stage, status, n in rows})
+
+    def page_cursors(self, run_id: UUID, stage: ImportStage) -> list[str | None]:
+        return [row[0] for row in self._rows("import_page_cursors", {"run_id": run_id, "stage": stage.value})]
+
+    def finish_run(
+        self,
+        run_id: UUID,
+        status: RunStatus,
+        now: datetime,
+        *,
+        error_code: str | None = None,
+        error: str | None = None,
+    ) -> bool:
+        params = {
+            "run_id": run_id,
+            "status": status.value,
+            "now": now,
+            "error_code": error_code,
+            "error": error,
+        }
+        return bool(self._rows("finish_import_run", params))
+
+    def claim_page(
+        self, claim_id: UUID, now: datetime, lease_until: datetime, max_attempts: int, run_id: UUID | None
+    ) -> ImportPage | None:
+        self._rows("fail_exhausted_import_pages", {"now": now, "max_attempts": max_attempts})
+        params = {"claim_id": claim_id, "now": now, "lease_until": lease_until, "run_id": run_id}
+        rows = self._rows("claim_import_page", params)
+        if not rows:
+            return None
+        page_id, page_run_id, stage, page_no, cursor, attempt = rows[0]
+        return ImportPage(page_id, page_run_id, ImportStage(stage), page_no, cursor, attempt, claim_id)
+
+    @contextmanager
+    def page_transaction(
+        self, page: ImportPage, now: datetime, lease_until: datetime
+    ) -> Iterator[PostgresImportPageTransaction]:
+        with self._database.connection() as conn:
+            try:
+                params = {
+                    "page_id": page.page_id,
+                    "claim_id": page.claim_id,
+                    "now": now,
+                    "lease_until": lease_until,
+                }
+                if conn.execute(query("fence_import_page"), params).fetchone() is None:
+                    raise LeaseLostError(str(page.page_id))
+                yield PostgresImportPageTransaction(conn)
+            finally:
+                conn.rollback()
+
+    def release_page(
+        self, page: ImportPage, now: datetime, *, available_at: datetime, max_attempts: int, error: str
+    ) -> PageStatus | None:
+        params = {
+            "page_id": page.page_id,
+            "claim_id": page.claim_id,
+            "now": now,
+            "available_at": available_at,
+            "max_attempts": max_attempts,
+            "error": error,
+        }
+        rows = self._rows("release_import_page", params)
+        return PageStatus(rows[0][0]) if rows else None
+
+    # ---------------------------------------------------------------- operator commands
+
+    def request_cancel(self, run_id: UUID) -> bool:
+        """Running -> Cancelled; pages already claimed still finish (their claims stay valid)."""
+        return bool(self._rows("request_import_cancel", {"run_id": run_id}))
+
+    def reset_leases(self, run_id: UUID) -> int:
+        return len(self._rows("reset_import_leases", {"run_id": run_id}))
+
+    def failed_items(self, run_id: UUID | None) -> list[dict[str, Any]]:
+        rows = self._rows("import_failed_items", {"run_id": run_id})
+        names = ("id", "stage", "externalId", "errorCode", "attempts", "createdAt", "updatedAt")
+        return [dict(zip(names, row, strict=True)) for row in rows]
+
+
+class PostgresRunLock:
+    """The one-run lock, held by a session of its own: it outlives no crash (the session ends with the
+    process) and survives nothing else, which is what makes a Running run resumable by anyone."""
+
+    def __init__(self, database: Database, key: str = RUN_LOCK_KEY):
+        self._database, self._key = database, key
+        self._conn: psycopg.Connection | None = None
+
+    def try_acquire(self) -> bool:
+        if self._conn is not None:
+            return True
+        name = f"pin-identity talent-import {socket.gethostname()} pid {os.getpid()}"
+        conn = self._database.dedicated(name=name[:63])
+        row = conn.execute(query("try_import_lock"), {"key": self._key}).fetchone()
+        if row and row[0]:
+            self._conn = conn
+            return True
+        conn.close()
+        return False
+
+    def release(self) -> None:
+        if self._conn is not None:
+            self._conn.close()  # ending the session releases the lock
+            self._conn = None
+
+    def holder(self) -> str | None:
+        with self._database.connection() as conn:
+            row = conn.execute(query("import_lock_holder"), {"key": self._key}).fetchone()
+        if row is None:
+            return None
+        pid, application, client, since = row
+        who = application or "unknown application"
+        return f"{who} (backend pid {pid}, client {client}, since {since:%Y-%m-%d %H:%M:%S%z})"

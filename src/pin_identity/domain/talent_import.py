@@ -1,0 +1,215 @@
+"""The initial import's own vocabulary: request, run, page, result (talent-initial-import, CONTRACTS 2)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+from uuid import UUID
+
+from pin_identity.domain.talent import ImportStage
+
+MAX_PAGE_SIZE = 2000
+RUN_LOCK_KEY = "Pin:lock:job:identity-talent-initial-import"
+# The pre-flight guard: a source listing fewer companies than this share of the replica is suspicious.
+TRUNCATED_SOURCE_SHARE = 0.5
+
+
+class ImportMode(StrEnum):
+    API_PULL = "ApiPull"
+    TOPIC_REPLAY = "TopicReplay"
+
+    @classmethod
+    def parse(cls, text: str) -> ImportMode:
+        """`api-pull`/`topic-replay` (command line) or `ApiPull`/`TopicReplay` (database, HTTP API)."""
+        spelled = {"api-pull": cls.API_PULL, "topic-replay": cls.TOPIC_REPLAY}
+        if text in spelled:
+            return spelled[text]
+        try:
+            return cls(text)
+        except ValueError:
+            raise ImportRefusedError(
+                ImportErrorCode.INVALID_REQUEST, f"mode must be api-pull or topic-replay, not {text!r}"
+            ) from None
+
+
+class RunStatus(StrEnum):
+    RUNNING = "Running"
+    COMPLETED = "Completed"
+    FAILED = "Failed"
+    CANCELLED = "Cancelled"
+
+
+class PageStatus(StrEnum):
+    PENDING = "Pending"
+    IN_PROGRESS = "InProgress"
+    DONE = "Done"
+    FAILED = "Failed"
+
+
+class ImportErrorCode(StrEnum):
+    ALREADY_RUNNING = "IDENTITY_IMPORT_ALREADY_RUNNING"
+    SOURCE_UNAVAILABLE = "IDENTITY_IMPORT_SOURCE_UNAVAILABLE"
+    SOURCE_INCOMPLETE = "IDENTITY_IMPORT_SOURCE_INCOMPLETE"
+    INVALID_REQUEST = "IDENTITY_IMPORT_INVALID_REQUEST"
+    RESUME_MISMATCH = "IDENTITY_IMPORT_RESUME_MISMATCH"
+    PAGES_FAILED = "IDENTITY_IMPORT_PAGES_FAILED"
+    PLANNING_FAILED = "IDENTITY_IMPORT_PLANNING_FAILED"
+
+
+# CONTRACTS section 2: the exit status each refusal or end maps to.
+EXIT_STATUS = {
+    ImportErrorCode.INVALID_REQUEST: 2,
+    ImportErrorCode.RESUME_MISMATCH: 2,
+    ImportErrorCode.ALREADY_RUNNING: 3,
+    ImportErrorCode.SOURCE_UNAVAILABLE: 4,
+    ImportErrorCode.SOURCE_INCOMPLETE: 4,
+}
+RUN_EXIT_STATUS = {RunStatus.COMPLETED: 0, RunStatus.FAILED: 1, RunStatus.CANCELLED: 5}
+
+
+class ImportRefusedError(Exception):
+    """The import did not start (or resume): nothing was written."""
+
+    def __init__(self, code: ImportErrorCode, message: str):
+        super().__init__(f"{code.value}: {message}")
+        self.code = code
+
+    @property
+    def exit_status(self) -> int:
+        return EXIT_STATUS.get(self.code, 1)
+
+
+@dataclass(frozen=True)
+class ImportRequest:
+    mode: ImportMode
+    tenant_filter: UUID | None = None
+    page_size: int = 500
+    dry_run: bool = False
+    correlation_id: UUID | None = None
+    force: bool = False
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.page_size <= MAX_PAGE_SIZE:
+            raise ImportRefusedError(
+                ImportErrorCode.INVALID_REQUEST, f"page size must be 1..{MAX_PAGE_SIZE}, not {self.page_size}"
+            )
+
+    def differs_from(self, run: ImportRun) -> list[str]:
+        """What a resume would change: a Running run continues only with the same shape."""
+        differences = []
+        if self.mode is not run.mode:
+            differences.append(f"mode {run.mode.value}")
+        if self.tenant_filter != run.tenant_filter:
+            differences.append(f"tenant filter {run.tenant_filter}")
+        if self.page_size != run.page_size:
+            differences.append(f"page size {run.page_size}")
+        if self.dry_run != run.dry_run:
+            differences.append(f"dry run {run.dry_run}")
+        return differences
+
+
+@dataclass(frozen=True)
+class StageCounters:
+    planned: int = 0
+    applied: int = 0
+    skipped: int = 0
+    failed: int = 0
+
+    def as_json(self) -> dict[str, int]:
+        return {
+            "planned": self.planned,
+            "applied": self.applied,
+            "skipped": self.skipped,
+            "failed": self.failed,
+        }
+
+
+@dataclass(frozen=True)
+class ImportRun:
+    run_id: UUID
+    mode: ImportMode
+    status: RunStatus
+    tenant_filter: UUID | None
+    page_size: int
+    dry_run: bool
+    correlation_id: UUID
+    started_at: datetime
+    finished_at: datetime | None
+    companies: StageCounters
+    users: StageCounters
+    tenants_listed: bool = False
+    users_listed: bool = False
+    plan_cursor: str | None = None
+    plan_page_no: int = 0
+    error_code: str | None = None
+    error: str | None = None
+
+    @property
+    def planning_stage(self) -> ImportStage | None:
+        """The stage still being listed, None once both are planned."""
+        if not self.tenants_listed:
+            return ImportStage.TENANTS
+        if not self.users_listed:
+            return ImportStage.USERS
+        return None
+
+    def result(self, now: datetime) -> dict[str, Any]:
+        """TalentInitialImportResult (CONTRACTS section 2)."""
+        end = self.finished_at or now
+        return {
+            "runId": str(self.run_id),
+            "mode": self.mode.value,
+            "status": self.status.value,
+            "dryRun": self.dry_run,
+            "companies": self.companies.as_json(),
+            "users": self.users.as_json(),
+            "durationMs": max(int((end - self.started_at).total_seconds() * 1000), 0),
+        }
+
+
+@dataclass(frozen=True)
+class ImportPage:
+    """A claimed page: its claim fences every write of this lease."""
+
+    page_id: UUID
+    run_id: UUID
+    stage: ImportStage
+    page_no: int
+    cursor: str | None
+    attempt: int
+    claim_id: UUID
+
+
+@dataclass(frozen=True)
+class PlannedPage:
+    page_no: int
+    cursor: str | None
+    items_planned: int
+
+
+@dataclass(frozen=True)
+class PlanStep:
+    """One step of listing a stage: the pages found and where the listing continues (None: stage listed)."""
+
+    pages: list[PlannedPage] = field(default_factory=list)
+    next_cursor: str | None = None
+    complete: bool = False
+
+
+@dataclass(frozen=True)
+class PageProgress:
+    """Pages of a run by stage and status, for `talent-import status` and the end-of-run check."""
+
+    counts: dict[tuple[ImportStage, PageStatus], int]
+
+    def count(self, stage: ImportStage | None = None, status: PageStatus | None = None) -> int:
+        return sum(
+            n
+            for (page_stage, page_status), n in self.counts.items()
+            if (stage is None or page_stage is stage) and (status is None or page_status is status)
+        )
+
+    def open_pages(self, stage: ImportStage | None = None) -> int:
+        return self.count(stage, PageStatus.PENDING) + self.count(stage, PageStatus.IN_PROGRESS)
