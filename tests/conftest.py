@@ -21,8 +21,10 @@ from pin_identity.adapters.postgres.embedded import ensure_embedded_postgres, st
 from pin_identity.composition import Container
 from pin_identity.config import Settings
 from pin_identity.domain.events import PUBLISHED_TOPICS
-from pin_identity.simulation.talent import create_talent_topics
+from pin_identity.domain.talent_import import ImportMode
+from pin_identity.simulation.talent import SimulatedTalentApi, TalentDataset, create_talent_topics
 from tests.support.kafka_tap import EventTap
+from tests.support.talent_import import TalentWorld
 
 TEMPLATE = "pin_template"
 _database_numbers = itertools.count()
@@ -130,3 +132,24 @@ def talent_topics(broker: str) -> TalentTopics:
         {"bootstrap.servers": broker}, 3, tenants_topic=topics.tenants, users_topic=topics.users
     )
     return topics
+
+
+@pytest.fixture
+def talent_api() -> Iterator[SimulatedTalentApi]:
+    api = SimulatedTalentApi(TalentDataset([], []))
+    api.start()
+    yield api
+    api.stop()
+
+
+@pytest.fixture(params=[ImportMode.API_PULL, ImportMode.TOPIC_REPLAY], ids=["api-pull", "topic-replay"])
+def world(
+    request: pytest.FixtureRequest,
+    settings: Settings,
+    talent_api: SimulatedTalentApi,
+    talent_topics: TalentTopics,
+) -> Iterator[TalentWorld]:
+    """Talent served both ways: each test taking this fixture runs once per import mode."""
+    built = TalentWorld(request.param, settings, talent_api, talent_topics)
+    yield built
+    built.close()

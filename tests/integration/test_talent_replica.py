@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pin_identity.composition import Container
@@ -158,10 +159,28 @@ def test_phones_swapped_inside_one_batch_apply_in_order(container: Container) ->
     assert len(talent.replica_state(container)["users"]) == 2
 
 
+class _Memory:
+    """A dry run's memory between pages, in a dict (the import keeps it in the database)."""
+
+    def __init__(self) -> None:
+        self.remembered_tenants: set[uuid.UUID] = set()
+        self.remembered_phones: dict[str, uuid.UUID] = {}
+
+    def tenants(self, tenant_ids: Sequence[uuid.UUID]) -> set[uuid.UUID]:
+        return self.remembered_tenants.intersection(tenant_ids)
+
+    def phones(self, phones: Sequence[str]) -> dict[str, uuid.UUID]:
+        return {p: u for p, u in self.remembered_phones.items() if p in phones}
+
+    def remember(self, tenant_ids: Sequence[uuid.UUID], phones: Mapping[str, uuid.UUID]) -> None:
+        self.remembered_tenants.update(tenant_ids)
+        self.remembered_phones.update(phones)
+
+
 def test_a_dry_run_decides_and_counts_but_writes_nothing(container: Container) -> None:
     company = talent.tenant()
     manager = talent.user(company["tenantId"])
-    options = ApplyOptions(dry_run=True, assumed_tenants=frozenset({uuid.UUID(company["tenantId"])}))
+    options = ApplyOptions(dry_run=True, memory=_Memory())
 
     tenants = talent.apply(container, ImportStage.TENANTS, [talent.raw(company)], options)
     users = talent.apply(

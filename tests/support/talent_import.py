@@ -5,15 +5,22 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from pin_identity.composition import Container
 from pin_identity.config import Settings
 from pin_identity.domain.events import now_utc
-from pin_identity.domain.talent_import import ImportRequest, ImportRun
+from pin_identity.domain.talent_import import ImportMode, ImportRequest, ImportRun
 from pin_identity.jobs.talent_import import ImportSettings, TalentImportJob, start_run
+from pin_identity.simulation.talent import SimulatedTalentApi, TalentDataset, produce_to_topics
 
-FAST = ImportSettings(page_lease_s=600, max_page_attempts=3, idle_wait_s=0.02, backoff_base_s=0.01, backoff_max_s=0.05)
+if TYPE_CHECKING:
+    from tests.conftest import TalentTopics
+
+FAST = ImportSettings(
+    page_lease_s=600, max_page_attempts=3, idle_wait_s=0.02, backoff_base_s=0.01, backoff_max_s=0.05
+)
 
 
 @contextmanager
@@ -41,3 +48,52 @@ def run_to_end(container: Container, request: ImportRequest, settings: ImportSet
     finally:
         source.close()
     return runner.drive(run, threading.Event())
+
+
+@dataclass
+class TalentWorld:
+    """One test's Talent, served either way: the simulated HTTP API or this test's compacted topics."""
+
+    mode: ImportMode
+    settings: Settings
+    api: SimulatedTalentApi
+    topics: TalentTopics
+    containers: list[Container] = field(default_factory=list)
+
+    @property
+    def container(self) -> Container:
+        if not self.containers:
+            self.containers.append(
+                Container(
+                    self.settings.model_copy(
+                        update={
+                            "talent_api_url": self.api.url,
+                            "talent_api_token": "talent-token",
+                            "talent_tenants_topic": self.topics.tenants,
+                            "talent_users_topic": self.topics.users,
+                            "talent_sync_group": self.topics.group,
+                        }
+                    )
+                )
+            )
+        return self.containers[0]
+
+    def publish(self, dataset: TalentDataset) -> None:
+        """Make `dataset` what Talent lists (the API's content; produced to the topics once)."""
+        self.api.dataset = dataset
+        produce_to_topics(
+            self.container.kafka_client_config,
+            dataset,
+            tenants_topic=self.topics.tenants,
+            users_topic=self.topics.users,
+        )
+
+    def request(self, **fields: Any) -> ImportRequest:
+        return ImportRequest(self.mode, **fields)
+
+    def run(self, settings: ImportSettings = FAST, **fields: Any) -> ImportRun:
+        return run_to_end(self.container, self.request(**fields), settings)
+
+    def close(self) -> None:
+        for container in self.containers:
+            container.close()

@@ -22,7 +22,7 @@ from pin_identity.domain.talent_import import (
     RunStatus,
     StageCounters,
 )
-from pin_identity.operations.ports import ReplicaTransaction
+from pin_identity.operations.ports import DryRunMemory, ReplicaTransaction
 
 
 class PendingEvent(NamedTuple):
@@ -237,8 +237,7 @@ class ImportPageTransaction(ReplicaTransaction, Protocol):
     """The replica transaction of one page, already fenced: the page is still this claim's."""
 
     def complete_page(self, page: ImportPage, counters: StageCounters, *, count_planned: bool) -> None: ...
-    def assume_tenants(self, run_id: UUID, tenant_ids: Sequence[UUID]) -> None: ...
-    def assumed_tenants(self, run_id: UUID, tenant_ids: Sequence[UUID]) -> set[UUID]: ...
+    def dry_run_memory(self, run_id: UUID) -> DryRunMemory: ...
     def talent_users_of_tenant(self, tenant_id: UUID, user_ids: Sequence[UUID]) -> set[UUID]: ...
 
 

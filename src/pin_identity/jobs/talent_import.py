@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from uuid import UUID
 
-from pin_identity.domain.talent import Change, ImportStage, ItemResult, RawSnapshot
+from pin_identity.domain.talent import ImportStage, ItemResult, RawSnapshot
 from pin_identity.domain.talent_import import (
     TRUNCATED_SOURCE_SHARE,
     ImportErrorCode,
@@ -348,13 +348,10 @@ class TalentImportJob:
         lease_until = now + timedelta(seconds=self.settings.page_lease_s)
         with self.store.page_transaction(page, now, lease_until) as tx:
             records = _in_scope(tx, run, page.stage, records)
-            options = ApplyOptions(
-                run_id=run.run_id, dry_run=run.dry_run, assumed_tenants=_assumed(tx, run, records)
-            )
+            memory = tx.dry_run_memory(run.run_id) if run.dry_run else None
+            options = ApplyOptions(run_id=run.run_id, dry_run=run.dry_run, memory=memory)
             ctx = Context(correlation_id=run.correlation_id, now=now)
             batch = apply_snapshots(tx, page.stage, [SourceItem(r) for r in records], ctx, options)
-            if run.dry_run and page.stage is ImportStage.TENANTS:
-                tx.assume_tenants(run.run_id, _present_tenants(batch))
             counters = StageCounters(len(records), batch.applied, batch.skipped, batch.failed)
             tx.complete_page(page, counters, count_planned=run.mode is ImportMode.TOPIC_REPLAY)
             tx.commit()
@@ -436,19 +433,3 @@ def _is_uuid(text: str) -> bool:
     except ValueError:
         return False
     return True
-
-
-def _assumed(tx: ImportPageTransaction, run: ImportRun, records: list[RawSnapshot]) -> frozenset[UUID]:
-    """A dry run's users resolve their company against the replica plus the tenants the run would create."""
-    if not run.dry_run:
-        return frozenset()
-    tenant_ids = {t for r in records if (t := _field(r, "tenantId", None)) and _is_uuid(t)}
-    return frozenset(tx.assumed_tenants(run.run_id, [uuid.UUID(t) for t in sorted(tenant_ids)]))
-
-
-def _present_tenants(batch: BatchOutcome) -> list[UUID]:
-    return [
-        o.external_id
-        for o in batch.outcomes
-        if o.external_id is not None and o.result is ItemResult.APPLIED and o.change is not Change.BLOCKED
-    ]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime
@@ -106,6 +106,18 @@ class QuarantineEntry:
     payload: Any
     attempt_count: int
     next_attempt_at: datetime | None
+
+
+class DryRunMemory(Protocol):
+    """What a dry run would have written so far (it writes no replica row): its later pages resolve tenants
+    and phone owners against the replica plus this."""
+
+    def tenants(self, tenant_ids: Sequence[UUID]) -> set[UUID]: ...
+    def phones(self, phones: Sequence[str]) -> dict[str, UUID]:
+        """Phone -> the Talent user id that would hold it."""
+        ...
+
+    def remember(self, tenant_ids: Sequence[UUID], phones: Mapping[str, UUID]) -> None: ...
 
 
 class ReplicaTransaction(Protocol):

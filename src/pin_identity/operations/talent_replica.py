@@ -43,6 +43,7 @@ from pin_identity.domain.talent import (
 from pin_identity.operations.identity import Context
 from pin_identity.operations.ports import (
     DefaultGrant,
+    DryRunMemory,
     QuarantineEntry,
     ReplicaTransaction,
     ReplicaTransactions,
@@ -65,11 +66,11 @@ class SourceItem:
 @dataclass(frozen=True)
 class ApplyOptions:
     """Who applies. `retry_at` (the consumer) schedules another try of an item whose tenant is missing;
-    a dry run decides and counts without writing, treating `assumed_tenants` as present."""
+    a dry run decides and counts without writing, remembering what it would have written in `memory`."""
 
     run_id: UUID | None = None
     dry_run: bool = False
-    assumed_tenants: frozenset[UUID] = frozenset()
+    memory: DryRunMemory | None = None
     retry_at: Callable[[int], datetime | None] | None = None
 
 
@@ -182,6 +183,9 @@ class _RoundWriter:
                 changes.append(decision)
         if not self._options.dry_run:
             self._write_companies(changes)
+        elif self._options.memory is not None:
+            present = [c.state.external_talent_tenant_id for c in changes if c.state.status != "Blocked"]
+            self._options.memory.remember([t for t in present if t is not None], {})
         return outcomes
 
     def _write_companies(self, changes: list[CompanyChange]) -> None:
@@ -213,7 +217,9 @@ class _RoundWriter:
                 changes.append(decision)
             elif decision == Skip(stale=False):
                 forgotten.append(snapshot.user_id)
-        if not self._options.dry_run:
+        if self._options.dry_run:
+            self._remember_phones(changes)
+        else:
             _UserWrite(self._tx, self._ctx, changes).run()
             if forgotten:
                 # A deletion of a user we never created: an older snapshot still waiting for its tenant must
@@ -229,10 +235,26 @@ class _RoundWriter:
         users = self._tx.users_by_talent_id(user_ids, lock=not dry_run)
         tenant_ids = sorted({s.tenant_id for s in snapshots if s.tenant_id is not None})
         companies = {tid: c.company_id for tid, c in self._tx.companies_by_tenant(tenant_ids).items()}
-        for tenant_id in self._options.assumed_tenants.intersection(tenant_ids):
-            companies.setdefault(tenant_id, uuid.uuid5(uuid.NAMESPACE_OID, str(tenant_id)))
-        owners = self._tx.phone_owners(sorted({s.phone for s in snapshots if s.phone}))
+        phones = sorted({s.phone for s in snapshots if s.phone})
+        owners = self._tx.phone_owners(phones)
+        memory = self._options.memory
+        if memory is not None:
+            for tenant_id in memory.tenants(tenant_ids):
+                companies.setdefault(tenant_id, _stand_in(tenant_id))
+            for phone, talent_user in memory.phones(phones).items():
+                owners.setdefault(phone, _stand_in(talent_user))
         return _UserReplica(users, companies, owners)
+
+    def _remember_phones(self, changes: list[UserChange]) -> None:
+        if self._options.memory is not None:
+            held = {
+                c.state.phone: c.state.external_talent_user_id
+                for c in changes
+                if c.change is not Change.BLOCKED
+            }
+            self._options.memory.remember(
+                [], {phone: user for phone, user in held.items() if user is not None}
+            )
 
     # ------------------------------------------------------------ outcomes and quarantine
 
@@ -287,6 +309,11 @@ def _parse(parse: Callable[[RawSnapshot], _Snapshot], raw: RawSnapshot) -> _Snap
         return Quarantine(SyncErrorCode.INVALID_PAYLOAD, str(exc))
 
 
+def _stand_in(talent_id: UUID) -> UUID:
+    """The id a dry run gives an entity it would have created."""
+    return uuid.uuid5(uuid.NAMESPACE_OID, str(talent_id))
+
+
 class _UserReplica:
     """The replica around a round of users, kept current as the round's decisions are taken."""
 
@@ -295,7 +322,10 @@ class _UserReplica:
 
     def context(self, snapshot: UserSnapshot) -> UserContext:
         company = self._companies.get(snapshot.tenant_id) if snapshot.tenant_id is not None else None
-        return UserContext(self._users.get(snapshot.user_id), company, self._owners.get(snapshot.phone))
+        owner = self._owners.get(snapshot.phone)
+        if owner == _stand_in(snapshot.user_id):
+            owner = None  # a dry run's earlier page gave this very user the phone
+        return UserContext(self._users.get(snapshot.user_id), company, owner)
 
     def record(self, decision: UserChange) -> None:
         state = decision.state

@@ -127,18 +127,21 @@ class TopicReplaySource:
         consumer = self._consumer()
         consumer.assign([TopicPartition(topic, partition, start)])
         try:
-            return self._read_until(consumer, end, time.monotonic() + _READ_TIMEOUT_S)
+            return self._read_until(consumer, start, end, time.monotonic() + _READ_TIMEOUT_S)
         finally:
             consumer.unassign()
 
-    def _read_until(self, consumer: Consumer, end: int, deadline: float) -> list[RawSnapshot]:
+    def _read_until(self, consumer: Consumer, start: int, end: int, deadline: float) -> list[RawSnapshot]:
         records: list[RawSnapshot] = []
+        next_offset = start
         while time.monotonic() < deadline:
-            for message in consumer.consume(1000, 1.0):
+            # Ask for no more than the range still holds: consume() returns as soon as it has that many.
+            for message in consumer.consume(max(end - next_offset, 1), 0.5):
                 if _ends_range(message, end):
                     return records
                 records.append(_snapshot(message))
-                if (message.offset() or 0) >= end - 1:
+                next_offset = (message.offset() or 0) + 1
+                if next_offset >= end:
                     return records
         raise SourceUnavailableError("timed out reading a topic-replay page")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import socket
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
@@ -54,6 +54,34 @@ def _run(row: Sequence[Any]) -> ImportRun:
     )
 
 
+class PostgresDryRunMemory:
+    """A dry run's would-be tenants and phones, kept with the run (deleted with it)."""
+
+    def __init__(self, conn: psycopg.Connection, run_id: UUID):
+        self._conn, self._run_id = conn, run_id
+
+    def tenants(self, tenant_ids: Sequence[UUID]) -> set[UUID]:
+        if not tenant_ids:
+            return set()
+        params = {"run_id": self._run_id, "tenant_ids": list(tenant_ids)}
+        return {row[0] for row in self._conn.execute(query("dry_run_tenants"), params)}
+
+    def phones(self, phones: Sequence[str]) -> dict[str, UUID]:
+        if not phones:
+            return {}
+        params = {"run_id": self._run_id, "phones": list(phones)}
+        return {row[0]: row[1] for row in self._conn.execute(query("dry_run_phones"), params)}
+
+    def remember(self, tenant_ids: Sequence[UUID], phones: Mapping[str, UUID]) -> None:
+        params = {
+            "run_id": self._run_id,
+            "tenant_ids": list(tenant_ids),
+            "phones": list(phones),
+            "users": list(phones.values()),
+        }
+        self._conn.execute(query("remember_dry_run"), params)
+
+
 class PostgresImportPageTransaction(PostgresReplicaTransaction):
     def complete_page(self, page: ImportPage, counters: StageCounters, *, count_planned: bool) -> None:
         params = {
@@ -68,15 +96,8 @@ class PostgresImportPageTransaction(PostgresReplicaTransaction):
         if self._run("complete_import_page", params).fetchone() is None:
             raise LeaseLostError(str(page.page_id))
 
-    def assume_tenants(self, run_id: UUID, tenant_ids: Sequence[UUID]) -> None:
-        if tenant_ids:
-            self._run("assume_dry_run_tenants", {"run_id": run_id, "tenant_ids": list(tenant_ids)})
-
-    def assumed_tenants(self, run_id: UUID, tenant_ids: Sequence[UUID]) -> set[UUID]:
-        if not tenant_ids:
-            return set()
-        rows = self._run("assumed_dry_run_tenants", {"run_id": run_id, "tenant_ids": list(tenant_ids)})
-        return {row[0] for row in rows}
+    def dry_run_memory(self, run_id: UUID) -> PostgresDryRunMemory:
+        return PostgresDryRunMemory(self._conn, run_id)
 
     def talent_users_of_tenant(self, tenant_id: UUID, user_ids: Sequence[UUID]) -> set[UUID]:
         rows = self._run("talent_users_of_tenant", {"tenant_id": tenant_id, "user_ids": list(user_ids)})

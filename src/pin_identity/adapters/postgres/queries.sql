@@ -565,14 +565,23 @@ SET status = CASE WHEN attempt_count >= %(max_attempts)s THEN 'Failed' ELSE 'Pen
 WHERE id = %(page_id)s AND claim_id = %(claim_id)s AND status = 'InProgress'
 RETURNING status;
 
--- name: assume_dry_run_tenants
-INSERT INTO identity.talent_import_dry_run_tenants (run_id, external_talent_tenant_id)
-SELECT %(run_id)s, t FROM unnest(%(tenant_ids)s::uuid[]) AS t
-ON CONFLICT DO NOTHING;
-
--- name: assumed_dry_run_tenants
+-- name: dry_run_tenants
 SELECT external_talent_tenant_id FROM identity.talent_import_dry_run_tenants
 WHERE run_id = %(run_id)s AND external_talent_tenant_id = ANY(%(tenant_ids)s::uuid[]);
+
+-- name: dry_run_phones
+SELECT phone, external_talent_user_id FROM identity.talent_import_dry_run_phones
+WHERE run_id = %(run_id)s AND phone = ANY(%(phones)s::text[]);
+
+-- name: remember_dry_run
+WITH tenants AS (
+    INSERT INTO identity.talent_import_dry_run_tenants (run_id, external_talent_tenant_id)
+    SELECT %(run_id)s, t FROM unnest(%(tenant_ids)s::uuid[]) AS t
+    ON CONFLICT DO NOTHING
+)
+INSERT INTO identity.talent_import_dry_run_phones (run_id, phone, external_talent_user_id)
+SELECT %(run_id)s, p.phone, p.talent_user FROM unnest(%(phones)s::text[], %(users)s::uuid[]) AS p(phone, talent_user)
+ON CONFLICT DO NOTHING;
 
 -- name: talent_users_of_tenant
 SELECT u.external_talent_user_id FROM identity.users u

@@ -30,11 +30,18 @@ ALTER TABLE identity.talent_import_pages
     ADD COLUMN available_at timestamptz NULL,
     ADD COLUMN error text NULL;
 
--- A dry run writes no replica rows; its Users stage resolves companies against the replica plus these.
+-- A dry run writes no replica rows; its later pages resolve tenants and phone owners against the replica
+-- plus what the run would have written (kept with the run, deleted with it: the phones are PII).
 CREATE TABLE identity.talent_import_dry_run_tenants (
     run_id uuid NOT NULL REFERENCES identity.talent_import_runs (id) ON DELETE CASCADE,
     external_talent_tenant_id uuid NOT NULL,
     PRIMARY KEY (run_id, external_talent_tenant_id)
+);
+CREATE TABLE identity.talent_import_dry_run_phones (
+    run_id uuid NOT NULL REFERENCES identity.talent_import_runs (id) ON DELETE CASCADE,
+    phone text NOT NULL,
+    external_talent_user_id uuid NOT NULL,
+    PRIMARY KEY (run_id, phone)
 );
 """
 

@@ -1,0 +1,217 @@
+"""The spec's test table (talent-initial-import, Тесты), each row in both modes: the simulated Talent API over
+HTTP on loopback, and real compacted topics on the broker."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from typing import Any
+
+import pytest
+
+from pin_identity.domain.events import now_utc
+from pin_identity.domain.talent_import import (
+    ImportErrorCode,
+    ImportMode,
+    ImportRefusedError,
+    PageStatus,
+    RunStatus,
+)
+from pin_identity.jobs.ports import TalentSource
+from pin_identity.jobs.talent_import import start_run
+from pin_identity.simulation.talent import TalentDataset, generate_dataset
+from tests.support import talent
+from tests.support.talent_import import TalentWorld, job
+
+
+def _rows(world: TalentWorld, sql: Any, params: Any = None) -> list[tuple[Any, ...]]:
+    with world.container.database.connection() as conn:
+        return conn.execute(sql, params).fetchall()
+
+
+def _counts(result: dict[str, Any]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    keys = ("planned", "applied", "skipped", "failed")
+    return tuple(result["companies"][k] for k in keys), tuple(result["users"][k] for k in keys)
+
+
+def test_an_empty_source_completes_with_nothing_applied_and_again(world: TalentWorld) -> None:
+    world.publish(TalentDataset([], []))
+    first, second = world.run(), world.run()
+    for run in (first, second):
+        assert run.status is RunStatus.COMPLETED
+        assert _counts(run.result(now_utc())) == ((0, 0, 0, 0), (0, 0, 0, 0))
+
+
+def test_tenants_are_applied_before_any_user_page_is_planned(world: TalentWorld) -> None:
+    world.publish(generate_dataset(30, 300, seed=3))
+
+    run = world.run(page_size=25)
+
+    assert run.status is RunStatus.COMPLETED
+    assert _counts(run.result(now_utc()))[1] == (300, 300, 0, 0)  # no IDENTITY_SYNC_COMPANY_NOT_FOUND
+    [(last_tenant_done, first_user_planned)] = _rows(
+        world,
+        "SELECT max(updated_at) FILTER (WHERE stage = 'Tenants'), min(created_at) FILTER (WHERE stage = 'Users')"
+        " FROM identity.talent_import_pages WHERE run_id = %s",
+        [run.run_id],
+    )
+    assert last_tenant_done <= first_user_planned
+
+
+def test_a_second_run_over_a_filled_replica_changes_nothing(world: TalentWorld) -> None:
+    world.publish(generate_dataset(10, 60, seed=4))
+    world.run(page_size=20)
+    state = talent.replica_state(world.container)
+    events = _rows(world, "SELECT count(*) FROM identity.outbox_events")
+
+    again = world.run(page_size=20)
+
+    assert _counts(again.result(now_utc())) == ((10, 0, 10, 0), (60, 0, 60, 0))
+    assert talent.replica_state(world.container) == state
+    assert _rows(world, "SELECT count(*) FROM identity.outbox_events") == events
+    assert all(len(user[-1]) == 1 for user in state["users"])
+
+
+def test_a_run_interrupted_mid_stage_resumes_from_its_pending_pages(world: TalentWorld) -> None:
+    world.publish(generate_dataset(12, 40, seed=5))
+    runner = job(world.container)
+    source = world.container.talent_source(world.mode)
+    run = start_run(world.container.import_store, runner.lock, source, world.request(page_size=4), now_utc())
+    source.close()
+    for _ in range(3):  # plan, then apply a few Tenants pages, then the process "dies"
+        runner.step(run)
+    runner.close()
+    runner.lock.release()
+    done_before = _rows(
+        world,
+        "SELECT id, updated_at FROM identity.talent_import_pages WHERE run_id = %s AND status = 'Done'",
+        [run.run_id],
+    )
+    assert done_before
+
+    resumed = world.run(page_size=4)
+
+    assert (resumed.run_id, resumed.status) == (run.run_id, RunStatus.COMPLETED)
+    assert _counts(resumed.result(now_utc())) == ((12, 12, 0, 0), (40, 40, 0, 0))
+    after = dict(
+        _rows(
+            world, "SELECT id, updated_at FROM identity.talent_import_pages WHERE run_id = %s", [run.run_id]
+        )
+    )
+    assert all(after[page_id] == updated for page_id, updated in done_before)  # Done pages were not replayed
+
+
+def test_poison_items_are_quarantined_and_the_run_still_completes(world: TalentWorld) -> None:
+    dataset = generate_dataset(8, 40, seed=6, poison=True)
+    world.publish(dataset)
+
+    run = world.run(page_size=10)
+
+    assert run.status is RunStatus.COMPLETED
+    codes = sorted(item["errorCode"] for item in world.container.import_store.failed_items(run.run_id))
+    assert codes == [
+        "IDENTITY_SYNC_COMPANY_NOT_FOUND",  # the user of the quarantined tenant
+        "IDENTITY_SYNC_INVALID_PAYLOAD",
+        "IDENTITY_SYNC_PHONE_CONFLICT",
+        "IDENTITY_SYNC_UNKNOWN_COMPANY_TYPE",
+    ]
+    assert _counts(run.result(now_utc())) == ((9, 8, 0, 1), (43, 40, 0, 3))
+
+
+def test_each_new_manager_gets_one_default_role_and_an_access_event(world: TalentWorld) -> None:
+    world.publish(generate_dataset(3, 12, seed=8))
+
+    world.run()
+
+    users = talent.replica_state(world.container)["users"]
+    assert len(users) == 12
+    assert all(user[-1] == [f"developer-manager@{user[1]}"] for user in users)
+    events = talent.outbox_events(world.container)
+    access = [e for e in events if e["eventType"] == "UserAccessChanged"]
+    assert sorted(e["payload"]["userId"] for e in access) == sorted(user[0] for user in users)
+    assert {e["payload"]["changeReason"] for e in access} == {"RoleAssigned"}
+
+
+def test_a_dry_run_writes_nothing_and_counts_what_a_real_run_would(world: TalentWorld) -> None:
+    world.publish(generate_dataset(6, 30, seed=9, poison=True))
+
+    dry = world.run(page_size=7, dry_run=True)
+
+    assert dry.status is RunStatus.COMPLETED and dry.dry_run
+    assert talent.replica_state(world.container) == {"companies": [], "users": []}
+    assert _rows(world, "SELECT count(*) FROM identity.outbox_events") == [(0,)]
+    assert world.container.import_store.failed_items(dry.run_id) == []
+    real = world.run(page_size=7)
+    assert _counts(dry.result(now_utc())) == _counts(real.result(now_utc()))
+
+
+class _SignalledAfterReads:
+    """A source that raises the stop signal (SIGTERM's effect) while its n-th page is being read."""
+
+    def __init__(self, inner: TalentSource, stop: threading.Event, reads: int):
+        self._inner, self._stop, self._left = inner, stop, reads
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def read(self, *args: Any) -> Any:
+        self._left -= 1
+        if self._left == 0:
+            self._stop.set()
+        return self._inner.read(*args)
+
+
+def test_cancelling_stops_after_the_current_page_and_keeps_done_pages(world: TalentWorld) -> None:
+    world.publish(generate_dataset(20, 0, seed=10))
+    stop = threading.Event()
+    runner = job(world.container)
+    runner.sources = lambda mode: _SignalledAfterReads(world.container.talent_source(mode), stop, reads=2)
+    source = world.container.talent_source(world.mode)
+    run = start_run(world.container.import_store, runner.lock, source, world.request(page_size=2), now_utc())
+    source.close()
+
+    ended = runner.drive(run, stop)
+
+    assert ended.status is RunStatus.CANCELLED
+    assert world.container.import_store.progress(run.run_id).count(status=PageStatus.DONE) == 2
+    assert len(talent.replica_state(world.container)["companies"]) == 4
+
+
+def test_a_tenant_filter_imports_one_company_and_its_users(world: TalentWorld) -> None:
+    dataset = generate_dataset(5, 50, seed=11)
+    world.publish(dataset)
+    chosen = dataset.tenants[2]["tenantId"]
+
+    run = world.run(tenant_filter=uuid.UUID(chosen))
+
+    state = talent.replica_state(world.container)
+    assert [c[0] for c in state["companies"]] == [chosen]
+    expected_users = sorted(u["userId"] for u in dataset.users if u["tenantId"] == chosen)
+    assert [u[0] for u in state["users"]] == expected_users
+    assert run.result(now_utc())["users"]["applied"] == len(expected_users)
+
+
+def test_an_unavailable_source_is_refused_before_anything_is_written(world: TalentWorld) -> None:
+    if world.mode is ImportMode.API_PULL:
+        world.api.healthy = False
+    else:
+        world.topics = type(world.topics)("missing.tenants", "missing.users", world.topics.group)
+    with pytest.raises(ImportRefusedError) as refused:
+        world.run()
+    assert (refused.value.code, refused.value.exit_status) == (ImportErrorCode.SOURCE_UNAVAILABLE, 4)
+    assert _rows(world, "SELECT count(*) FROM identity.talent_import_runs") == [(0,)]
+
+
+def test_a_source_listing_far_fewer_companies_than_the_replica_is_refused_unless_forced(
+    world: TalentWorld,
+) -> None:
+    dataset = generate_dataset(10, 0, seed=12)
+    talent.tenants(world.container, *dataset.tenants)
+    world.publish(TalentDataset(dataset.tenants[:3], []))
+
+    with pytest.raises(ImportRefusedError) as refused:
+        world.run()
+    forced = world.run(force=True)
+
+    assert (refused.value.code, refused.value.exit_status) == (ImportErrorCode.SOURCE_INCOMPLETE, 4)
+    assert forced.status is RunStatus.COMPLETED
