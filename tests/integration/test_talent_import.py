@@ -51,7 +51,8 @@ def test_tenants_are_applied_before_any_user_page_is_planned(world: TalentWorld)
     assert _counts(run.result(now_utc()))[1] == (300, 300, 0, 0)  # no IDENTITY_SYNC_COMPANY_NOT_FOUND
     [(last_tenant_done, first_user_planned)] = _rows(
         world,
-        "SELECT max(updated_at) FILTER (WHERE stage = 'Tenants'), min(created_at) FILTER (WHERE stage = 'Users')"
+        "SELECT max(updated_at) FILTER (WHERE stage = 'Tenants'),"
+        " min(created_at) FILTER (WHERE stage = 'Users')"
         " FROM identity.talent_import_pages WHERE run_id = %s",
         [run.run_id],
     )
