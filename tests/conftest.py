@@ -6,7 +6,7 @@ from __future__ import annotations
 import itertools
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -153,3 +153,25 @@ def world(
     built = TalentWorld(request.param, settings, talent_api, talent_topics)
     yield built
     built.close()
+
+
+@pytest.fixture
+def another_database(postgres_admin_url: str) -> Iterator[Callable[[], str]]:
+    """More fresh databases for one test (parity compares replicas built side by side)."""
+    created: list[str] = []
+
+    def make() -> str:
+        name = f"t_{os.getpid()}_{next(_database_numbers)}"
+        with psycopg.connect(postgres_admin_url, autocommit=True) as conn:
+            conn.execute(
+                sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
+                    sql.Identifier(name), sql.Identifier(TEMPLATE)
+                )
+            )
+        created.append(name)
+        return _with_database(postgres_admin_url, name)
+
+    yield make
+    with psycopg.connect(postgres_admin_url, autocommit=True) as conn:
+        for name in created:
+            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))

@@ -82,6 +82,9 @@ def run_initial_import() -> int:
 
 
 def run_import(container: Container, request: ImportRequest, *, as_json: bool) -> int:
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):  # from the start: a SIGTERM never kills a half-made run
+        signal.signal(signum, lambda *_: stop.set())
     lock = container.run_lock()
     source = container.talent_source(request.mode)
     try:
@@ -91,7 +94,7 @@ def run_import(container: Container, request: ImportRequest, *, as_json: bool) -
     finally:
         source.close()
     log.info("admin-action", action="talent-import-run", run_id=str(run.run_id), who=operator())
-    final = _drive_with_progress(container, lock, run)
+    final = _drive_with_progress(container, lock, run, stop)
     result = final.result(now_utc())
     if as_json:
         typer.echo(json.dumps(result))
@@ -102,11 +105,8 @@ def run_import(container: Container, request: ImportRequest, *, as_json: bool) -
     return RUN_EXIT_STATUS.get(final.status, 1)
 
 
-def _drive_with_progress(container: Container, lock: Any, run: ImportRun) -> ImportRun:
+def _drive_with_progress(container: Container, lock: Any, run: ImportRun, stop: threading.Event) -> ImportRun:
     """The job works in a thread; this one shows progress. SIGTERM/SIGINT cancel after the current page."""
-    stop = threading.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: stop.set())
     job = container.talent_import(lock=lock)
     outcome: list[ImportRun] = []
     worker = threading.Thread(target=lambda: outcome.append(job.drive(run, stop)), name="talent-import")
