@@ -175,3 +175,21 @@ def another_database(postgres_admin_url: str) -> Iterator[Callable[[], str]]:
     with psycopg.connect(postgres_admin_url, autocommit=True) as conn:
         for name in created:
             conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+@pytest.fixture
+def api_world(
+    settings: Settings, talent_api: SimulatedTalentApi, talent_topics: TalentTopics
+) -> Iterator[TalentWorld]:
+    built = TalentWorld(ImportMode.API_PULL, settings, talent_api, talent_topics)
+    yield built
+    built.close()
+
+
+@pytest.fixture
+def replay_world(
+    settings: Settings, talent_api: SimulatedTalentApi, talent_topics: TalentTopics
+) -> Iterator[TalentWorld]:
+    built = TalentWorld(ImportMode.TOPIC_REPLAY, settings, talent_api, talent_topics)
+    yield built
+    built.close()

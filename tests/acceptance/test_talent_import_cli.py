@@ -6,14 +6,12 @@ import json
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from pin_identity.composition import Container
-from pin_identity.config import Settings
-from pin_identity.domain.talent_import import ImportMode
 from pin_identity.simulation.talent import SimulatedTalentApi, generate_dataset
 from tests.acceptance.test_cli import CLI, run_cli
 from tests.conftest import TalentTopics
@@ -35,15 +33,6 @@ def env(
         "PIN_IDENTITY_TALENT_USERS_TOPIC": talent_topics.users,
         "PIN_IDENTITY_TALENT_SYNC_GROUP": talent_topics.group,
     }
-
-
-@pytest.fixture
-def api_world(
-    settings: Settings, talent_api: SimulatedTalentApi, talent_topics: TalentTopics
-) -> Iterator[TalentWorld]:
-    world = TalentWorld(ImportMode.API_PULL, settings, talent_api, talent_topics)
-    yield world
-    world.close()
 
 
 def _start(env: dict[str, str], *args: str) -> subprocess.Popen[str]:

@@ -8,8 +8,11 @@ import uuid
 from typing import Any
 
 import pytest
+from confluent_kafka import Consumer, TopicPartition
+from prometheus_client import REGISTRY
 
 from pin_identity.domain.events import now_utc
+from pin_identity.domain.talent import ImportStage
 from pin_identity.domain.talent_import import (
     ImportErrorCode,
     ImportMode,
@@ -17,11 +20,11 @@ from pin_identity.domain.talent_import import (
     PageStatus,
     RunStatus,
 )
-from pin_identity.jobs.ports import TalentSource
+from pin_identity.jobs.ports import SourceUnavailableError, TalentSource
 from pin_identity.jobs.talent_import import start_run
 from pin_identity.simulation.talent import TalentDataset, generate_dataset
 from tests.support import talent
-from tests.support.talent_import import TalentWorld, job
+from tests.support.talent_import import FAST, TalentWorld, job
 
 
 def _rows(world: TalentWorld, sql: Any, params: Any = None) -> list[tuple[Any, ...]]:
@@ -216,3 +219,76 @@ def test_a_source_listing_far_fewer_companies_than_the_replica_is_refused_unless
 
     assert (refused.value.code, refused.value.exit_status) == (ImportErrorCode.SOURCE_INCOMPLETE, 4)
     assert forced.status is RunStatus.COMPLETED
+
+
+class _UsersUnreadable:
+    """A source whose Users pages cannot be read (Talent keeps answering 503 for them)."""
+
+    def __init__(self, inner: TalentSource):
+        self._inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def read(self, stage: ImportStage, *args: Any) -> Any:
+        if stage is ImportStage.USERS:
+            raise SourceUnavailableError("Talent API: HTTP 503")
+        return self._inner.read(stage, *args)
+
+
+def test_a_page_failing_every_attempt_fails_the_run_and_keeps_the_other_pages(world: TalentWorld) -> None:
+    world.publish(generate_dataset(4, 10, seed=13))
+    runner = job(world.container)
+    runner.sources = lambda mode: _UsersUnreadable(world.container.talent_source(mode))
+    source = world.container.talent_source(world.mode)
+    run = start_run(world.container.import_store, runner.lock, source, world.request(page_size=5), now_utc())
+    source.close()
+
+    ended = runner.drive(run, threading.Event())
+
+    assert (ended.status, ended.error_code) == (RunStatus.FAILED, "IDENTITY_IMPORT_PAGES_FAILED")
+    pages = _rows(
+        world, "SELECT stage, status, attempt_count FROM identity.talent_import_pages ORDER BY stage"
+    )
+    assert {(stage, status) for stage, status, _ in pages} == {("Tenants", "Done"), ("Users", "Failed")}
+    assert {attempts for stage, _, attempts in pages if stage == "Users"} == {FAST.max_page_attempts}
+    assert len(talent.replica_state(world.container)["companies"]) == 4
+
+
+def test_a_flaky_slow_api_still_imports_everything(api_world: TalentWorld) -> None:
+    world = api_world
+    world.publish(generate_dataset(10, 80, seed=14))
+    world.api.fail_every, world.api.delay_s = 3, 0.02
+
+    run = world.run(page_size=9)
+
+    assert _counts(run.result(now_utc())) == ((10, 10, 0, 0), (80, 80, 0, 0))
+
+
+def _consumed_total() -> float:
+    return sum(
+        sample.value
+        for metric in REGISTRY.collect()
+        if metric.name == "talent_sync_items"
+        for sample in metric.samples
+        if sample.name == "talent_sync_items_total"
+    )
+
+
+def test_a_completed_replay_hands_the_consumer_group_over_where_it_ended(replay_world: TalentWorld) -> None:
+    world = replay_world
+    world.publish(generate_dataset(5, 30, seed=15))
+
+    world.run()
+    group = Consumer({**world.container.kafka_client_config, "group.id": world.topics.group})
+    ends, committed = [], []
+    for topic in (world.topics.tenants, world.topics.users):
+        for partition in group.list_topics(topic, timeout=10).topics[topic].partitions:
+            ends.append(group.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)[1])
+            committed.append(group.committed([TopicPartition(topic, partition)], timeout=10)[0].offset)
+    group.close()
+    before = _consumed_total()
+    talent.run_until_caught_up(talent.sync_job(world.container, world.topics))
+
+    assert committed == ends
+    assert _consumed_total() == before  # the consumer resumed at the end of the replay: nothing read twice
