@@ -621,3 +621,24 @@ FROM identity.talent_import_failed_items
 WHERE run_id IS NOT DISTINCT FROM %(run_id)s::uuid AND (%(all)s OR id = ANY(%(ids)s::uuid[]))
 ORDER BY created_at, id
 FOR UPDATE SKIP LOCKED;
+
+-- ---------------------------------------------------------------- retention (maintenance prune)
+
+-- name: prune_fanout_tasks
+DELETE FROM identity.access_fanout_tasks
+WHERE status IN ('Completed', 'Failed') AND COALESCE(completed_at, updated_at) < %(cutoff)s
+RETURNING id;
+
+-- name: prune_import_runs
+-- Pages, dry-run memory and the run's quarantine go with the run (ON DELETE CASCADE).
+DELETE FROM identity.talent_import_runs
+WHERE status <> 'Running' AND COALESCE(finished_at, updated_at) < %(cutoff)s
+RETURNING id;
+
+-- name: prune_quarantine_payloads
+-- The snapshot a row keeps is PII: past retention only the row's id, codes and Talent id remain. Items the
+-- consumer still retries keep theirs.
+UPDATE identity.talent_import_failed_items
+SET payload = NULL, updated_at = now()
+WHERE payload IS NOT NULL AND created_at < %(cutoff)s AND next_attempt_at IS NULL
+RETURNING id;

@@ -1,0 +1,85 @@
+"""The runbooks' commands as processes: quarantine listing and replay, retention."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+from pin_identity.domain.talent import ImportStage
+from pin_identity.simulation.talent import TalentDataset
+from tests.acceptance.test_cli import run_cli
+from tests.support import seed, talent
+from tests.support.talent_import import TalentWorld
+
+
+def _env(subprocess_env: dict[str, str], world: TalentWorld) -> dict[str, str]:
+    return {
+        **subprocess_env,
+        "PIN_IDENTITY_TALENT_API_URL": world.api.url,
+        "PIN_IDENTITY_TALENT_API_TOKEN": "talent-token",
+    }
+
+
+def _rows(world: TalentWorld, sql: Any, params: Any = None) -> list[tuple[Any, ...]]:
+    with world.container.database.connection() as conn:
+        return conn.execute(sql, params).fetchall()
+
+
+def test_replaying_quarantined_items_after_fixing_their_cause(
+    subprocess_env: dict[str, str], api_world: TalentWorld
+) -> None:
+    company, orphan_tenant = talent.tenant(), str(uuid.uuid4())
+    investor = seed.user(api_world.container.transactions)
+    [(phone,)] = _rows(api_world, "SELECT phone FROM identity.users WHERE id = %s", [investor])
+    conflicting = talent.user(company["tenantId"], phone=phone)
+    orphan = talent.user(orphan_tenant)
+    api_world.publish(TalentDataset([company], [conflicting, orphan]))
+    env = _env(subprocess_env, api_world)
+    run = json.loads(run_cli(env, "talent-import", "run", "--mode", "api-pull", "--json").stdout)
+    items = json.loads(run_cli(env, "talent-import", "failed-items", run["runId"], "--json").stdout)
+    by_code = {item["errorCode"]: item["id"] for item in items}
+    assert set(by_code) == {"IDENTITY_SYNC_PHONE_CONFLICT", "IDENTITY_SYNC_COMPANY_NOT_FOUND"}
+
+    # The runbook's manual merge: the investor's account gets another number, then the item is replayed.
+    with api_world.container.database.connection() as conn:
+        conn.execute("UPDATE identity.users SET phone = '+79990000001' WHERE id = %s", [investor])
+        conn.commit()
+    fixed = run_cli(
+        env,
+        "talent-import",
+        "replay-failed",
+        run["runId"],
+        "--item",
+        by_code["IDENTITY_SYNC_PHONE_CONFLICT"],
+        "--json",
+    )
+    unfixed = run_cli(env, "talent-import", "replay-failed", run["runId"], "--json")
+
+    assert json.loads(fixed.stdout) == {"applied": 1, "skipped": 0, "failed": 0}
+    assert json.loads(unfixed.stdout) == {"applied": 0, "skipped": 0, "failed": 1}
+    remaining = json.loads(run_cli(env, "talent-import", "failed-items", run["runId"], "--json").stdout)
+    assert [(i["id"], i["errorCode"], i["attempts"]) for i in remaining] == [
+        (by_code["IDENTITY_SYNC_COMPANY_NOT_FOUND"], "IDENTITY_SYNC_COMPANY_NOT_FOUND", 2)
+    ]
+    assert [u[0] for u in talent.replica_state(api_world.container)["users"]] == [conflicting["userId"]]
+    audit = fixed.stderr + unfixed.stderr
+    assert audit.count('"admin-action"') == 2
+
+
+def test_prune_removes_finished_work_and_quarantine_payloads(
+    subprocess_env: dict[str, str], api_world: TalentWorld
+) -> None:
+    api_world.publish(TalentDataset([talent.tenant(company_type="Cooperative")], []))
+    env = _env(subprocess_env, api_world)
+    assert run_cli(env, "talent-import", "run", "--mode", "api-pull").returncode == 0
+    talent.apply(api_world.container, ImportStage.TENANTS, [talent.raw(talent.tenant(company_type="Shop"))])
+
+    kept = run_cli(env, "maintenance", "prune", "--older-than", "30d", "--json")
+    pruned = run_cli(env, "maintenance", "prune", "--older-than", "0s", "--json")
+    bad = run_cli(env, "maintenance", "prune", "--older-than", "soon")
+
+    assert json.loads(kept.stdout) == {"fanout_tasks": 0, "import_runs": 0, "quarantine_payloads": 0}
+    assert json.loads(pruned.stdout) == {"fanout_tasks": 0, "import_runs": 1, "quarantine_payloads": 1}
+    assert _rows(api_world, "SELECT payload FROM identity.talent_import_failed_items") == [(None,)]
+    assert bad.returncode == 2 and bad.stderr.strip().startswith("error: ")
