@@ -24,6 +24,7 @@ TABLES = {
     "talent_import_failed_items",
     "talent_import_dry_run_tenants",
     "talent_import_dry_run_phones",
+    "talent_deletions",
     "outbox_events",
     "outbox_dead_letters",
     "alembic_version",

@@ -263,3 +263,14 @@ def test_a_user_of_another_tenant_moves_and_a_blocked_one_is_restored() -> None:
     assert isinstance(restored, UserChange)
     assert (moved.change, moved.state.company_id) == (Change.MOVED, COMPANY_ID)
     assert (restored.change, restored.state.status) == (Change.RESTORED, "Invited")
+
+
+def test_a_deletion_seen_while_absent_guards_against_older_snapshots() -> None:
+    older = parse_user(_user(version=2))
+    newer = parse_user(_user(version=4))
+    remembered = UserContext(None, COMPANY_ID, None, deleted_version=3)
+    assert decide_user(older, remembered, uuid.uuid4) == Skip(stale=True)
+    assert isinstance(decide_user(newer, remembered, uuid.uuid4), UserChange)
+    assert decide_tenant(parse_tenant(_tenant(version=3)), None, uuid.uuid4, deleted_version=3) == Skip(
+        stale=True
+    )

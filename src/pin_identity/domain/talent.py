@@ -235,10 +235,23 @@ def _stale(version: int | None, replica_version: int | None) -> bool:
     return version is not None and replica_version is not None and version <= replica_version
 
 
+def _guard(replica_version: int | None, deleted_version: int | None) -> int | None:
+    """The version a snapshot must exceed. An entity deleted (with a version) before the replica ever had it
+    is remembered by that version, so an older snapshot arriving later cannot bring it to life."""
+    if replica_version is None:
+        return deleted_version
+    return replica_version
+
+
 def decide_tenant(
-    snapshot: TenantSnapshot, current: CompanyState | None, new_id: Callable[[], UUID]
+    snapshot: TenantSnapshot,
+    current: CompanyState | None,
+    new_id: Callable[[], UUID],
+    *,
+    deleted_version: int | None = None,
 ) -> TenantDecision:
-    if current is not None and _stale(snapshot.version, current.replica_version):
+    """`deleted_version`: the version of a deletion seen while the company was absent (see _guard)."""
+    if _stale(snapshot.version, _guard(current.replica_version if current else None, deleted_version)):
         return Skip(stale=True)
     if snapshot.is_deleted:
         return _delete_company(snapshot, current)
@@ -301,11 +314,14 @@ class UserContext:
     current: UserState | None
     company_id: UUID | None  # the replica company of the snapshot's tenant, None if absent
     phone_owner: UUID | None  # the user holding the snapshot's phone, None if free
+    deleted_version: int | None = None  # a deletion seen while the user was absent (see _guard)
 
 
 def decide_user(snapshot: UserSnapshot, context: UserContext, new_id: Callable[[], UUID]) -> UserDecision:
     current = context.current
-    if current is not None and _stale(snapshot.version, current.replica_version):
+    if _stale(
+        snapshot.version, _guard(current.replica_version if current else None, context.deleted_version)
+    ):
         return Skip(stale=True)
     if snapshot.is_deleted:
         return _delete_user(snapshot, current)

@@ -172,17 +172,23 @@ class _RoundWriter:
         if not self._options.dry_run:
             self._tx.lock_talent_ids(self._stage, tenant_ids)
         current = self._tx.companies_by_tenant(tenant_ids)
-        outcomes, changes = [], []
+        deleted = self._tx.deleted_versions(self._stage, [t for t in tenant_ids if t not in current])
+        outcomes, changes, absent_deletions = [], [], {}
         for item, snapshot in parsed:
             if isinstance(snapshot, Quarantine):
                 outcomes.append(self.failed(item, snapshot))
                 continue
-            decision = decide_tenant(snapshot, current.get(snapshot.tenant_id), uuid.uuid4)
+            known = current.get(snapshot.tenant_id)
+            guard = deleted.get(snapshot.tenant_id)
+            decision = decide_tenant(snapshot, known, uuid.uuid4, deleted_version=guard)
             outcomes.append(self._outcome(item, snapshot.tenant_id, decision))
             if isinstance(decision, CompanyChange):
                 changes.append(decision)
+            elif known is None and snapshot.is_deleted and snapshot.version is not None:
+                absent_deletions[snapshot.tenant_id] = snapshot.version
         if not self._options.dry_run:
             self._write_companies(changes)
+            self._tx.remember_deletions(self._stage, absent_deletions)
         elif self._options.memory is not None:
             present = [c.state.external_talent_tenant_id for c in changes if c.state.status != "Blocked"]
             self._options.memory.remember([t for t in present if t is not None], {})
@@ -205,26 +211,26 @@ class _RoundWriter:
         parsed = [(item, _parse(parse_user, item.raw)) for item in items]
         snapshots = [p for _, p in parsed if isinstance(p, UserSnapshot)]
         replica = self._user_replica(snapshots)
-        outcomes, changes, forgotten = [], [], []
+        outcomes: list[ItemOutcome] = []
+        changes: list[UserChange] = []
+        absent_deletions: list[UserSnapshot] = []
         for item, snapshot in parsed:
             if isinstance(snapshot, Quarantine):
                 outcomes.append(self.failed(item, snapshot))
                 continue
-            decision = decide_user(snapshot, replica.context(snapshot), uuid.uuid4)
+            context = replica.context(snapshot)
+            decision = decide_user(snapshot, context, uuid.uuid4)
             outcomes.append(self._outcome(item, snapshot.user_id, decision))
             if isinstance(decision, UserChange):
                 replica.record(decision)
                 changes.append(decision)
-            elif decision == Skip(stale=False):
-                forgotten.append(snapshot.user_id)
+            elif decision == Skip(stale=False) and context.current is None:
+                absent_deletions.append(snapshot)
         if self._options.dry_run:
             self._remember_phones(changes)
         else:
             _UserWrite(self._tx, self._ctx, changes).run()
-            if forgotten:
-                # A deletion of a user we never created: an older snapshot still waiting for its tenant must
-                # not bring the user to life later.
-                self._tx.discard_deferred(self._stage, forgotten)
+            self._forget_absent(absent_deletions)
         return outcomes
 
     def _user_replica(self, snapshots: list[UserSnapshot]) -> _UserReplica:
@@ -237,13 +243,27 @@ class _RoundWriter:
         companies = {tid: c.company_id for tid, c in self._tx.companies_by_tenant(tenant_ids).items()}
         phones = sorted({s.phone for s in snapshots if s.phone})
         owners = self._tx.phone_owners(phones)
+        deleted = self._tx.deleted_versions(self._stage, [u for u in user_ids if u not in users])
         memory = self._options.memory
         if memory is not None:
             for tenant_id in memory.tenants(tenant_ids):
                 companies.setdefault(tenant_id, _stand_in(tenant_id))
             for phone, talent_user in memory.phones(phones).items():
                 owners.setdefault(phone, _stand_in(talent_user))
-        return _UserReplica(users, companies, owners)
+        return _UserReplica(users, companies, owners, deleted)
+
+    def _forget_absent(self, deletions: list[UserSnapshot]) -> None:
+        """A deletion of a user the replica never had must keep older snapshots from creating it: a versioned
+        one is remembered by its version (the guard then skips them, deferred ones included); a tombstone has
+        no version but is the key's last record, so the deferred items of that user are dropped."""
+        versions: dict[UUID, int] = {}
+        for deletion in deletions:
+            if deletion.version is not None:
+                versions[deletion.user_id] = max(deletion.version, versions.get(deletion.user_id, 0))
+        self._tx.remember_deletions(self._stage, versions)
+        tombstoned = [d.user_id for d in deletions if d.version is None]
+        if tombstoned:
+            self._tx.discard_deferred(self._stage, tombstoned)
 
     def _remember_phones(self, changes: list[UserChange]) -> None:
         if self._options.memory is not None:
@@ -317,15 +337,23 @@ def _stand_in(talent_id: UUID) -> UUID:
 class _UserReplica:
     """The replica around a round of users, kept current as the round's decisions are taken."""
 
-    def __init__(self, users: dict[UUID, UserState], companies: dict[UUID, UUID], owners: dict[str, UUID]):
-        self._users, self._companies, self._owners = users, companies, owners
+    def __init__(
+        self,
+        users: dict[UUID, UserState],
+        companies: dict[UUID, UUID],
+        owners: dict[str, UUID],
+        deleted: dict[UUID, int],
+    ):
+        self._users, self._companies, self._owners, self._deleted = users, companies, owners, deleted
 
     def context(self, snapshot: UserSnapshot) -> UserContext:
         company = self._companies.get(snapshot.tenant_id) if snapshot.tenant_id is not None else None
         owner = self._owners.get(snapshot.phone)
         if owner == _stand_in(snapshot.user_id):
             owner = None  # a dry run's earlier page gave this very user the phone
-        return UserContext(self._users.get(snapshot.user_id), company, owner)
+        return UserContext(
+            self._users.get(snapshot.user_id), company, owner, self._deleted.get(snapshot.user_id)
+        )
 
     def record(self, decision: UserChange) -> None:
         state = decision.state

@@ -64,6 +64,9 @@ class TopicReplaySource:
                     "enable.auto.commit": False,
                     "enable.partition.eof": True,
                     "auto.offset.reset": "earliest",
+                    # A page is a range that already exists: waiting for more data (500 ms by default) after
+                    # its last record would only add that wait to every page.
+                    "fetch.wait.max.ms": 10,
                 }
             )
         return self._reader

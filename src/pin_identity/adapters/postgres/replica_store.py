@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
@@ -115,6 +115,17 @@ class PostgresReplicaTransaction(PostgresIdentityTransaction):
         if row is None:
             raise RuntimeError("the developer-manager system role is missing: run `pin-identity db upgrade`")
         return RoleRecord(row[0], row[1], row[2], RoleStatus(row[3]), int(row[4]))
+
+    def deleted_versions(self, stage: str, talent_ids: Sequence[UUID]) -> dict[UUID, int]:
+        if not talent_ids:
+            return {}
+        rows = self._run("talent_deleted_versions", {"stage": stage, "talent_ids": list(talent_ids)})
+        return {row[0]: int(row[1]) for row in rows}
+
+    def remember_deletions(self, stage: str, versions: Mapping[UUID, int]) -> None:
+        if versions:
+            params = {"stage": stage, "talent_ids": list(versions), "versions": list(versions.values())}
+            self._run("remember_talent_deletions", params)
 
     def save_companies(
         self, created: Sequence[CompanyState], updated: Sequence[CompanyState], synced_at: datetime
