@@ -35,3 +35,15 @@ def outbox_is_empty(database: Database) -> bool:
     with database.connection() as conn:
         row = conn.execute(query("outbox_is_empty")).fetchone()
     return bool(row and row[0])
+
+
+def talent_managers_with_one_default_role(database: Database) -> int:
+    with database.connection() as conn:
+        row = conn.execute(query("talent_managers_with_one_default_role")).fetchone()
+    return int(row[0]) if row else 0
+
+
+def active_holders(database: Database, role_id: UUID) -> int:
+    with database.connection() as conn:
+        row = conn.execute(query("count_active_users"), {"role_id": role_id, "limit": 10_000_000}).fetchone()
+    return int(row[0]) if row else 0

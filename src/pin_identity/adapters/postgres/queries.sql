@@ -270,6 +270,17 @@ SELECT phone, id FROM identity.users WHERE phone = ANY(%(phones)s::text[]);
 SELECT id, code, company_id, status, version FROM identity.role_definitions
 WHERE code = 'developer-manager' AND company_id IS NULL;
 
+-- name: talent_deleted_versions
+SELECT external_id, version FROM identity.talent_deletions
+WHERE stage = %(stage)s AND external_id = ANY(%(talent_ids)s::uuid[]);
+
+-- name: remember_talent_deletions
+INSERT INTO identity.talent_deletions (stage, external_id, version)
+SELECT %(stage)s, d.external_id, d.version
+FROM unnest(%(talent_ids)s::uuid[], %(versions)s::bigint[]) AS d(external_id, version)
+ON CONFLICT (stage, external_id) DO UPDATE
+SET version = GREATEST(talent_deletions.version, EXCLUDED.version), deleted_at = now();
+
 -- name: insert_replica_companies
 INSERT INTO identity.companies (id, name, company_type, status, tax_id, sync_source, external_talent_tenant_id,
                                 replica_version, last_synced_at)
@@ -642,3 +653,12 @@ UPDATE identity.talent_import_failed_items
 SET payload = NULL, updated_at = now()
 WHERE payload IS NOT NULL AND created_at < %(cutoff)s AND next_attempt_at IS NULL
 RETURNING id;
+
+-- name: talent_managers_with_one_default_role
+-- The demo's check of the bootstrap: every Talent manager holds exactly one Active default role.
+SELECT count(*) FROM identity.users u
+WHERE u.sync_source = 'TalentIdentity' AND u.status <> 'Blocked'
+  AND (SELECT count(*) FROM identity.role_assignments ra
+       JOIN identity.role_definitions rd ON rd.id = ra.role_id AND rd.code = 'developer-manager'
+       WHERE ra.user_id = u.id AND ra.status = 'Active'
+         AND ra.scope_type = 'Organization' AND ra.scope_organization_id = u.company_id) = 1;
