@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import psycopg
 from psycopg_pool import ConnectionPool
@@ -50,6 +51,12 @@ class Database:
 
     def close(self) -> None:
         self._pool.close()
+
+    def run(self, name: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+        """One named statement in its own transaction; the rows it returned, if it returns any."""
+        with self.connection() as conn:
+            cursor = conn.execute(query(name), params)
+            return cursor.fetchall() if cursor.description is not None else []
 
     @contextmanager
     def connection(self) -> Iterator[psycopg.Connection]:

@@ -55,18 +55,12 @@ class PostgresFanOutQueue:
     def __init__(self, database: Database):
         self._database = database
 
-    def _execute(self, name: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
-        """One statement in its own transaction; the rows it returned, if it returns any."""
-        with self._database.connection() as conn:
-            cursor = conn.execute(query(name), params)
-            return cursor.fetchall() if cursor.description is not None else []
-
     def fail_exhausted(self, now: datetime, max_attempts: int) -> list[PoisonedTask]:
-        rows = self._execute("fail_exhausted_fanout_tasks", {"now": now, "max_attempts": max_attempts})
+        rows = self._database.run("fail_exhausted_fanout_tasks", {"now": now, "max_attempts": max_attempts})
         return [PoisonedTask(*row) for row in rows]
 
     def claim(self, claim_id: UUID, now: datetime, lease_until: datetime) -> FanOutTask | None:
-        rows = self._execute(
+        rows = self._database.run(
             "claim_fanout_task", {"claim_id": claim_id, "now": now, "lease_until": lease_until}
         )
         if not rows:
@@ -110,7 +104,7 @@ class PostgresFanOutQueue:
             "count_attempt": count_attempt,
             "error": error,
         }
-        self._execute("release_fanout_task", params)
+        self._database.run("release_fanout_task", params)
 
     def list_tasks(self, status: str | None, limit: int = 100) -> list[dict[str, Any]]:
         with self._database.connection() as conn, conn.cursor(row_factory=dict_row) as cursor:
@@ -119,19 +113,19 @@ class PostgresFanOutQueue:
     def replay(self, task_id: UUID, now: datetime) -> None:
         """Runbook: a Failed task goes back to Pending with fresh attempts, from its cursor."""
         try:
-            if self._execute("replay_fanout_task", {"task_id": task_id, "now": now}):
+            if self._database.run("replay_fanout_task", {"task_id": task_id, "now": now}):
                 return
         except psycopg.errors.UniqueViolation:
             raise ConflictError(
                 f"fan-out task {task_id}: its role already has a Pending task, which notifies every user"
             ) from None
-        status = self._execute("fanout_task_status", {"task_id": task_id})
+        status = self._database.run("fanout_task_status", {"task_id": task_id})
         if not status:
             raise NotFoundError(f"fan-out task {task_id} does not exist")
         raise ConflictError(f"fan-out task {task_id} is {status[0][0]}, only a Failed task can be replayed")
 
     def stats(self, now: datetime) -> QueueStats:
-        [(backlog, failed)] = self._execute("fanout_queue_stats", {"now": now})
+        [(backlog, failed)] = self._database.run("fanout_queue_stats", {"now": now})
         return QueueStats(int(backlog), int(failed))
 
 

@@ -108,14 +108,8 @@ class PostgresImportStore:
     def __init__(self, database: Database):
         self._database = database
 
-    def _rows(self, name: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
-        """One statement in its own transaction; the rows it returned, if any."""
-        with self._database.connection() as conn:
-            cursor = conn.execute(query(name), params)
-            return cursor.fetchall() if cursor.description is not None else []
-
     def _one_run(self, run_id: UUID | None, *, running_only: bool) -> ImportRun | None:
-        rows = self._rows("import_runs", {"run_id": run_id, "running_only": running_only})
+        rows = self._database.run("import_runs", {"run_id": run_id, "running_only": running_only})
         return _run(rows[0]) if rows else None
 
     def running_run(self) -> ImportRun | None:
@@ -138,13 +132,13 @@ class PostgresImportStore:
             "correlation_id": correlation_id,
             "now": now,
         }
-        self._rows("create_import_run", params)
+        self._database.run("create_import_run", params)
         created = self.load_run(run_id)
         assert created is not None
         return created
 
     def replica_company_count(self, tenant_filter: UUID | None) -> int:
-        return int(self._rows("replica_company_count", {"tenant_filter": tenant_filter})[0][0])
+        return int(self._database.run("replica_company_count", {"tenant_filter": tenant_filter})[0][0])
 
     def add_planned_pages(self, run: ImportRun, stage: ImportStage, step: PlanStep) -> None:
         params = {
@@ -157,14 +151,17 @@ class PostgresImportStore:
             "next_cursor": step.next_cursor,
             "next_page_no": run.plan_page_no + len(step.pages),
         }
-        self._rows("add_import_pages", params)
+        self._database.run("add_import_pages", params)
 
     def progress(self, run_id: UUID) -> PageProgress:
-        rows = self._rows("import_page_progress", {"run_id": run_id})
+        rows = self._database.run("import_page_progress", {"run_id": run_id})
         return PageProgress({(ImportStage(stage), PageStatus(status)): n for stage, status, n in rows})
 
     def page_cursors(self, run_id: UUID, stage: ImportStage) -> list[str | None]:
-        return [row[0] for row in self._rows("import_page_cursors", {"run_id": run_id, "stage": stage.value})]
+        return [
+            row[0]
+            for row in self._database.run("import_page_cursors", {"run_id": run_id, "stage": stage.value})
+        ]
 
     def finish_run(
         self,
@@ -182,14 +179,14 @@ class PostgresImportStore:
             "error_code": error_code,
             "error": error,
         }
-        return bool(self._rows("finish_import_run", params))
+        return bool(self._database.run("finish_import_run", params))
 
     def claim_page(
         self, claim_id: UUID, now: datetime, lease_until: datetime, max_attempts: int, run_id: UUID | None
     ) -> ImportPage | None:
-        self._rows("fail_exhausted_import_pages", {"now": now, "max_attempts": max_attempts})
+        self._database.run("fail_exhausted_import_pages", {"now": now, "max_attempts": max_attempts})
         params = {"claim_id": claim_id, "now": now, "lease_until": lease_until, "run_id": run_id}
-        rows = self._rows("claim_import_page", params)
+        rows = self._database.run("claim_import_page", params)
         if not rows:
             return None
         page_id, page_run_id, stage, page_no, cursor, attempt = rows[0]
@@ -224,20 +221,20 @@ class PostgresImportStore:
             "max_attempts": max_attempts,
             "error": error,
         }
-        rows = self._rows("release_import_page", params)
+        rows = self._database.run("release_import_page", params)
         return PageStatus(rows[0][0]) if rows else None
 
     # ---------------------------------------------------------------- operator commands
 
     def request_cancel(self, run_id: UUID) -> bool:
         """Running -> Cancelled; pages already claimed still finish (their claims stay valid)."""
-        return bool(self._rows("request_import_cancel", {"run_id": run_id}))
+        return bool(self._database.run("request_import_cancel", {"run_id": run_id}))
 
     def reset_leases(self, run_id: UUID) -> int:
-        return len(self._rows("reset_import_leases", {"run_id": run_id}))
+        return len(self._database.run("reset_import_leases", {"run_id": run_id}))
 
     def failed_items(self, run_id: UUID | None) -> list[dict[str, Any]]:
-        rows = self._rows("import_failed_items", {"run_id": run_id})
+        rows = self._database.run("import_failed_items", {"run_id": run_id})
         names = ("id", "stage", "externalId", "errorCode", "attempts", "createdAt", "updatedAt")
         return [dict(zip(names, row, strict=True)) for row in rows]
 
