@@ -63,6 +63,15 @@ def _done_pages(container: Container, stage: str) -> int:
     return int(count)
 
 
+def _pool_connections(container: Container) -> int:
+    [(count,)] = _rows(
+        container,
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+        " AND application_name = 'pin-identity'",
+    )
+    return int(count)
+
+
 def test_a_run_prints_the_result_and_a_second_run_meanwhile_is_refused_with_3(
     env: dict[str, str], api_world: TalentWorld
 ) -> None:
@@ -165,7 +174,9 @@ def test_two_workers_and_the_runner_apply_every_page_exactly_once(
 ) -> None:
     api_world.publish(generate_dataset(20, 200, seed=33))
     api_world.api.delay_s = 0.05
+    connected = _pool_connections(api_world.container)
     workers = [_start(env, "worker", "--jobs", "talent-import") for _ in range(2)]
+    _wait_for(lambda: _pool_connections(api_world.container) >= connected + 2)  # both workers are up
     try:
         runner = run_cli(
             env, "talent-import", "run", "--mode", "api-pull", "--page-size", "5", "--json", timeout=180

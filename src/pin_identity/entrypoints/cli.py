@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+from datetime import timedelta
 from typing import Annotated
 from uuid import UUID
 
@@ -12,6 +13,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from pin_identity.adapters.postgres import retention
 from pin_identity.config import ConfigurationError, Settings, load_settings
 from pin_identity.domain.errors import IdentityError
 from pin_identity.domain.events import now_utc
@@ -36,12 +38,14 @@ db_app = typer.Typer(help="Database schema.", no_args_is_help=True)
 kafka_app = typer.Typer(help="Kafka topics.", no_args_is_help=True)
 roles_app = typer.Typer(help="Role definitions.", no_args_is_help=True)
 fanout_app = typer.Typer(help="The access fan-out queue.", no_args_is_help=True)
+maintenance_app = typer.Typer(help="Retention.", no_args_is_help=True)
 embedded_app = typer.Typer(help="The embedded PostgreSQL and broker used when no URL is configured.")
 app.add_typer(db_app, name="db")
 app.add_typer(kafka_app, name="kafka")
 app.add_typer(roles_app, name="roles")
 app.add_typer(fanout_app, name="fanout")
 app.add_typer(embedded_app, name="embedded")
+app.add_typer(maintenance_app, name="maintenance")
 app.add_typer(talent_import_app, name="talent-import")
 
 
@@ -150,6 +154,33 @@ def fanout_replay(task_id: Annotated[UUID, typer.Argument(help="A Failed task.")
     typer.echo(f"task {task_id} is Pending again")
 
 
+_DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86_400}
+
+
+def _duration(text: str) -> timedelta:
+    """`90d`, `12h`, `30m`, `3600s`."""
+    unit = _DURATION_UNITS.get(text[-1:].lower())
+    if unit is None or not text[:-1].isdigit():
+        raise typer.BadParameter(
+            f"{text!r} is not a duration like 30d, 12h, 45m or 90s", param_hint="--older-than"
+        )
+    return timedelta(seconds=int(text[:-1]) * unit)
+
+
+@maintenance_app.command("prune")
+def maintenance_prune(
+    older_than: Annotated[str, typer.Option("--older-than", help="Age cutoff: 30d, 12h, 45m, 90s.")],
+    as_json: JsonOption = False,
+) -> None:
+    """Delete Completed/Failed fan-out tasks, finished import runs with their pages, and quarantine payloads
+    older than the cutoff (PII retention)."""
+    age = _duration(older_than)
+    with container_from_env() as container:
+        pruned = retention.prune(container.database, now_utc() - age)
+        log.info("admin-action", action="maintenance-prune", older_than=older_than, who=operator(), **pruned)
+    emit(pruned, as_json)
+
+
 @app.command("worker")
 def worker(
     jobs: Annotated[
@@ -170,24 +201,43 @@ def worker(
         raise typer.Exit(worker_entry.run_worker(container, chosen, once=once))
 
 
+@app.command("serve")
+def serve(
+    host: Annotated[str, typer.Option("--host", help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", min=1, max=65535, help="Port to listen on.")] = 8080,
+) -> None:
+    """The platform-admin HTTP API (needs PIN_IDENTITY_ADMIN_TOKEN) with /metrics, /healthz and /readyz."""
+    from pin_identity.entrypoints.admin_http import serve_admin_api  # FastAPI only for this command
+
+    with container_from_env() as container:
+        serve_admin_api(container, host=host, port=port)
+
+
 @app.command("demo")
 def demo(
+    companies: Annotated[
+        int, typer.Option("--companies", min=1, max=100_000, help="Talent companies to bootstrap.")
+    ] = 2_000,
     users: Annotated[
-        int, typer.Option("--users", min=201, max=2_000_000, help="Size of the large role.")
+        int,
+        typer.Option(
+            "--users", min=201, max=1_000_000, help="Talent managers to bootstrap (the large role)."
+        ),
     ] = 50_000,
     keep_running: Annotated[
         bool, typer.Option("--keep-running", help="Leave the embedded servers running afterwards.")
     ] = False,
     verbose: Annotated[bool, typer.Option("--verbose", help="Show the jobs' log lines too.")] = False,
 ) -> None:
-    """The whole system on the embedded PostgreSQL and broker, with checks and a summary."""
+    """The whole system on the embedded PostgreSQL and broker and a simulated Talent: bootstrap, then a
+    large-role fan-out, with checks and a summary."""
     from pin_identity.entrypoints.demo import print_report, run_demo
 
     console = Console()
     with container_from_env() as container:
-        if not verbose:  # the progress bar and the summary say it; per-batch log lines would drown them
+        if not verbose:  # the progress bars and the summary say it; per-page log lines would drown them
             configure_logging(container.settings.log_format, level=logging.WARNING)
-        report = run_demo(container, large_role_users=users, console=console)
+        report = run_demo(container, companies=companies, managers=users, console=console)
         embedded = container.settings.database_url is None and container.kafka_is_embedded
     print_report(report, console)
     if embedded and not keep_running:

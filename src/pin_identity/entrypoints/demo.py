@@ -1,7 +1,9 @@
 """`pin-identity demo`: the system end to end on the embedded PostgreSQL and broker.
 
-A small role's permission change is announced inline; a large role's goes through the fan-out queue,
-the access-fanout job and the outbox relay, and every event is read back from Kafka and checked.
+A simulated Talent is served over HTTP on loopback and the replica bootstrapped from it (thousands of
+companies, tens of thousands of managers, a little poison). Then a small role's permission change is
+announced inline, and the developer-manager role, now held by every bootstrapped manager, goes through the
+fan-out queue, the access-fanout job and the outbox relay; every event is read back from Kafka and checked.
 """
 
 from __future__ import annotations
@@ -20,9 +22,11 @@ from rich.table import Table
 from pin_identity.adapters.kafka.reader import ReadEvent, TopicReader
 from pin_identity.adapters.postgres import demo_data
 from pin_identity.composition import Container
-from pin_identity.domain.events import ACCESS_TOPIC
+from pin_identity.domain.events import ACCESS_TOPIC, now_utc
 from pin_identity.domain.fanout import FanOutPath
 from pin_identity.domain.model import CompanyType, Scope, UserType
+from pin_identity.domain.talent_import import RunStatus
+from pin_identity.entrypoints.demo_bootstrap import EXPECTED_QUARANTINE, bootstrap_from_simulated_talent
 from pin_identity.entrypoints.worker import Job
 from pin_identity.operations import identity
 
@@ -49,7 +53,7 @@ class DemoReport:
         return all(check.ok for check in self.checks)
 
 
-def run_demo(container: Container, *, large_role_users: int, console: Console) -> DemoReport:
+def run_demo(container: Container, *, companies: int, managers: int, console: Console) -> DemoReport:
     report = DemoReport()
     started = time.monotonic()
     console.print(
@@ -61,15 +65,45 @@ def run_demo(container: Container, *, large_role_users: int, console: Console) -
     reader = TopicReader(container.kafka_client_config, [ACCESS_TOPIC])
     workers = _Workers(container)
     try:
+        _bootstrap(container, report, companies, managers, console)
         small_role = _inline_change(container, report)
-        large_role, task_id = _queued_change(container, report, large_role_users, console)
-        _follow_fanout(container, task_id, large_role_users, console, report)
-        _check_events(reader, report, small_role=small_role, large_role=large_role, users=large_role_users)
+        large_role, version, task_id, holders = _developer_manager_change(container, report, console)
+        _follow_fanout(container, task_id, holders, console, report)
+        _check_events(reader, report, small_role=small_role, large_role=(large_role, version), users=holders)
     finally:
         workers.stop()
         reader.close()
     report.rows.append(("total", f"{time.monotonic() - started:.1f} s"))
     return report
+
+
+def _bootstrap(
+    container: Container, report: DemoReport, companies: int, managers: int, console: Console
+) -> None:
+    console.print(f"bootstrapping {companies:,} companies and {managers:,} managers from a simulated Talent")
+    done = bootstrap_from_simulated_talent(container, companies=companies, managers=managers, console=console)
+    result = done.run.result(now_utc())
+    items = result["companies"]["planned"] + result["users"]["planned"]
+    report.rows.append((f"bootstrap ({result['mode']}, run {result['runId'][:8]})", f"{done.seconds:.1f} s"))
+    report.rows.append(("bootstrap throughput", f"{items / done.seconds:,.0f} items/s"))
+    for aggregate in ("companies", "users"):
+        counts = result[aggregate]
+        report.rows.append((f"bootstrap {aggregate}", ", ".join(f"{k} {v:,}" for k, v in counts.items())))
+    for code, count in sorted(done.quarantine.items()):
+        report.rows.append(("quarantined", f"{count} x {code}"))
+    report.check("bootstrap completed", done.run.status is RunStatus.COMPLETED, result["status"])
+    report.check(
+        "poison quarantined with its reason",
+        done.quarantine == EXPECTED_QUARANTINE,
+        ", ".join(
+            f"{code.removeprefix('IDENTITY_SYNC_')} {n}" for code, n in sorted(done.quarantine.items())
+        ),
+    )
+    report.check(
+        "every manager has exactly one default role",
+        done.managers_with_one_default_role >= managers,
+        f"{done.managers_with_one_default_role:,} managers",
+    )
 
 
 class _Workers:
@@ -137,24 +171,23 @@ def _inline_change(container: Container, report: DemoReport) -> UUID:
     return role_id
 
 
-def _queued_change(
-    container: Container, report: DemoReport, users: int, console: Console
-) -> tuple[UUID, UUID]:
-    company_id, role_id = _company_with_role(container, "sales-manager")
-    started = time.monotonic()
-    demo_data.add_role_members(container.database, company_id=company_id, role_id=role_id, count=users)
-    report.rows.append((f"seed {users:,} role members", f"{time.monotonic() - started:.1f} s"))
-    console.print(f"seeded {users:,} users holding one role; changing its permissions")
+def _developer_manager_change(
+    container: Container, report: DemoReport, console: Console
+) -> tuple[UUID, int, UUID, int]:
+    with container.replica_transactions() as tx:
+        role = tx.default_role()
+    holders = demo_data.active_holders(container.database, role.role_id)
+    console.print(f"changing the permissions of developer-manager, held by {holders:,} users")
     change = identity.set_role_permissions(
         container.transactions,
         identity.Context.fresh(),
-        role_id=role_id,
-        permissions=["deals.read", "deals.approve", "chessboard.view"],
+        role_id=role.role_id,
+        permissions=["deals.read", "deals.approve", "chessboard.view", f"demo.{secrets.token_hex(3)}"],
         policy=container.fanout_policy,
     )
     report.check("large role enqueued for fan-out", change.task_id is not None, f"task {change.task_id}")
     assert change.task_id is not None
-    return role_id, change.task_id
+    return role.role_id, change.role_version, change.task_id, holders
 
 
 def _follow_fanout(
@@ -183,15 +216,20 @@ def _follow_fanout(
 
 
 def _check_events(
-    reader: TopicReader, report: DemoReport, *, small_role: UUID, large_role: UUID, users: int
+    reader: TopicReader, report: DemoReport, *, small_role: UUID, large_role: tuple[UUID, int], users: int
 ) -> None:
-    wanted = {str(small_role): 5, str(large_role): users}
+    """One event per user for each change; the large role's filtered by this change's version (reruns)."""
+    wanted = {str(small_role): 5, str(large_role[0]): users}
     per_role: dict[str, Counter[str]] = {role: Counter() for role in wanted}
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and any(len(per_role[r]) < n for r, n in wanted.items()):
         for event in reader.read(0.5):
-            if _is_permission_change(event) and event.payload["changedRoleId"] in per_role:
-                per_role[event.payload["changedRoleId"]][event.key] += 1
+            role = event.payload.get("changedRoleId")
+            if not _is_permission_change(event) or role not in per_role:
+                continue
+            if role == str(large_role[0]) and event.payload["version"] != large_role[1]:
+                continue
+            per_role[role][event.key] += 1
     for role, expected in wanted.items():
         received = per_role[role]
         duplicates = sum(received.values()) - len(received)

@@ -12,7 +12,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pin_identity.observability import metrics
 
 
-class _ReadinessCache:
+class ReadinessCache:
     """Readiness touches the database and the broker; a probe every few seconds need not, each time."""
 
     def __init__(self, check: Callable[[], bool], ttl_s: float = 5.0):
@@ -34,7 +34,7 @@ def serve_worker_http(
     ready: Callable[[], bool],
     host: str = "0.0.0.0",  # noqa: S104
 ) -> ThreadingHTTPServer:
-    cached_ready = _ReadinessCache(ready)
+    cached_ready = ReadinessCache(ready)
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:

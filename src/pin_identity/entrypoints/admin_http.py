@@ -1,0 +1,431 @@
+"""`pin-identity serve`: the platform-admin HTTP API of CONTRACTS section 6, with /metrics, /healthz, /readyz.
+
+Every `/admin/` route needs `Authorization: Bearer $PIN_IDENTITY_ADMIN_TOKEN`; every error is RFC 9457
+problem+json with a `code` (admin_problems); every admin action writes one `admin-action` audit line.
+"""
+
+from __future__ import annotations
+
+import hmac
+import signal
+import socket
+import threading
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Annotated, Any
+from uuid import UUID
+
+import psycopg
+import uvicorn
+from fastapi import APIRouter, Depends, FastAPI, Path, Query, Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import PlainTextResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from psycopg_pool import PoolTimeout
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from pin_identity import __version__
+from pin_identity.adapters.postgres.outbox_queue import PostgresOutboxQueue
+from pin_identity.composition import Container
+from pin_identity.config import ConfigurationError
+from pin_identity.domain.events import now_utc
+from pin_identity.domain.model import FanOutTaskStatus
+from pin_identity.domain.talent_import import (
+    ImportErrorCode,
+    ImportMode,
+    ImportRefusedError,
+    ImportRequest,
+    ImportRun,
+    RunStatus,
+)
+from pin_identity.entrypoints.admin_models import (
+    FailedItem,
+    FanOutTask,
+    Health,
+    ImportRunReport,
+    PermissionsChanged,
+    RunAccepted,
+    RunCancelled,
+    SetRolePermissions,
+    StartImportRun,
+    TaskReplayed,
+)
+from pin_identity.entrypoints.admin_problems import (
+    PROBLEM_JSON,
+    ProblemError,
+    ProblemRoute,
+    handle_exception,
+    problem_responses,
+)
+from pin_identity.entrypoints.talent_import_cli import status_report
+from pin_identity.entrypoints.worker_http import ReadinessCache
+from pin_identity.jobs.ports import TalentSource
+from pin_identity.jobs.talent_import import start_run
+from pin_identity.observability import metrics
+from pin_identity.observability.logging import describe_error, get_logger
+from pin_identity.operations import identity
+
+log = get_logger("admin-http")
+
+# ---------------------------------------------------------------- dependencies: container, authentication
+
+_bearer = HTTPBearer(auto_error=False, description="The value of PIN_IDENTITY_ADMIN_TOKEN.")
+
+
+def _container(request: Request) -> Container:
+    container: Container = request.app.state.container
+    return container
+
+
+def authorize(
+    request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+) -> str:
+    """Checks the bearer token in constant time; returns who asked, for the audit line (never the token)."""
+    who = f"http:{request.client.host if request.client else 'unknown'}"
+    expected: str = request.app.state.admin_token
+    given = credentials.credentials if credentials else ""
+    if not hmac.compare_digest(given.encode(), expected.encode()):
+        log.warning("admin-auth-failed", who=who, path=request.url.path)
+        raise ProblemError(
+            401,
+            "IDENTITY_UNAUTHORIZED",
+            "a valid bearer token is required",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
+    return who
+
+
+ContainerDep = Annotated[Container, Depends(_container)]
+Who = Annotated[str, Depends(authorize)]
+RunId = Annotated[UUID, Path(alias="runId", description="The import run.")]
+TaskId = Annotated[UUID, Path(alias="taskId", description="The fan-out task.")]
+RoleId = Annotated[UUID, Path(alias="roleId", description="The role whose permission set is replaced.")]
+
+
+def _admin_router(prefix: str, tag: str) -> APIRouter:
+    return APIRouter(
+        prefix=prefix,
+        tags=[tag],
+        dependencies=[Depends(authorize)],
+        responses=problem_responses(401),
+        route_class=ProblemRoute,
+    )
+
+
+# ---------------------------------------------------------------- talent import
+
+imports = _admin_router("/admin/v1/talent-import", "talent-import")
+
+
+def _talent_source(container: Container, mode: ImportMode) -> TalentSource:
+    try:
+        return container.talent_source(mode)
+    except ConfigurationError as exc:  # e.g. no PIN_IDENTITY_TALENT_API_URL for api-pull
+        raise ProblemError(503, ImportErrorCode.SOURCE_UNAVAILABLE.value, str(exc)) from None
+
+
+def _start_run(container: Container, request: ImportRequest) -> ImportRun:
+    """Create the run under the run lock, then let go of the lock at once: a `worker` running the
+    `talent-import` job takes it and orchestrates the run. A Running run is never resumed from here."""
+    lock = container.run_lock()
+    if not lock.try_acquire():
+        raise ImportRefusedError(
+            ImportErrorCode.ALREADY_RUNNING, f"another run holds the lock ({lock.holder()})"
+        )
+    try:
+        running = container.import_store.running_run()
+        if running is not None:
+            raise ImportRefusedError(ImportErrorCode.ALREADY_RUNNING, f"run {running.run_id} is Running")
+        source = _talent_source(container, request.mode)
+        try:
+            return start_run(container.import_store, lock, source, request, now_utc())
+        finally:
+            source.close()
+    finally:
+        lock.release()
+
+
+def _load_run(container: Container, run_id: UUID) -> ImportRun:
+    run = container.import_store.load_run(run_id)
+    if run is None:
+        raise ProblemError(404, "IDENTITY_NOT_FOUND", f"import run {run_id} does not exist")
+    return run
+
+
+@imports.post(
+    "/runs",
+    status_code=202,
+    response_model=RunAccepted,
+    responses={
+        202: {"headers": {"Location": {"description": "The run", "schema": {"type": "string"}}}},
+        **problem_responses(409, 422, 503),
+    },
+)
+def start_import_run(
+    body: StartImportRun, container: ContainerDep, who: Who, response: Response
+) -> RunAccepted:
+    """Create an import run (never resumes one: 409 while a run is Running). A `worker` running the
+    `talent-import` job orchestrates it; follow it at the `Location` answered. 503 with
+    `IDENTITY_IMPORT_SOURCE_UNAVAILABLE` when the source cannot be read or is not configured for the mode,
+    503 with `IDENTITY_IMPORT_SOURCE_INCOMPLETE` when it lists far fewer companies than the replica
+    holds (send `force` to override)."""
+    run = _start_run(container, body.to_request())
+    log.info(
+        "admin-action",
+        action="talent-import-start",
+        who=who,
+        run_id=str(run.run_id),
+        mode=run.mode.value,
+        dry_run=run.dry_run,
+        correlation_id=str(run.correlation_id),
+    )
+    response.headers["Location"] = f"{imports.prefix}/runs/{run.run_id}"
+    return RunAccepted(run_id=run.run_id)
+
+
+@imports.get("/runs/{runId}", response_model=ImportRunReport, responses=problem_responses(404))
+def get_import_run(run_id: RunId, container: ContainerDep) -> ImportRunReport:
+    """The run's counters (TalentInitialImportResult), pages by stage and status, an ETA, the lock holder."""
+    return ImportRunReport.model_validate(status_report(container, _load_run(container, run_id)))
+
+
+@imports.post("/runs/{runId}/cancel", response_model=RunCancelled, responses=problem_responses(404, 409))
+def cancel_import_run(run_id: RunId, container: ContainerDep, who: Who) -> RunCancelled:
+    """Cancel a Running run at once: pages already claimed finish, Done pages are kept."""
+    if not container.import_store.request_cancel(run_id):
+        run = _load_run(container, run_id)
+        raise ProblemError(
+            409, "IDENTITY_IMPORT_NOT_RUNNING", f"import run {run_id} is {run.status.value}, not Running"
+        )
+    log.info("admin-action", action="talent-import-cancel", who=who, run_id=str(run_id))
+    return RunCancelled(run_id=run_id, status=RunStatus.CANCELLED)
+
+
+@imports.get("/runs/{runId}/failed-items", response_model=list[FailedItem], responses=problem_responses(404))
+def list_failed_items(run_id: RunId, container: ContainerDep) -> list[FailedItem]:
+    """The run's quarantine, oldest first (payloads stay in the database: they hold PII)."""
+    _load_run(container, run_id)
+    return [FailedItem.from_store(item) for item in container.import_store.failed_items(run_id)]
+
+
+# ---------------------------------------------------------------- access fan-out
+
+fanout = _admin_router("/admin/v1/access-fanout", "access-fanout")
+
+
+@fanout.get("/tasks", response_model=list[FanOutTask])
+def list_fanout_tasks(
+    container: ContainerDep,
+    status: Annotated[FanOutTaskStatus | None, Query(description="Only tasks in this status.")] = None,
+    limit: Annotated[int, Query(ge=1, le=10_000)] = 100,
+) -> list[FanOutTask]:
+    """The newest fan-out tasks first."""
+    rows = container.fanout_queue.list_tasks(status.value if status else None, limit)
+    return [FanOutTask.from_store(row) for row in rows]
+
+
+@fanout.post("/tasks/{taskId}/replay", response_model=TaskReplayed, responses=problem_responses(404, 409))
+def replay_fanout_task(task_id: TaskId, container: ContainerDep, who: Who) -> TaskReplayed:
+    """The runbook's replay: a Failed task goes back to Pending with AttemptCount = 0, from its cursor."""
+    container.fanout_queue.replay(task_id, now_utc())
+    log.info("admin-action", action="fanout-replay", who=who, task_id=str(task_id))
+    return TaskReplayed(task_id=task_id, status=FanOutTaskStatus.PENDING)
+
+
+# ---------------------------------------------------------------- roles
+
+roles = _admin_router("/admin/v1/roles", "roles")
+
+
+@roles.put(
+    "/{roleId}/permissions", response_model=PermissionsChanged, responses=problem_responses(404, 409, 422)
+)
+def set_role_permissions(
+    role_id: RoleId, body: SetRolePermissions, container: ContainerDep, who: Who
+) -> PermissionsChanged:
+    """set-role-permissions: replace the set, bump the role's version, notify its users inline (role size
+    <= PIN_IDENTITY_INLINE_FANOUT_THRESHOLD) or enqueue a fan-out task, in one transaction."""
+    change = identity.set_role_permissions(
+        container.transactions,
+        identity.Context.fresh(),
+        role_id=role_id,
+        permissions=body.permissions,
+        policy=container.fanout_policy,
+    )
+    log.info(
+        "admin-action",
+        action="set-role-permissions",
+        who=who,
+        role_id=str(role_id),
+        role_version=change.role_version,
+        task_id=str(change.task_id) if change.task_id else None,
+    )
+    return PermissionsChanged(
+        role_id=change.role_id,
+        role_version=change.role_version,
+        path=change.path,
+        users_notified_inline=change.users_notified_inline,
+        task_id=change.task_id,
+    )
+
+
+# ---------------------------------------------------------------- metrics and probes
+
+
+class DatabaseGauges:
+    """The gauges read from the database, refreshed at scrape time. The outbox backlog comes from the
+    outbox queue's own query, on one dedicated session kept for the process."""
+
+    def __init__(self, container: Container):
+        self._container = container
+        self._outbox: PostgresOutboxQueue | None = None
+        self._lock = threading.Lock()
+
+    def _outbox_backlog(self) -> tuple[int, float]:
+        with self._lock:
+            if self._outbox is None:
+                self._outbox = PostgresOutboxQueue(self._container.database)
+            try:
+                return self._outbox.backlog()
+            except psycopg.Error:
+                self._outbox.reset()  # reconnect at the next scrape
+                raise
+
+    def refresh(self) -> None:
+        """A failed read keeps the last values: the scrape still answers, and the log says why."""
+        try:
+            backlog, oldest_age_s = self._outbox_backlog()
+            stats = self._container.fanout_queue.stats(now_utc())
+            running = self._container.import_store.running_run()
+        except (psycopg.Error, PoolTimeout, ConfigurationError) as exc:
+            log.warning("metrics-refresh-failed", error=describe_error(exc))
+            return
+        metrics.outbox_backlog.set(backlog)
+        metrics.outbox_oldest_age_seconds.set(oldest_age_s)
+        metrics.fanout_queue_backlog.set(stats.backlog)
+        metrics.fanout_failed_tasks.set(stats.failed)
+        # As a worker orchestrating the run reports them, so that the import alerts read either process.
+        metrics.import_running.set(1 if running else 0)
+        if running is not None:
+            metrics.import_run_started.set(running.started_at.timestamp())
+
+    def close(self) -> None:
+        with self._lock:
+            if self._outbox is not None:
+                self._outbox.reset()
+                self._outbox = None
+
+
+def _ready(container: Container) -> bool:
+    try:
+        return container.database.ping() and container.broker_reachable()
+    except ConfigurationError:
+        return False
+
+
+probes = APIRouter(tags=["probes"], route_class=ProblemRoute)
+
+
+@probes.get(
+    "/metrics",
+    response_class=PlainTextResponse,
+    responses={200: {"description": "Prometheus text exposition format"}},
+)
+def prometheus_metrics(request: Request) -> Response:
+    """Prometheus metrics (no authentication); the database gauges are read now."""
+    request.app.state.gauges.refresh()
+    return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+
+@probes.get("/healthz", response_model=Health)
+def liveness() -> Health:
+    """The process is alive."""
+    return Health(status="ok")
+
+
+@probes.get("/readyz", response_model=Health, responses=problem_responses(503))
+def readiness(request: Request) -> Health:
+    """200 when the database answers and the broker is reachable (checked at most every 5 s), else 503."""
+    if not request.app.state.ready():
+        raise ProblemError(503, "IDENTITY_NOT_READY", "the database or the broker is unreachable")
+    return Health(status="ready")
+
+
+# ---------------------------------------------------------------- the application
+
+
+def _problem_json_errors(document: dict[str, Any]) -> dict[str, Any]:
+    """Error answers are `application/problem+json` Problems (FastAPI would say application/json, and
+    describe 422 with its own validation error model)."""
+    problem = {"schema": {"$ref": "#/components/schemas/Problem"}}
+    for operations in document.get("paths", {}).values():
+        for operation in operations.values():
+            for status, answer in operation.get("responses", {}).items():
+                if str(status)[0] in "45":
+                    answer["content"] = {PROBLEM_JSON: problem}
+    schemas = document.get("components", {}).get("schemas", {})
+    for unused in ("HTTPValidationError", "ValidationError"):
+        schemas.pop(unused, None)
+    return document
+
+
+class AdminApi(FastAPI):
+    def openapi(self) -> dict[str, Any]:
+        if self.openapi_schema is None:
+            self.openapi_schema = _problem_json_errors(super().openapi())
+        return self.openapi_schema
+
+
+@asynccontextmanager
+async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
+    yield
+    app.state.gauges.close()
+
+
+def create_app(container: Container) -> FastAPI:
+    """The admin API over the container's adapters; refuses to exist without PIN_IDENTITY_ADMIN_TOKEN."""
+    token = container.settings.admin_token
+    if not token or not token.strip():
+        raise ConfigurationError("PIN_IDENTITY_ADMIN_TOKEN: required by serve")
+    app = AdminApi(
+        title="pin-identity platform-admin API",
+        version=__version__,
+        description="Talent import runs, the access fan-out queue, role permissions (CONTRACTS section 6).",
+        lifespan=_lifespan,
+        generate_unique_id_function=lambda route: route.name,  # operationId = the handler's name
+    )
+    app.state.container = container
+    app.state.admin_token = token
+    app.state.gauges = DatabaseGauges(container)
+    app.state.ready = ReadinessCache(lambda: _ready(container))
+    for router in (imports, fanout, roles, probes):
+        app.include_router(router)
+    app.add_exception_handler(StarletteHTTPException, handle_exception)
+    app.add_exception_handler(RequestValidationError, handle_exception)
+    return app
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        return socket.create_server((host, port), family=family)
+    except OSError as exc:
+        raise ConfigurationError(f"--host/--port: cannot listen on {host}:{port} ({exc.strerror})") from None
+
+
+def serve_admin_api(container: Container, *, host: str, port: int) -> None:
+    """Run the API until SIGTERM/SIGINT. A missing token, an unreachable database or a busy port fail at
+    start (ConfigurationError: exit 2)."""
+    app = create_app(container)
+    if not container.database.ping():
+        raise ConfigurationError("PIN_IDENTITY_DATABASE_URL: database unreachable")
+    listener = _listen(host, port)
+    log.info("admin-api-started", host=host, port=listener.getsockname()[1])
+    # uvicorn re-raises the signal that stopped it once it has shut down gracefully; with these handlers in
+    # place the process then ends normally (exit 0), like `worker` on SIGTERM/SIGINT.
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: None)
+    config = uvicorn.Config(app, log_config=None, access_log=False, server_header=False)
+    uvicorn.Server(config).run(sockets=[listener])
+    log.info("admin-api-stopped")

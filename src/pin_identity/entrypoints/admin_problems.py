@@ -1,0 +1,155 @@
+"""Every error of the admin HTTP API as RFC 9457 `application/problem+json` with a stable `code`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Coroutine
+from http import HTTPStatus
+from typing import Any
+
+import psycopg
+from fastapi import Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
+from psycopg_pool import PoolTimeout
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from pin_identity.domain.errors import ConflictError, IdentityError, InvalidInputError, NotFoundError
+from pin_identity.domain.talent_import import ImportErrorCode, ImportRefusedError
+from pin_identity.entrypoints.admin_models import Problem, ValidationIssue
+from pin_identity.observability.logging import describe_error, get_logger
+
+PROBLEM_JSON = "application/problem+json"
+INVALID_REQUEST = "IDENTITY_INVALID_REQUEST"
+
+log = get_logger("admin-http")
+
+_IMPORT_STATUS = {
+    ImportErrorCode.ALREADY_RUNNING: 409,
+    ImportErrorCode.INVALID_REQUEST: 422,
+    ImportErrorCode.RESUME_MISMATCH: 422,
+    ImportErrorCode.SOURCE_UNAVAILABLE: 503,
+    ImportErrorCode.SOURCE_INCOMPLETE: 503,
+}
+_DOMAIN_STATUS: tuple[tuple[type[IdentityError], int], ...] = (
+    (NotFoundError, 404),
+    (ConflictError, 409),
+    (InvalidInputError, 422),
+)
+_HTTP_CODES = {404: "IDENTITY_NOT_FOUND", 405: "IDENTITY_METHOD_NOT_ALLOWED"}
+
+
+class ProblemError(Exception):
+    """An error answer decided by the API itself (authentication, an unknown id, a state conflict)."""
+
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        detail: str,
+        *,
+        headers: dict[str, str] | None = None,
+        errors: list[ValidationIssue] | None = None,
+    ):
+        super().__init__(detail)
+        self.status, self.code, self.detail = status, code, detail
+        self.headers, self.errors = headers, errors
+
+
+def _validation_problem(exc: RequestValidationError) -> ProblemError:
+    issues = [
+        ValidationIssue(
+            location=".".join(str(part) for part in error.get("loc", ())), message=str(error.get("msg"))
+        )
+        for error in exc.errors()
+    ]
+    summary = "; ".join(f"{issue.location}: {issue.message}" for issue in issues[:5])
+    return ProblemError(422, INVALID_REQUEST, summary or "the request is invalid", errors=issues)
+
+
+def _http_problem(exc: StarletteHTTPException) -> ProblemError:
+    if exc.status_code == 400:  # FastAPI's "error parsing the body": bad input, which the contract makes 422
+        return ProblemError(422, INVALID_REQUEST, str(exc.detail))
+    code = _HTTP_CODES.get(exc.status_code, "IDENTITY_HTTP_ERROR")
+    return ProblemError(exc.status_code, code, str(exc.detail), headers=dict(exc.headers or {}))
+
+
+def problem_for(exc: Exception) -> ProblemError:  # noqa: PLR0911 - one answer per kind of failure
+    """What the client is told: a known failure keeps its code; anything else is an opaque 500."""
+    if isinstance(exc, ProblemError):
+        return exc
+    if isinstance(exc, ImportRefusedError):
+        detail = str(exc).removeprefix(f"{exc.code.value}: ")
+        return ProblemError(_IMPORT_STATUS.get(exc.code, 422), exc.code.value, detail)
+    if isinstance(exc, IdentityError):
+        status = next((status for kind, status in _DOMAIN_STATUS if isinstance(exc, kind)), 422)
+        return ProblemError(status, exc.code, str(exc))
+    if isinstance(exc, RequestValidationError):
+        return _validation_problem(exc)
+    if isinstance(exc, StarletteHTTPException):
+        return _http_problem(exc)
+    if isinstance(exc, psycopg.OperationalError | PoolTimeout):
+        return ProblemError(503, "IDENTITY_DATABASE_UNAVAILABLE", "the database is unavailable; try again")
+    return ProblemError(500, "IDENTITY_INTERNAL_ERROR", "an unexpected error occurred")
+
+
+def problem_response(request: Request, problem: ProblemError) -> JSONResponse:
+    body = Problem(
+        type=f"urn:pin-identity:problem:{problem.code}",
+        title=HTTPStatus(problem.status).phrase,
+        status=problem.status,
+        detail=problem.detail,
+        code=problem.code,
+        instance=request.url.path,
+        errors=problem.errors,
+    )
+    return JSONResponse(
+        body.model_dump(mode="json", exclude_none=True),
+        status_code=problem.status,
+        media_type=PROBLEM_JSON,
+        headers=problem.headers,
+    )
+
+
+async def handle_exception(request: Request, exc: Exception) -> Response:
+    """For failures raised outside a route's handler (no route matched, wrong method)."""
+    return answer(request, exc)
+
+
+def answer(request: Request, exc: Exception) -> JSONResponse:
+    problem = problem_for(exc)
+    if problem.status >= 500:
+        # The class and first line only: a database error's detail lines quote rows (PII).
+        log.error("admin-api-error", path=request.url.path, status=problem.status, error=describe_error(exc))
+    return problem_response(request, problem)
+
+
+class ProblemRoute(APIRoute):
+    """Turns whatever a handler (or its dependencies, or FastAPI's validation) raises into a problem
+    answer, so that no traceback and no exception text other than ours reaches the client or the logs."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def guarded(request: Request) -> Response:
+            try:
+                return await handler(request)
+            except Exception as exc:  # every failure becomes a problem answer
+                return answer(request, exc)
+
+        return guarded
+
+
+def problem_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI `responses` entries (rewritten to `application/problem+json` when the document is built)."""
+    described = {status: _RESPONSE_DESCRIPTIONS.get(status, HTTPStatus(status).phrase) for status in statuses}
+    return {status: {"model": Problem, "description": text} for status, text in described.items()}
+
+
+_RESPONSE_DESCRIPTIONS = {
+    401: "Missing or wrong bearer token",
+    404: "Unknown id",
+    409: "Conflict with the current state",
+    422: "Bad input (code `IDENTITY_INVALID_REQUEST` for a malformed request)",
+    503: "A dependency is unavailable",
+}

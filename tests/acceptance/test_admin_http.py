@@ -1,0 +1,541 @@
+"""The platform-admin HTTP API (`pin-identity serve`, CONTRACTS section 6) on the real database and broker."""
+
+from __future__ import annotations
+
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+import schemathesis
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+from hypothesis import HealthCheck, given, settings
+from hypothesis.errors import Unsatisfiable
+from openapi_spec_validator import validate
+from schemathesis.checks import not_a_server_error
+from structlog.testing import capture_logs
+
+from pin_identity.adapters.kafka.embedded import free_port
+from pin_identity.composition import Container
+from pin_identity.config import ConfigurationError, Settings
+from pin_identity.entrypoints.admin_http import create_app
+from pin_identity.operations import identity
+from pin_identity.simulation.talent import SimulatedTalentApi, generate_dataset
+from tests.conftest import TalentTopics
+from tests.support import seed
+from tests.support.talent_import import job
+
+TOKEN = "secret-token"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+UNKNOWN = "00000000-0000-4000-8000-00000000beef"
+RUNS = "/admin/v1/talent-import/runs"
+TASKS = "/admin/v1/access-fanout/tasks"
+
+
+# ---------------------------------------------------------------- fixtures and helpers
+
+
+def _admin_container(settings: Settings, **overrides: Any) -> Container:
+    return Container(settings.model_copy(update={"admin_token": TOKEN, **overrides}))
+
+
+@pytest.fixture
+def admin_container(settings: Settings, talent_api: SimulatedTalentApi) -> Iterator[Container]:
+    """Talent served by the simulator; every role with a user goes through the fan-out queue."""
+    built = _admin_container(
+        settings,
+        talent_api_url=talent_api.url,
+        talent_api_token="talent-token",
+        inline_fanout_threshold=0,
+    )
+    yield built
+    built.close()
+
+
+@pytest.fixture
+def client(admin_container: Container) -> Iterator[TestClient]:
+    with TestClient(create_app(admin_container)) as opened:
+        yield opened
+
+
+def assert_problem(response: httpx.Response, status: int, code: str) -> dict[str, Any]:
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"].startswith("application/problem+json")
+    body: dict[str, Any] = response.json()
+    assert {"type", "title", "status", "detail", "code"} <= body.keys()
+    assert body["status"] == status and body["code"] == code
+    assert body["type"] == f"urn:pin-identity:problem:{code}"
+    return body
+
+
+def start(client: TestClient, **body: Any) -> str:
+    response = client.post(RUNS, json={"mode": "ApiPull", **body}, headers=AUTH)
+    assert response.status_code == 202, response.text
+    run_id: str = response.json()["runId"]
+    return run_id
+
+
+def queued_task(container: Container) -> tuple[str, str]:
+    """A role of one user, changed through the API's own operation: a Pending fan-out task."""
+    company_id = seed.company(container.transactions)
+    role_id = seed.role(container.transactions, company_id)
+    seed.grant(container.transactions, seed.user(container.transactions, company_id), role_id, company_id)
+    change = identity.set_role_permissions(
+        container.transactions,
+        identity.Context.fresh(),
+        role_id=role_id,
+        permissions=["deals.read", "deals.write"],
+        policy=container.fanout_policy,
+    )
+    assert change.task_id is not None
+    return str(role_id), str(change.task_id)
+
+
+def fail_task(database_url: str, task_id: str) -> None:
+    """What the fan-out job does after MaxAttempts: the task is poison."""
+    with psycopg.connect(database_url) as conn:
+        conn.execute(
+            "UPDATE identity.access_fanout_tasks SET status = 'Failed', attempt_count = 5 WHERE id = %s",
+            (task_id,),
+        )
+
+
+def audit_lines(logs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [line for line in logs if line["event"] == "admin-action"]
+
+
+# ---------------------------------------------------------------- talent import runs
+
+
+def test_a_run_started_over_http_is_orchestrated_by_a_worker(
+    client: TestClient, admin_container: Container, talent_api: SimulatedTalentApi
+) -> None:
+    talent_api.dataset = generate_dataset(3, 6, poison=True)
+    with capture_logs() as logs:
+        response = client.post(RUNS, json={"mode": "api-pull", "pageSize": 2}, headers=AUTH)
+    assert response.status_code == 202, response.text
+    run_id = response.json()["runId"]
+    assert response.headers["location"] == f"{RUNS}/{run_id}"
+    [audit] = audit_lines(logs)
+    assert audit["action"] == "talent-import-start" and audit["run_id"] == run_id
+    assert audit["who"].startswith("http:") and TOKEN not in str(audit)
+
+    running = client.get(f"{RUNS}/{run_id}", headers=AUTH).json()
+    assert running["status"] == "Running" and running["mode"] == "ApiPull"
+    assert running["lockHolder"] is None  # the API let go of the lock: a worker takes it
+
+    job(admin_container).run(threading.Event(), once=True)
+
+    report = client.get(f"{RUNS}/{run_id}", headers=AUTH).json()
+    assert report["status"] == "Completed", report
+    assert report["companies"]["planned"] == 4 and report["users"]["planned"] == 9
+    assert report["pages"]["Tenants"]["Done"] == 2 and report["pages"]["Users"]["Done"] == 5
+    items = client.get(f"{RUNS}/{run_id}/failed-items", headers=AUTH).json()
+    assert len(items) == report["companies"]["failed"] + report["users"]["failed"] > 0
+    assert all(item.keys() >= {"itemId", "stage", "externalId", "errorCode"} for item in items)
+    assert not any("payload" in item for item in items)  # PII stays in the database
+
+
+def test_a_second_start_while_a_run_is_running_is_409(client: TestClient) -> None:
+    start(client, dryRun=True)
+    response = client.post(RUNS, json={"mode": "TopicReplay"}, headers=AUTH)
+    assert_problem(response, 409, "IDENTITY_IMPORT_ALREADY_RUNNING")
+
+
+def test_a_start_while_another_process_holds_the_run_lock_is_409(
+    client: TestClient, admin_container: Container
+) -> None:
+    lock = admin_container.run_lock()
+    assert lock.try_acquire()
+    try:
+        response = client.post(RUNS, json={"mode": "ApiPull"}, headers=AUTH)
+    finally:
+        lock.release()
+    body = assert_problem(response, 409, "IDENTITY_IMPORT_ALREADY_RUNNING")
+    assert "holds the lock" in body["detail"]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {},
+        {"mode": "sideways"},
+        {"mode": "ApiPull", "pageSize": 0},
+        {"mode": "ApiPull", "pageSize": 2001},
+        {"mode": "ApiPull", "talentTenantIdFilter": "not-a-uuid"},
+        {"mode": "ApiPull", "dryRun": "perhaps"},
+    ],
+)
+def test_a_start_with_bad_input_is_422(client: TestClient, body: dict[str, Any]) -> None:
+    problem = assert_problem(client.post(RUNS, json=body, headers=AUTH), 422, "IDENTITY_INVALID_REQUEST")
+    assert problem["errors"] and problem["errors"][0]["location"].startswith("body")
+
+
+@pytest.mark.parametrize("content", [b"{not json", b"\xff\xfe", b""])
+def test_a_start_with_an_unreadable_body_is_422(client: TestClient, content: bytes) -> None:
+    headers = {**AUTH, "Content-Type": "application/json"}
+    response = client.post(RUNS, content=content, headers=headers)
+    assert_problem(response, 422, "IDENTITY_INVALID_REQUEST")
+
+
+def test_a_start_with_an_unavailable_source_is_503(
+    client: TestClient, talent_api: SimulatedTalentApi
+) -> None:
+    talent_api.healthy = False
+    response = client.post(RUNS, json={"mode": "ApiPull"}, headers=AUTH)
+    assert_problem(response, 503, "IDENTITY_IMPORT_SOURCE_UNAVAILABLE")
+
+
+def test_a_start_without_a_configured_talent_api_is_503(settings: Settings) -> None:
+    container = _admin_container(settings, talent_api_url=None)
+    try:
+        with TestClient(create_app(container)) as unconfigured:
+            response = unconfigured.post(RUNS, json={"mode": "api-pull"}, headers=AUTH)
+    finally:
+        container.close()
+    body = assert_problem(response, 503, "IDENTITY_IMPORT_SOURCE_UNAVAILABLE")
+    assert "PIN_IDENTITY_TALENT_API_URL" in body["detail"]
+
+
+def test_cancel_a_running_run_then_again(client: TestClient) -> None:
+    run_id = start(client)
+    with capture_logs() as logs:
+        cancelled = client.post(f"{RUNS}/{run_id}/cancel", headers=AUTH)
+    assert cancelled.status_code == 200
+    assert cancelled.json() == {"runId": run_id, "status": "Cancelled"}
+    assert audit_lines(logs)[0]["action"] == "talent-import-cancel"
+    assert client.get(f"{RUNS}/{run_id}", headers=AUTH).json()["status"] == "Cancelled"
+    again = client.post(f"{RUNS}/{run_id}/cancel", headers=AUTH)
+    assert_problem(again, 409, "IDENTITY_IMPORT_NOT_RUNNING")
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("GET", f"{RUNS}/{UNKNOWN}"),
+        ("POST", f"{RUNS}/{UNKNOWN}/cancel"),
+        ("GET", f"{RUNS}/{UNKNOWN}/failed-items"),
+        ("POST", f"{TASKS}/{UNKNOWN}/replay"),
+    ],
+)
+def test_an_unknown_id_is_404(client: TestClient, method: str, path: str) -> None:
+    assert_problem(client.request(method, path, headers=AUTH), 404, "IDENTITY_NOT_FOUND")
+
+
+def test_a_malformed_id_is_422(client: TestClient) -> None:
+    body = assert_problem(client.get(f"{RUNS}/nope", headers=AUTH), 422, "IDENTITY_INVALID_REQUEST")
+    assert body["errors"][0]["location"] == "path.runId"
+
+
+# ---------------------------------------------------------------- access fan-out and roles
+
+
+def test_fanout_tasks_are_listed_and_a_failed_one_is_replayed(
+    client: TestClient, admin_container: Container, database_url: str
+) -> None:
+    role_id, task_id = queued_task(admin_container)
+    [listed] = client.get(TASKS, headers=AUTH).json()
+    assert listed["taskId"] == task_id and listed["roleId"] == role_id
+    assert listed["status"] == "Pending" and listed["roleVersion"] == 2
+    assert client.get(TASKS, params={"status": "Failed"}, headers=AUTH).json() == []
+    assert_problem(client.post(f"{TASKS}/{task_id}/replay", headers=AUTH), 409, "IDENTITY_CONFLICT")
+
+    fail_task(database_url, task_id)
+    assert [t["taskId"] for t in client.get(TASKS, params={"status": "Failed"}, headers=AUTH).json()] == [
+        task_id
+    ]
+    with capture_logs() as logs:
+        replayed = client.post(f"{TASKS}/{task_id}/replay", headers=AUTH)
+    assert replayed.status_code == 200
+    assert replayed.json() == {"taskId": task_id, "status": "Pending"}
+    [audit] = audit_lines(logs)
+    assert audit["action"] == "fanout-replay" and audit["task_id"] == task_id
+    [again] = client.get(TASKS, params={"status": "Pending"}, headers=AUTH).json()
+    assert again["attemptCount"] == 0
+
+
+@pytest.mark.parametrize("query", [{"status": "Bogus"}, {"limit": "0"}, {"limit": "many"}])
+def test_a_bad_task_filter_is_422(client: TestClient, query: dict[str, str]) -> None:
+    assert_problem(client.get(TASKS, params=query, headers=AUTH), 422, "IDENTITY_INVALID_REQUEST")
+
+
+def test_set_role_permissions_queues_the_fanout_of_a_large_role(
+    client: TestClient, admin_container: Container
+) -> None:
+    company_id = seed.company(admin_container.transactions)
+    role_id = seed.role(admin_container.transactions, company_id)
+    seed.grant(
+        admin_container.transactions, seed.user(admin_container.transactions, company_id), role_id, company_id
+    )
+    with capture_logs() as logs:
+        response = client.put(
+            f"/admin/v1/roles/{role_id}/permissions",
+            json={"permissions": ["deals.read", "deals.approve"]},
+            headers=AUTH,
+        )
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["roleId"] == str(role_id) and body["roleVersion"] == 2
+    assert body["path"] == "queued" and body["usersNotifiedInline"] == 0
+    assert [t["taskId"] for t in client.get(TASKS, headers=AUTH).json()] == [body["taskId"]]
+    [audit] = audit_lines(logs)
+    assert audit["action"] == "set-role-permissions" and audit["role_id"] == str(role_id)
+
+
+def test_set_role_permissions_of_a_role_without_users_notifies_inline(
+    client: TestClient, admin_container: Container
+) -> None:
+    role_id = seed.role(admin_container.transactions, seed.company(admin_container.transactions))
+    response = client.put(f"/admin/v1/roles/{role_id}/permissions", json={"permissions": []}, headers=AUTH)
+    assert response.json() == {
+        "roleId": str(role_id),
+        "roleVersion": 2,
+        "path": "inline",
+        "usersNotifiedInline": 0,
+        "taskId": None,
+    }
+
+
+def test_set_role_permissions_errors(client: TestClient, admin_container: Container) -> None:
+    path = "/admin/v1/roles/{}/permissions"
+    unknown = client.put(path.format(UNKNOWN), json={"permissions": ["a"]}, headers=AUTH)
+    assert_problem(unknown, 404, "IDENTITY_NOT_FOUND")
+    role_id = seed.role(admin_container.transactions, seed.company(admin_container.transactions))
+    blank = client.put(path.format(role_id), json={"permissions": [" "]}, headers=AUTH)
+    assert_problem(blank, 422, "IDENTITY_INVALID_INPUT")
+    for body in ({}, {"permissions": "deals.read"}, {"permissions": ["a\x00b"]}):
+        bad = client.put(path.format(role_id), json=body, headers=AUTH)
+        assert_problem(bad, 422, "IDENTITY_INVALID_REQUEST")
+    identity.archive_role(admin_container.transactions, identity.Context.fresh(), role_id)
+    archived = client.put(path.format(role_id), json={"permissions": ["a"]}, headers=AUTH)
+    assert_problem(archived, 409, "IDENTITY_CONFLICT")
+
+
+# ---------------------------------------------------------------- authentication
+
+
+ADMIN_ROUTES = [
+    ("POST", RUNS, {"mode": "ApiPull"}),
+    ("GET", f"{RUNS}/{UNKNOWN}", None),
+    ("POST", f"{RUNS}/{UNKNOWN}/cancel", None),
+    ("GET", f"{RUNS}/{UNKNOWN}/failed-items", None),
+    ("GET", TASKS, None),
+    ("POST", f"{TASKS}/{UNKNOWN}/replay", None),
+    ("PUT", f"/admin/v1/roles/{UNKNOWN}/permissions", {"permissions": ["a"]}),
+]
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body"), ADMIN_ROUTES, ids=[f"{m} {p}" for m, p, _ in ADMIN_ROUTES]
+)
+@pytest.mark.parametrize(
+    "headers",
+    [{}, {"Authorization": "Bearer wrong-token"}, {"Authorization": f"Basic {TOKEN}"}, {"Authorization": ""}],
+    ids=["missing", "wrong", "not-bearer", "empty"],
+)
+def test_every_admin_route_needs_the_token(
+    client: TestClient, method: str, path: str, body: dict[str, Any] | None, headers: dict[str, str]
+) -> None:
+    with capture_logs() as logs:
+        response = client.request(method, path, json=body, headers=headers)
+    assert_problem(response, 401, "IDENTITY_UNAUTHORIZED")
+    assert response.headers["www-authenticate"] == "Bearer"
+    assert not audit_lines(logs)
+    assert [line["event"] for line in logs] == ["admin-auth-failed"]
+
+
+# ---------------------------------------------------------------- metrics, probes, routing
+
+
+def _sample(text: str, name: str) -> float:
+    match = re.search(rf"^{name} (\S+)$", text, re.MULTILINE)
+    assert match, f"{name} missing"
+    return float(match.group(1))
+
+
+def test_metrics_read_the_database_at_scrape_time(client: TestClient, admin_container: Container) -> None:
+    seed.company(admin_container.transactions)  # one CompanyUpserted waits in the outbox
+    queued_task(admin_container)
+    run_id = start(client, dryRun=True)
+    response = client.get("/metrics")
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/plain")
+    text = response.text
+    assert _sample(text, "identity_outbox_backlog") >= 1
+    assert _sample(text, "identity_outbox_oldest_age_seconds") >= 0
+    assert _sample(text, "identity_access_fanout_queue_backlog") == 1
+    assert _sample(text, "identity_access_fanout_failed_tasks") == 0
+    assert _sample(text, "identity_import_running") == 1
+    started = client.get(f"{RUNS}/{run_id}", headers=AUTH).json()["startedAt"]
+    assert _sample(text, "identity_import_run_started_timestamp_seconds") == pytest.approx(
+        datetime.fromisoformat(started).timestamp()
+    )
+
+
+def test_probes(client: TestClient) -> None:
+    assert client.get("/healthz").json() == {"status": "ok"}
+    ready = client.get("/readyz")
+    assert ready.status_code == 200 and ready.json() == {"status": "ready"}
+
+
+def test_readiness_fails_without_the_database(settings: Settings) -> None:
+    container = _admin_container(settings, database_url="postgresql://nobody@127.0.0.1:1/none")
+    with TestClient(create_app(container)) as unready:
+        response = unready.get("/readyz")
+    assert_problem(response, 503, "IDENTITY_NOT_READY")
+
+
+def test_unknown_routes_and_methods_are_problems_too(client: TestClient) -> None:
+    assert_problem(client.get("/nope", headers=AUTH), 404, "IDENTITY_NOT_FOUND")
+    assert_problem(client.delete(TASKS, headers=AUTH), 405, "IDENTITY_METHOD_NOT_ALLOWED")
+
+
+def test_the_app_refuses_to_exist_without_a_token(settings: Settings) -> None:
+    for token in (None, "", "  "):
+        with pytest.raises(ConfigurationError, match="PIN_IDENTITY_ADMIN_TOKEN"):
+            create_app(Container(settings.model_copy(update={"admin_token": token})))
+
+
+# ---------------------------------------------------------------- the OpenAPI document
+
+
+def test_the_openapi_document_is_valid_and_speaks_problem_json(client: TestClient) -> None:
+    document = client.get("/openapi.json").json()
+    validate(document)
+    start_run = document["paths"][RUNS]["post"]
+    assert set(start_run["responses"]) >= {"202", "401", "409", "422", "503"}
+    for status in ("401", "409", "422", "503"):
+        assert start_run["responses"][status]["content"] == {
+            "application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}
+        }
+    assert set(document["components"]["schemas"]["StartImportRun"]["properties"]) >= {
+        "mode",
+        "talentTenantIdFilter",
+        "pageSize",
+        "dryRun",
+        "correlationId",
+    }
+    assert "HTTPValidationError" not in document["components"]["schemas"]
+
+
+def _fuzz_app(settings: Settings, talent_api: SimulatedTalentApi, topics: TalentTopics) -> Container:
+    """Both import sources usable, so that no answer is a documented 503 of a missing source."""
+    return _admin_container(
+        settings,
+        talent_api_url=talent_api.url,
+        talent_api_token="talent-token",
+        talent_tenants_topic=topics.tenants,
+        talent_users_topic=topics.users,
+        talent_sync_group=topics.group,
+        inline_fanout_threshold=0,
+    )
+
+
+def _fuzz_operation(operation: Any, mode: schemathesis.GenerationMode, examples: int) -> None:
+    @settings(max_examples=examples, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @given(case=operation.as_strategy(generation_mode=mode, headers=dict(AUTH)))
+    def no_server_error(case: schemathesis.Case) -> None:
+        case.call_and_validate(headers=dict(AUTH), checks=[not_a_server_error])
+
+    try:
+        no_server_error()
+    except Unsatisfiable:
+        if mode is schemathesis.GenerationMode.POSITIVE:
+            raise
+        # Nothing to make invalid: the operation takes no parameter and no body.
+
+
+def _fuzz(app: FastAPI, examples: int) -> list[str]:
+    schema = schemathesis.openapi.from_asgi("/openapi.json", app)
+    fuzzed = []
+    for result in schema.get_all_operations():
+        operation = result.ok()
+        for mode in (schemathesis.GenerationMode.POSITIVE, schemathesis.GenerationMode.NEGATIVE):
+            _fuzz_operation(operation, mode, examples)
+        fuzzed.append(operation.label)
+    return fuzzed
+
+
+def test_schemathesis_finds_no_server_error(
+    settings: Settings, talent_api: SimulatedTalentApi, talent_topics: TalentTopics, database_url: str
+) -> None:
+    container = _fuzz_app(settings, talent_api, talent_topics)
+    try:
+        _, task_id = queued_task(container)
+        fail_task(database_url, task_id)
+        app = create_app(container)
+        with TestClient(app):  # runs the lifespan around the fuzzing
+            fuzzed = _fuzz(app, examples=25)
+    finally:
+        container.close()
+    assert len(fuzzed) == 10  # every operation of the document
+
+
+# ---------------------------------------------------------------- the `serve` command
+
+
+SERVE = [sys.executable, "-m", "pin_identity.entrypoints.cli", "serve"]
+
+
+def _serve_once(env: dict[str, str], cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """`serve` in its own process (it configures the process's logging), from a directory without .env."""
+    return subprocess.run(
+        [*SERVE, *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+def test_serve_refuses_to_start_without_a_token(subprocess_env: dict[str, str], tmp_path: Path) -> None:
+    assert "PIN_IDENTITY_ADMIN_TOKEN" not in subprocess_env
+    result = _serve_once(subprocess_env, tmp_path)
+    assert result.returncode == 2
+    assert result.stderr.strip() == "error: PIN_IDENTITY_ADMIN_TOKEN: required by serve"
+
+
+def test_serve_refuses_a_busy_port(subprocess_env: dict[str, str], tmp_path: Path) -> None:
+    env = {**subprocess_env, "PIN_IDENTITY_ADMIN_TOKEN": TOKEN}
+    with socket.create_server(("127.0.0.1", 0)) as busy:
+        result = _serve_once(env, tmp_path, "--port", str(busy.getsockname()[1]))
+    assert result.returncode == 2
+    assert result.stderr.strip().startswith("error: --host/--port: cannot listen on 127.0.0.1:")
+
+
+def test_serve_answers_over_http_and_stops_on_sigterm(subprocess_env: dict[str, str]) -> None:
+    port = free_port()
+    env = {**subprocess_env, "PIN_IDENTITY_ADMIN_TOKEN": TOKEN}
+    server = subprocess.Popen(
+        [*SERVE, "--port", str(port)],
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                health = httpx.get(f"{base}/healthz", timeout=2)
+                break
+            except httpx.TransportError:
+                assert time.monotonic() < deadline, "serve never answered /healthz"
+                time.sleep(0.1)
+        assert health.status_code == 200
+        assert httpx.get(f"{base}{TASKS}", headers=AUTH, timeout=5).json() == []
+        assert httpx.get(f"{base}{TASKS}", timeout=5).status_code == 401
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(timeout=30) == 0
+        assert server.stderr is not None
+        logged = server.stderr.read()
+    finally:
+        server.kill()
+    assert '"event": "admin-api-started"' in logged and TOKEN not in logged
