@@ -27,6 +27,8 @@ test: $(STAMP) lint
 bench: $(STAMP)
 	$(BIN)/python bench/outbox_relay.py
 	$(BIN)/python bench/access_fanout.py
+	$(BIN)/python bench/talent_apply.py
+	$(BIN)/python bench/talent_import.py
 
 clean:
 	rm -rf $(VENV) .pin-identity
