@@ -194,7 +194,9 @@ def test_two_workers_and_the_runner_apply_every_page_exactly_once(
     assert sum(applied for _, _, applied in pages) == 220
     assert len(talent.outbox_events(api_world.container)) == 20 + 200 * 2
     applied_by_workers = sum(log.count('"page-applied"') for log in logs)
-    assert applied_by_workers > 0  # the workers took pages, not just the runner
+    assert applied_by_workers > 0, [
+        log[-3000:] for log in logs
+    ]  # the workers took pages, not just the runner
     assert all(worker.returncode == 0 for worker in workers)
 
 

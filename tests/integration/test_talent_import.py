@@ -83,7 +83,7 @@ def test_a_run_interrupted_mid_stage_resumes_from_its_pending_pages(world: Talen
     run = start_run(world.container.import_store, runner.lock, source, world.request(page_size=4), now_utc())
     source.close()
     for _ in range(3):  # plan, then apply a few Tenants pages, then the process "dies"
-        runner.step(run)
+        runner.step(world.container.import_store.load_run(run.run_id) or run)
     runner.close()
     runner.lock.release()
     done_before = _rows(
@@ -292,3 +292,23 @@ def test_a_completed_replay_hands_the_consumer_group_over_where_it_ended(replay_
 
     assert committed == ends
     assert _consumed_total() == before  # the consumer resumed at the end of the replay: nothing read twice
+
+
+def test_a_planner_with_a_stale_view_of_the_run_changes_nothing(api_world: TalentWorld) -> None:
+    world = api_world
+    world.publish(generate_dataset(9, 0, seed=16))
+    runner = job(world.container)
+    source = world.container.talent_source(world.mode)
+    run = start_run(world.container.import_store, runner.lock, source, world.request(page_size=4), now_utc())
+    step = source.plan(ImportStage.TENANTS, None, 0, 4, None)
+    source.close()
+
+    first = world.container.import_store.add_planned_pages(run, ImportStage.TENANTS, step)
+    again = world.container.import_store.add_planned_pages(
+        run, ImportStage.TENANTS, step
+    )  # the same stale view
+
+    assert (first, again) == (True, False)
+    assert world.container.import_store.progress(run.run_id).count() == 1
+    assert world.container.import_store.load_run(run.run_id).companies.planned == 4  # type: ignore[union-attr]
+    runner.lock.release()

@@ -57,6 +57,7 @@ class ImportSettings:
     backoff_base_s: float = 1.0
     backoff_max_s: float = 60.0
     max_planning_failures: int = 8
+    plan_ahead_pages: int = 8
 
 
 def start_run(
@@ -188,7 +189,7 @@ class TalentImportJob:
             self.orchestrating = True
             self._started(run)
             log.info("import-orchestration-taken", run_id=str(run.run_id))
-        planned = self._plan_step(run) if self.orchestrating else False
+        planned = self._plan_ahead(run) if self.orchestrating else False
         worked = self._work_one_page(run.run_id)
         ended = self._finish_if_done(run) if self.orchestrating else False
         return planned or worked or ended
@@ -215,6 +216,19 @@ class TalentImportJob:
             self.orchestrating = False
         metrics.import_running.set(0)
 
+    def _plan_ahead(self, run: ImportRun) -> bool:
+        """List until a few pages wait ahead of the appliers: with one page planned per page applied, the
+        orchestrator would consume its own listing and other processes would never find work."""
+        planned = False
+        current: ImportRun | None = run
+        while current is not None and current.status is RunStatus.RUNNING and self._plan_step(current):
+            planned = True
+            pending = self.store.progress(run.run_id).count(status=PageStatus.PENDING)
+            if pending >= self.settings.plan_ahead_pages:
+                break
+            current = self.store.load_run(run.run_id)
+        return planned
+
     def _plan_step(self, run: ImportRun) -> bool:
         stage = run.planning_stage
         if stage is None or time.monotonic() < self._planning.not_before:
@@ -231,7 +245,8 @@ class TalentImportJob:
         except SourceUnavailableError as exc:
             return self._planning_failed(run, exc)
         self._planning = _PlanningBackoff()
-        self.store.add_planned_pages(run, stage, step)
+        if not self.store.add_planned_pages(run, stage, step):
+            return False  # another view of the run moved on meanwhile: the next loop plans from the fresh one
         if step.complete:
             pages = self.store.progress(run.run_id).count(stage)
             log.info("stage-planned", run_id=str(run.run_id), stage=stage.value, pages=pages)

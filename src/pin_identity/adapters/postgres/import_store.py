@@ -140,18 +140,27 @@ class PostgresImportStore:
     def replica_company_count(self, tenant_filter: UUID | None) -> int:
         return int(self._database.run("replica_company_count", {"tenant_filter": tenant_filter})[0][0])
 
-    def add_planned_pages(self, run: ImportRun, stage: ImportStage, step: PlanStep) -> None:
+    def add_planned_pages(self, run: ImportRun, stage: ImportStage, step: PlanStep) -> bool:
         params = {
             "run_id": run.run_id,
             "stage": stage.value,
-            "page_nos": [p.page_no for p in step.pages],
-            "cursors": [p.cursor for p in step.pages],
-            "planned": [p.items_planned for p in step.pages],
+            "page_no": run.plan_page_no,
+            "cursor": run.plan_cursor,
+            "items": sum(p.items_planned for p in step.pages),
             "complete": step.complete,
             "next_cursor": step.next_cursor,
             "next_page_no": run.plan_page_no + len(step.pages),
+            "page_nos": [p.page_no for p in step.pages],
+            "cursors": [p.cursor for p in step.pages],
+            "planned": [p.items_planned for p in step.pages],
         }
-        self._database.run("add_import_pages", params)
+        with self._database.connection() as conn:
+            if conn.execute(query("advance_import_planning"), params).fetchone() is None:
+                return False
+            if step.pages:
+                conn.execute(query("add_import_pages"), params)
+            conn.commit()
+        return True
 
     def progress(self, run_id: UUID) -> PageProgress:
         rows = self._database.run("import_page_progress", {"run_id": run_id})

@@ -474,26 +474,27 @@ SELECT count(*) FROM identity.companies
 WHERE sync_source = 'TalentIdentity' AND status <> 'Blocked'
   AND (%(tenant_filter)s::uuid IS NULL OR external_talent_tenant_id = %(tenant_filter)s::uuid);
 
--- name: add_import_pages
--- One planning step, atomically: its pages, their planned items, and where the listing continues.
-WITH inserted AS (
-    INSERT INTO identity.talent_import_pages (id, run_id, stage, page_no, cursor, items_planned)
-    SELECT gen_random_uuid(), %(run_id)s, %(stage)s, p.page_no, p.cursor, p.planned
-    FROM unnest(%(page_nos)s::int[], %(cursors)s::text[], %(planned)s::int[]) AS p(page_no, cursor, planned)
-    ON CONFLICT (run_id, stage, page_no) DO NOTHING
-    RETURNING items_planned
-)
+-- name: advance_import_planning
+-- One planning step moves the listing on, only from where the planner saw it (a planner holding a stale view
+-- of the run changes nothing); add_import_pages follows in the same transaction.
 UPDATE identity.talent_import_runs r
-SET companies_planned = r.companies_planned
-        + CASE WHEN %(stage)s = 'Tenants' THEN (SELECT COALESCE(sum(items_planned), 0) FROM inserted) ELSE 0 END,
-    users_planned = r.users_planned
-        + CASE WHEN %(stage)s = 'Users' THEN (SELECT COALESCE(sum(items_planned), 0) FROM inserted) ELSE 0 END,
+SET companies_planned = r.companies_planned + CASE WHEN %(stage)s = 'Tenants' THEN %(items)s ELSE 0 END,
+    users_planned = r.users_planned + CASE WHEN %(stage)s = 'Users' THEN %(items)s ELSE 0 END,
     tenants_listed = r.tenants_listed OR (%(stage)s = 'Tenants' AND %(complete)s),
     users_listed = r.users_listed OR (%(stage)s = 'Users' AND %(complete)s),
     plan_cursor = CASE WHEN %(complete)s THEN NULL ELSE %(next_cursor)s END,
     plan_page_no = CASE WHEN %(complete)s THEN 0 ELSE %(next_page_no)s END,
     updated_at = now()
-WHERE r.id = %(run_id)s;
+WHERE r.id = %(run_id)s AND r.status = 'Running'
+  AND r.plan_page_no = %(page_no)s AND r.plan_cursor IS NOT DISTINCT FROM %(cursor)s
+  AND NOT CASE WHEN %(stage)s = 'Tenants' THEN r.tenants_listed ELSE r.users_listed END
+  AND (%(stage)s = 'Tenants' OR r.tenants_listed)
+RETURNING r.id;
+
+-- name: add_import_pages
+INSERT INTO identity.talent_import_pages (id, run_id, stage, page_no, cursor, items_planned)
+SELECT gen_random_uuid(), %(run_id)s, %(stage)s, p.page_no, p.cursor, p.planned
+FROM unnest(%(page_nos)s::int[], %(cursors)s::text[], %(planned)s::int[]) AS p(page_no, cursor, planned);
 
 -- name: import_page_progress
 SELECT stage, status, count(*) FROM identity.talent_import_pages WHERE run_id = %(run_id)s GROUP BY 1, 2;
