@@ -54,7 +54,6 @@ class TopicReplaySource:
         self._topics = {ImportStage.TENANTS: tenants_topic, ImportStage.USERS: users_topic}
         self._group_id = group_id
         self._reader: Consumer | None = None
-        self._position: tuple[str, int, int] | None = None  # where the assigned partition's next read starts
 
     def _consumer(self) -> Consumer:
         if self._reader is None:
@@ -129,31 +128,24 @@ class TopicReplaySource:
     ) -> list[RawSnapshot]:
         topic, partition, start, end = _parse_cursor(cursor)
         consumer = self._consumer()
-        # A process usually takes the pages of a partition one after another: staying assigned where the last
-        # page ended keeps what the client already fetched, instead of starting the fetch over for each page.
-        if self._position != (topic, partition, start):
-            consumer.assign([TopicPartition(topic, partition, start)])
-        self._position = None
-        records, stopped_at_end = self._read_until(consumer, start, end, time.monotonic() + _READ_TIMEOUT_S)
-        if stopped_at_end:
-            self._position = (topic, partition, end)
-        return records
+        consumer.assign([TopicPartition(topic, partition, start)])
+        try:
+            return self._read_until(consumer, start, end, time.monotonic() + _READ_TIMEOUT_S)
+        finally:
+            consumer.unassign()
 
-    def _read_until(
-        self, consumer: Consumer, start: int, end: int, deadline: float
-    ) -> tuple[list[RawSnapshot], bool]:
-        """The range's records, and whether reading stopped exactly at its end (nothing past it consumed)."""
+    def _read_until(self, consumer: Consumer, start: int, end: int, deadline: float) -> list[RawSnapshot]:
         records: list[RawSnapshot] = []
         next_offset = start
         while time.monotonic() < deadline:
             # Ask for no more than the range still holds: consume() returns as soon as it has that many.
             for message in consumer.consume(max(end - next_offset, 1), 0.5):
                 if _ends_range(message, end):
-                    return records, False
+                    return records
                 records.append(_snapshot(message))
                 next_offset = (message.offset() or 0) + 1
                 if next_offset >= end:
-                    return records, True
+                    return records
         raise SourceUnavailableError("timed out reading a topic-replay page")
 
     def handover(self, cursors: Sequence[str | None]) -> None:
@@ -182,7 +174,6 @@ class TopicReplaySource:
         if self._reader is not None:
             self._reader.close()
             self._reader = None
-            self._position = None
 
 
 def _ends_range(message: Message, end: int) -> bool:
