@@ -27,7 +27,7 @@ from pin_identity.domain.fanout import FanOutPolicy
 from pin_identity.domain.talent_import import ImportMode
 from pin_identity.jobs.access_fanout import AccessFanOutJob, FanOutSettings
 from pin_identity.jobs.outbox_relay import OutboxRelay
-from pin_identity.jobs.ports import TalentSource
+from pin_identity.jobs.ports import SourceNotConfiguredError, TalentSource
 from pin_identity.jobs.talent_import import ImportSettings, TalentImportJob
 from pin_identity.jobs.talent_sync import TalentSyncJob, TalentSyncSettings
 
@@ -174,9 +174,15 @@ class Container:
             max_page_attempts=self.settings.import_max_page_attempts,
         )
 
+    def _import_source(self, mode: ImportMode) -> TalentSource:
+        try:
+            return self.talent_source(mode)
+        except ConfigurationError as exc:
+            raise SourceNotConfiguredError(str(exc)) from None
+
     def talent_import(self, lock: PostgresRunLock | None = None) -> TalentImportJob:
         return TalentImportJob(
-            self.import_store, lock or self.run_lock(), self.talent_source, self.import_settings, now_utc
+            self.import_store, lock or self.run_lock(), self._import_source, self.import_settings, now_utc
         )
 
     def close(self) -> None:

@@ -11,6 +11,7 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 from prometheus_client import REGISTRY
 
+from pin_identity.composition import Container
 from pin_identity.domain.events import now_utc
 from pin_identity.domain.talent import ImportStage
 from pin_identity.domain.talent_import import (
@@ -312,3 +313,23 @@ def test_a_planner_with_a_stale_view_of_the_run_changes_nothing(api_world: Talen
     assert world.container.import_store.progress(run.run_id).count() == 1
     assert world.container.import_store.load_run(run.run_id).companies.planned == 4  # type: ignore[union-attr]
     runner.lock.release()
+
+
+def test_a_worker_that_cannot_read_the_source_leaves_the_run_to_others(api_world: TalentWorld) -> None:
+    world = api_world
+    world.publish(generate_dataset(3, 0, seed=17))
+    runner = job(world.container)
+    source = world.container.talent_source(world.mode)
+    run = start_run(world.container.import_store, runner.lock, source, world.request(), now_utc())
+    source.close()
+    runner.lock.release()  # the run waits for an orchestrator
+    unconfigured = Container(world.settings.model_copy(update={"talent_api_url": None}))
+
+    helper = unconfigured.talent_import()
+    moved = helper.step(run)
+    helper.close()
+    unconfigured.close()
+
+    assert (moved, helper.orchestrating) == (False, False)
+    assert world.container.import_store.progress(run.run_id).count() == 0  # nothing planned, nothing claimed
+    assert world.container.run_lock().holder() is None

@@ -9,7 +9,8 @@ from typing import Any
 
 from pin_identity.composition import Container
 from pin_identity.domain.talent import ImportStage, ItemResult, RawSnapshot, SyncErrorCode
-from pin_identity.operations.talent_replica import ApplyOptions
+from pin_identity.operations.identity import Context
+from pin_identity.operations.talent_replica import ApplyOptions, SourceItem, apply_snapshots
 from tests.support import seed, talent
 from tests.support.schemas import validate_event
 
@@ -198,3 +199,26 @@ def test_the_same_failure_seen_twice_by_the_consumer_is_kept_once(container: Con
     talent.apply(container, ImportStage.TENANTS, [poison])
     talent.apply(container, ImportStage.TENANTS, [poison])
     assert _rows(container, "SELECT count(*) FROM identity.talent_import_failed_items") == [(1,)]
+
+
+def test_a_batch_is_one_transaction_even_with_its_savepoints(container: Container) -> None:
+    company = talent.tenant()
+    with container.replica_transactions() as tx:
+        apply_snapshots(
+            tx, ImportStage.TENANTS, [SourceItem(talent.raw(company))], Context.fresh(), ApplyOptions()
+        )
+        # left without commit(): the consumer's failed batch, whose offsets are not committed either
+    assert talent.replica_state(container) == {"companies": [], "users": []}
+    assert _rows(container, "SELECT count(*) FROM identity.outbox_events") == [(0,)]
+
+
+def test_text_postgresql_cannot_store_is_quarantined_not_fatal(container: Container) -> None:
+    company = talent.tenant()
+    talent.tenants(container, company)
+    good = talent.user(company["tenantId"])
+
+    outcome = talent.users(container, talent.user(company["tenantId"], firstName="Iv\x00an"), good)
+
+    assert [o.error for o in outcome.outcomes] == [SyncErrorCode.INVALID_PAYLOAD, None]
+    [(payload,)] = _rows(container, "SELECT payload FROM identity.talent_import_failed_items")
+    assert payload["firstName"] == "Iv\ufffdan"

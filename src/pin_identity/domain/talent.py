@@ -105,6 +105,8 @@ def _text(payload: Mapping[str, Any], field: str, *, optional: bool = False) -> 
         return None
     if not isinstance(value, str) or not value.strip():
         raise InvalidSnapshotError(f"{field} must be a non-empty string")
+    if any(ord(char) < 32 for char in value):
+        raise InvalidSnapshotError(f"{field} contains control characters")
     return value.strip()
 
 

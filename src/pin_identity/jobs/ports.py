@@ -196,6 +196,10 @@ class SourceUnavailableError(Exception):
     """Talent cannot be read now (down, timing out, malformed answers); worth trying again later."""
 
 
+class SourceNotConfiguredError(Exception):
+    """This process has no way to read the run's source (e.g. api-pull without the Talent API URL)."""
+
+
 class SourceRejectedError(SourceUnavailableError):
     """Talent refuses our credentials (401/403): retrying will not help."""
 

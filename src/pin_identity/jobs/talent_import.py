@@ -35,6 +35,7 @@ from pin_identity.jobs.ports import (
     ImportStore,
     LeaseLostError,
     RunLock,
+    SourceNotConfiguredError,
     SourceRejectedError,
     SourceUnavailableError,
     StopSignal,
@@ -147,6 +148,7 @@ class TalentImportJob:
     orchestrating: bool = False
     _planning: _PlanningBackoff = field(default_factory=_PlanningBackoff)
     _open_sources: dict[ImportMode, TalentSource] = field(default_factory=dict)
+    _unreadable: set[ImportMode] = field(default_factory=set)
 
     # ------------------------------------------------------------ entry points
 
@@ -185,6 +187,8 @@ class TalentImportJob:
 
     def step(self, run: ImportRun) -> bool:
         """Plan a little and apply one page; True when anything moved."""
+        if not self._can_read(run.mode):
+            return False  # neither orchestrate nor take pages: other processes can, this one cannot
         if not self.orchestrating and self.lock.try_acquire():
             self.orchestrating = True
             self._started(run)
@@ -200,6 +204,16 @@ class TalentImportJob:
         self._open_sources.clear()
 
     # ------------------------------------------------------------ orchestration
+
+    def _can_read(self, mode: ImportMode) -> bool:
+        try:
+            self._source(mode)
+        except SourceNotConfiguredError as exc:
+            if mode not in self._unreadable:
+                self._unreadable.add(mode)
+                log.warning("import-source-not-configured", mode=mode.value, error=str(exc))
+            return False
+        return True
 
     def _source(self, mode: ImportMode) -> TalentSource:
         if mode not in self._open_sources:

@@ -114,6 +114,11 @@ def apply_snapshots(
 ) -> BatchOutcome:
     """Apply a batch of one stage inside `tx` (the caller commits)."""
     batch = BatchOutcome()
+    if not options.dry_run:
+        # Every id of the batch, once and in order, before any savepoint: a rollback to a savepoint releases
+        # the locks taken inside it, and the item-by-item replay must not take them again out of order.
+        ids = sorted({entity for item in items if (entity := external_id(item.raw, stage)) is not None})
+        tx.lock_talent_ids(stage, ids)
     for round_items in _rounds(stage, items):
         batch.outcomes.extend(_apply_round(tx, stage, round_items, ctx, options))
     return batch

@@ -11,6 +11,7 @@ from uuid import UUID
 
 import psycopg
 from psycopg import errors
+from psycopg.pq import TransactionStatus
 
 from pin_identity.adapters.postgres.catalogue import query
 from pin_identity.adapters.postgres.database import Database
@@ -52,6 +53,13 @@ def _user_columns(users: Sequence[UserState]) -> dict[str, list[Any]]:
     }
 
 
+def _storable(payload: object) -> str | None:
+    """The snapshot as jsonb takes it: NUL, which PostgreSQL text cannot hold, becomes U+FFFD."""
+    if payload is None:
+        return None
+    return json.dumps(payload).replace("\\u0000", "\\ufffd")
+
+
 def _quarantine_columns(entries: Sequence[QuarantineEntry]) -> dict[str, list[Any]]:
     return {
         "ids": [e.entry_id for e in entries],
@@ -59,9 +67,7 @@ def _quarantine_columns(entries: Sequence[QuarantineEntry]) -> dict[str, list[An
         "stages": [e.stage for e in entries],
         "external_ids": [e.external_id for e in entries],
         "error_codes": [e.error_code for e in entries],
-        "payloads": [
-            None if e.payload is None else json.dumps(e.payload, ensure_ascii=False) for e in entries
-        ],
+        "payloads": [_storable(e.payload) for e in entries],
         "attempts": [e.attempt_count for e in entries],
         "next_attempts": [e.next_attempt_at for e in entries],
     }
@@ -82,12 +88,18 @@ class PostgresReplicaTransaction(PostgresIdentityTransaction):
 
     @contextmanager
     def savepoint(self) -> Iterator[None]:
+        if self._conn.info.transaction_status == TransactionStatus.IDLE:
+            # transaction() on an idle connection would be a transaction of its own, committed at its end:
+            # open the caller's transaction first, so that this block is a savepoint inside it.
+            self._conn.execute("SELECT 1")
         try:
             with self._conn.transaction():
                 yield
         except errors.UniqueViolation as exc:
             constraint = exc.diag.constraint_name or "unknown"
             raise StoreConflictError(_CONFLICT_FIELDS.get(constraint, constraint)) from None
+        except (errors.IntegrityError, errors.DataError) as exc:  # a value the schema refuses
+            raise StoreConflictError(type(exc).__name__) from None
 
     def lock_talent_ids(self, stage: str, talent_ids: Sequence[UUID]) -> None:
         if talent_ids:
