@@ -333,3 +333,42 @@ def test_a_worker_that_cannot_read_the_source_leaves_the_run_to_others(api_world
     assert (moved, helper.orchestrating) == (False, False)
     assert world.container.import_store.progress(run.run_id).count() == 0  # nothing planned, nothing claimed
     assert world.container.run_lock().holder() is None
+
+
+class _TalentWritesDuringTheReplay:
+    """Talent publishes a new company and its manager right after the replay planned its Tenants stage."""
+
+    def __init__(self, inner: TalentSource, publish: Any):
+        self._inner, self._publish = inner, publish
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def plan(self, stage: ImportStage, *args: Any) -> Any:
+        step = self._inner.plan(stage, *args)
+        if stage is ImportStage.TENANTS:
+            self._publish()
+        return step
+
+
+def test_a_user_written_during_a_replay_is_left_to_the_consumer_not_lost(replay_world: TalentWorld) -> None:
+    world = replay_world
+    world.publish(generate_dataset(3, 9, seed=18))
+    late_company = talent.tenant()
+    late_manager = talent.user(late_company["tenantId"])
+    runner = job(world.container)
+    runner.sources = lambda mode: _TalentWritesDuringTheReplay(
+        world.container.talent_source(mode),
+        lambda: world.publish(TalentDataset([late_company], [late_manager])),
+    )
+    source = world.container.talent_source(world.mode)
+    run = start_run(world.container.import_store, runner.lock, source, world.request(), now_utc())
+    source.close()
+
+    ended = runner.drive(run, threading.Event())
+    replayed = {u[0] for u in talent.replica_state(world.container)["users"]}
+    talent.run_until_caught_up(talent.sync_job(world.container, world.topics))
+
+    assert ended.status is RunStatus.COMPLETED and ended.users.failed == 0
+    assert late_manager["userId"] not in replayed
+    assert late_manager["userId"] in {u[0] for u in talent.replica_state(world.container)["users"]}

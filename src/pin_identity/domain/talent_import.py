@@ -191,7 +191,8 @@ class PlannedPage:
 
 @dataclass(frozen=True)
 class PlanStep:
-    """One step of listing a stage: the pages found and where the listing continues (None: stage listed)."""
+    """One step of listing a stage: the pages found and where the listing continues; a complete step's
+    `next_cursor` is where the next stage starts (None: from the beginning)."""
 
     pages: list[PlannedPage] = field(default_factory=list)
     next_cursor: str | None = None

@@ -269,7 +269,7 @@ class TalentImportJob:
     def _tenants_done(self, run: ImportRun) -> bool:
         progress = self.store.progress(run.run_id)
         done = progress.count(ImportStage.TENANTS, PageStatus.DONE) == progress.count(ImportStage.TENANTS)
-        if done and run.plan_page_no == 0 and run.plan_cursor is None:
+        if done and run.plan_page_no == 0:  # until the first Users page is listed
             log.info("stage-completed", run_id=str(run.run_id), stage=ImportStage.TENANTS.value)
         return done
 

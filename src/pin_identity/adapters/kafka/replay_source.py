@@ -113,14 +113,23 @@ class TopicReplaySource:
     def plan(
         self, stage: ImportStage, cursor: str | None, page_no: int, page_size: int, tenant_filter: UUID | None
     ) -> PlanStep:
+        """A stage's pages in one step. Both topics' ends are fixed when the Tenants stage is planned: the
+        Users stage (planned later, after the barrier) stops where the users topic ended then, so a user
+        produced after the tenants were read is left to the continuous consumer with its possibly new tenant,
+        and the handover does not move the consumer past it."""
         topic = self._topics[stage]
+        fixed_ends = {int(p): int(end) for p, end in json.loads(cursor).items()} if cursor else {}
         pages: list[PlannedPage] = []
         for partition, low, high in self._watermarks(topic):
-            for start in range(low, high, page_size):
-                end = min(start + page_size, high)
+            end_of_listing = fixed_ends.get(partition, high)
+            for start in range(low, end_of_listing, page_size):
+                end = min(start + page_size, end_of_listing)
                 pages.append(
                     PlannedPage(page_no + len(pages), _range_cursor(topic, partition, start, end), 0)
                 )
+        if stage is ImportStage.TENANTS:
+            users_ends = {str(p): high for p, _, high in self._watermarks(self._topics[ImportStage.USERS])}
+            return PlanStep(pages, json.dumps(users_ends), complete=True)
         return PlanStep(pages, None, complete=True)
 
     def read(

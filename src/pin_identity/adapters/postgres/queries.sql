@@ -482,7 +482,8 @@ SET companies_planned = r.companies_planned + CASE WHEN %(stage)s = 'Tenants' TH
     users_planned = r.users_planned + CASE WHEN %(stage)s = 'Users' THEN %(items)s ELSE 0 END,
     tenants_listed = r.tenants_listed OR (%(stage)s = 'Tenants' AND %(complete)s),
     users_listed = r.users_listed OR (%(stage)s = 'Users' AND %(complete)s),
-    plan_cursor = CASE WHEN %(complete)s THEN NULL ELSE %(next_cursor)s END,
+    -- A complete stage may hand the next one where to start or stop (a replay's fixed users ends).
+    plan_cursor = %(next_cursor)s,
     plan_page_no = CASE WHEN %(complete)s THEN 0 ELSE %(next_page_no)s END,
     updated_at = now()
 WHERE r.id = %(run_id)s AND r.status = 'Running'
