@@ -108,6 +108,7 @@ def test_the_import_racing_the_consumer_ends_as_either_alone(
     run = run_to_end(world.container, ImportRequest(world.mode, page_size=5))
     racing.join(timeout=120)
 
+    assert not racing.is_alive()
     assert run.status is RunStatus.COMPLETED
     state = talent.replica_state(world.container)
     assert state == expected

@@ -199,6 +199,7 @@ def cancel_import_run(run_id: RunId, container: ContainerDep, who: Who) -> RunCa
             409, "IDENTITY_IMPORT_NOT_RUNNING", f"import run {run_id} is {run.status.value}, not Running"
         )
     log.info("admin-action", action="talent-import-cancel", who=who, run_id=str(run_id))
+    log.info("import-cancelled", run_id=str(run_id), by=who)
     return RunCancelled(run_id=run_id, status=RunStatus.CANCELLED)
 
 

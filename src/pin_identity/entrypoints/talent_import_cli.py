@@ -198,6 +198,7 @@ def cancel_command(run_id: RunIdArgument) -> None:
         if not container.import_store.request_cancel(run_id):
             raise typer.BadParameter(f"run {run_id} is not Running", param_hint="RUN_ID")
         log.info("admin-action", action="talent-import-cancel", run_id=str(run_id), who=operator())
+        log.info("import-cancelled", run_id=str(run_id), by=operator())
     typer.echo(f"run {run_id} is Cancelled")
 
 

@@ -391,7 +391,7 @@ class TalentImportJob:
         metrics.import_pages_total.labels(stage=page.stage.value, status=PageStatus.DONE.value).inc()
         for outcome in batch.outcomes:
             record_outcome(outcome, metric=metrics.import_items_total, run_id=run.run_id)
-            if outcome.result is ItemResult.FAILED:
+            if outcome.result is ItemResult.FAILED and not run.dry_run:  # a dry run quarantines nothing
                 metrics.import_failed_items_total.inc()
         log.info(
             "page-applied",

@@ -8,6 +8,7 @@ backoff, so it is neither lost nor holding up its partition.
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -33,6 +34,8 @@ from pin_identity.operations.talent_replica import (
 )
 
 log = get_logger("talent-sync")
+
+_LAG_REPORT_S = 10.0
 
 _AGGREGATE = {ImportStage.TENANTS: "company", ImportStage.USERS: "user"}
 
@@ -62,9 +65,13 @@ class TalentSyncJob:
     def run(self, stop: StopSignal, *, once: bool = False) -> None:
         """With `once`: until every assigned partition is read to its end and no deferred item is due."""
         log.info("talent-sync-started", batch_size=self._settings.batch_size)
+        next_lag_report = 0.0
         try:
             while not stop.is_set():
                 busy = self.step()
+                if time.monotonic() >= next_lag_report:  # the lag gauge, also when nobody asks for `once`
+                    self._caught_up()
+                    next_lag_report = time.monotonic() + _LAG_REPORT_S
                 if self._failures:
                     stop.wait(min(2.0**self._failures / 4, self._settings.error_backoff_max_s))
                 elif once and not busy and self._caught_up():

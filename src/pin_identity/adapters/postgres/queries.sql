@@ -612,7 +612,9 @@ WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
 SELECT pg_try_advisory_lock(hashtextextended(%(key)s, 0));
 
 -- name: reset_import_leases
-UPDATE identity.talent_import_pages SET lease_until = now(), updated_at = now()
+-- The holder is taken for dead: its attempt is given back, so a page on its last attempt is retried, not Failed.
+UPDATE identity.talent_import_pages
+SET lease_until = now(), attempt_count = GREATEST(attempt_count - 1, 0), updated_at = now()
 WHERE run_id = %(run_id)s AND status = 'InProgress'
 RETURNING id;
 
