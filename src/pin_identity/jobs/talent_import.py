@@ -59,6 +59,7 @@ class ImportSettings:
     backoff_max_s: float = 60.0
     max_planning_failures: int = 8
     plan_ahead_pages: int = 8
+    lock_retry_s: float = 5.0
 
 
 def start_run(
@@ -149,6 +150,7 @@ class TalentImportJob:
     _planning: _PlanningBackoff = field(default_factory=_PlanningBackoff)
     _open_sources: dict[ImportMode, TalentSource] = field(default_factory=dict)
     _unreadable: set[ImportMode] = field(default_factory=set)
+    _next_lock_try: float = 0.0
 
     # ------------------------------------------------------------ entry points
 
@@ -189,7 +191,7 @@ class TalentImportJob:
         """Plan a little and apply one page; True when anything moved."""
         if not self._can_read(run.mode):
             return False  # neither orchestrate nor take pages: other processes can, this one cannot
-        if not self.orchestrating and self.lock.try_acquire():
+        if not self.orchestrating and self._may_try_lock() and self.lock.try_acquire():
             self.orchestrating = True
             self._started(run)
             log.info("import-orchestration-taken", run_id=str(run.run_id))
@@ -204,6 +206,14 @@ class TalentImportJob:
         self._open_sources.clear()
 
     # ------------------------------------------------------------ orchestration
+
+    def _may_try_lock(self) -> bool:
+        """Each try opens a session: a helper asks every few seconds, not at every page."""
+        now = time.monotonic()
+        if now < self._next_lock_try:
+            return False
+        self._next_lock_try = now + self.settings.lock_retry_s
+        return True
 
     def _can_read(self, mode: ImportMode) -> bool:
         try:
