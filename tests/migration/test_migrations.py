@@ -112,3 +112,26 @@ def test_schema_enforces_the_contract_invariants(empty_database: str) -> None:
                 "INSERT INTO identity.role_definitions (id, code, name)"
                 " VALUES ('00000000-0000-4000-8000-0000000000f1', 'developer-manager', 'x')"
             )
+
+
+def test_rows_written_before_the_talent_migrations_stay_valid(empty_database: str) -> None:
+    migrate.upgrade(empty_database, "0001")
+    with psycopg.connect(empty_database, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO identity.talent_import_runs (id, mode, correlation_id)"
+            " VALUES ('00000000-0000-4000-8000-0000000000a1', 'ApiPull', gen_random_uuid())"
+        )
+        conn.execute(
+            "INSERT INTO identity.talent_import_failed_items (id, run_id, stage, error_code)"
+            " VALUES (gen_random_uuid(), '00000000-0000-4000-8000-0000000000a1', 'Users', 'X')"
+        )
+    migrate.upgrade(empty_database)
+    with psycopg.connect(empty_database) as conn:
+        run = conn.execute(
+            "SELECT status, tenants_listed, users_listed, plan_page_no FROM identity.talent_import_runs"
+        ).fetchone()
+        item = conn.execute(
+            "SELECT attempt_count, next_attempt_at FROM identity.talent_import_failed_items"
+        ).fetchone()
+    assert run == ("Running", False, False, 0)
+    assert item == (1, None)
