@@ -372,3 +372,28 @@ def test_a_user_written_during_a_replay_is_left_to_the_consumer_not_lost(replay_
     assert ended.status is RunStatus.COMPLETED and ended.users.failed == 0
     assert late_manager["userId"] not in replayed
     assert late_manager["userId"] in {u[0] for u in talent.replica_state(world.container)["users"]}
+
+
+def test_an_orchestrator_whose_lock_session_died_steps_down(api_world: TalentWorld) -> None:
+    world = api_world
+    world.publish(generate_dataset(4, 0, seed=19))
+    runner = job(world.container)
+    source = world.container.talent_source(world.mode)
+    run = start_run(world.container.import_store, runner.lock, source, world.request(page_size=2), now_utc())
+    source.close()
+    runner.orchestrating = True
+    with world.container.database.connection() as conn:
+        conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE application_name LIKE 'pin-identity talent-import%%'"
+        )
+        conn.commit()
+    successor = world.container.run_lock()
+    assert successor.try_acquire()
+
+    runner.step(run)
+
+    assert runner.orchestrating is False
+    assert world.container.import_store.progress(run.run_id).count() == 0  # it planned nothing meanwhile
+    successor.release()
+    runner.close()

@@ -191,6 +191,9 @@ class TalentImportJob:
         """Plan a little and apply one page; True when anything moved."""
         if not self._can_read(run.mode):
             return False  # neither orchestrate nor take pages: other processes can, this one cannot
+        if self.orchestrating and not self.lock.held():
+            self.orchestrating = False  # the session died: another process may orchestrate by now
+            log.warning("import-orchestration-lost", run_id=str(run.run_id))
         if not self.orchestrating and self._may_try_lock() and self.lock.try_acquire():
             self.orchestrating = True
             self._started(run)

@@ -268,6 +268,17 @@ class PostgresRunLock:
         conn.close()
         return False
 
+    def held(self) -> bool:
+        """Whether the lock's session is still alive (a dropped connection has lost the lock)."""
+        if self._conn is None:
+            return False
+        try:
+            self._conn.execute("SELECT 1")
+        except psycopg.Error:
+            self.release()
+            return False
+        return True
+
     def release(self) -> None:
         if self._conn is not None:
             self._conn.close()  # ending the session releases the lock
