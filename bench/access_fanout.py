@@ -30,11 +30,10 @@ from datetime import datetime
 from pathlib import Path
 
 import psycopg
-from psycopg import sql
 
+from bench_database import fresh_database
 from pin_identity.adapters.kafka.embedded import free_port, start_broker, stop_broker
 from pin_identity.adapters.kafka.topics import TopicLayout, ensure_topics
-from pin_identity.adapters.postgres import migrate
 from pin_identity.adapters.postgres.database import ConnectionLimits, Database
 from pin_identity.adapters.postgres.embedded import ensure_embedded_postgres, stop_embedded_postgres
 from pin_identity.adapters.postgres.identity_store import PostgresIdentityTransactions
@@ -86,19 +85,6 @@ def seed_role(url: str, users: int) -> uuid.UUID:
         conn.execute("VACUUM ANALYZE")
         conn.execute("CHECKPOINT")  # the seeding's writes are flushed before the clock starts
     return role_id
-
-
-def fresh_database(admin_url: str, name: str) -> str:
-    """A new database; earlier bench databases are dropped so that no autovacuum of theirs runs meanwhile."""
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        for (old,) in conn.execute(
-            "SELECT datname FROM pg_database WHERE datname LIKE 'bench\\_%'"
-        ).fetchall():
-            conn.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(old)))
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    url = psycopg.conninfo.make_conninfo(admin_url, dbname=name)
-    migrate.upgrade(url)
-    return url
 
 
 @dataclass

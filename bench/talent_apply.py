@@ -31,9 +31,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import psycopg
-from psycopg import sql
 
-from pin_identity.adapters.postgres import migrate
+from bench_database import checkpoint, fresh_database
 from pin_identity.adapters.postgres.database import ConnectionLimits, Database
 from pin_identity.adapters.postgres.embedded import ensure_embedded_postgres, stop_embedded_postgres
 from pin_identity.adapters.postgres.replica_store import PostgresReplicaTransactions
@@ -71,25 +70,6 @@ def source_items(tenants: int, users: int) -> Snapshots:
         [SourceItem(RawSnapshot(str(t["tenantId"]), t)) for t in dataset.tenants],
         [SourceItem(RawSnapshot(str(u["userId"]), u)) for u in dataset.users],
     )
-
-
-def fresh_database(admin_url: str, name: str) -> str:
-    """A new database; earlier bench databases are dropped so that no autovacuum of theirs runs meanwhile."""
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        for (old,) in conn.execute(
-            "SELECT datname FROM pg_database WHERE datname LIKE 'bench\\_%'"
-        ).fetchall():
-            conn.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(old)))
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    url = psycopg.conninfo.make_conninfo(admin_url, dbname=name)
-    migrate.upgrade(url)
-    return url
-
-
-def checkpoint(url: str) -> None:
-    """Earlier writes are flushed before the clock starts."""
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("CHECKPOINT")
 
 
 def apply_stage(

@@ -49,10 +49,9 @@ from uuid import UUID
 
 import psycopg
 import structlog
-from psycopg import sql
 
+from bench_database import checkpoint, fresh_database
 from pin_identity.adapters.kafka.embedded import free_port, start_broker, stop_broker
-from pin_identity.adapters.postgres import migrate
 from pin_identity.adapters.postgres.embedded import ensure_embedded_postgres, stop_embedded_postgres
 from pin_identity.composition import Container
 from pin_identity.config import ConfigurationError, Settings, load_settings
@@ -218,21 +217,6 @@ def percentile(values: Sequence[float], q: float) -> float:
     return ordered[max(math.ceil(q * len(ordered)) - 1, 0)]
 
 
-def fresh_database(admin_url: str, name: str) -> str:
-    """A new database; earlier bench databases are dropped so that no autovacuum of theirs runs meanwhile."""
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        for (old,) in conn.execute(
-            "SELECT datname FROM pg_database WHERE datname LIKE 'bench\\_%'"
-        ).fetchall():
-            conn.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(old)))
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    url = psycopg.conninfo.make_conninfo(admin_url, dbname=name)
-    migrate.upgrade(url)
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("CHECKPOINT")  # the migration's writes are flushed before the clock starts
-    return url
-
-
 def replica_counts(url: str) -> tuple[int, int]:
     with psycopg.connect(url) as conn:
         row = conn.execute(
@@ -263,6 +247,7 @@ def verify(url: str, run: ImportRun, dataset: TalentDataset, pages: int, timings
 
 def run_once(bench: Bench, mode: ImportMode, run: int) -> RunResult:
     url = fresh_database(bench.admin_url, f"bench_import_{run}")
+    checkpoint(url)  # the migration's writes are flushed before the clock starts
     settings = Settings(
         database_url=url,
         kafka_bootstrap_servers=bench.bootstrap,
