@@ -8,7 +8,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
@@ -34,6 +33,7 @@ from pin_identity.operations import identity
 from pin_identity.simulation.talent import SimulatedTalentApi, generate_dataset
 from tests.conftest import TalentTopics
 from tests.support import seed
+from tests.support.health import wait_for_healthz
 from tests.support.talent_import import job
 
 TOKEN = "secret-token"
@@ -521,14 +521,7 @@ def test_serve_answers_over_http_and_stops_on_sigterm(subprocess_env: dict[str, 
     )
     try:
         base = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                health = httpx.get(f"{base}/healthz", timeout=2)
-                break
-            except httpx.TransportError:
-                assert time.monotonic() < deadline, "serve never answered /healthz"
-                time.sleep(0.1)
+        health = wait_for_healthz(base, "serve")
         assert health.status_code == 200
         assert httpx.get(f"{base}{TASKS}", headers=AUTH, timeout=5).json() == []
         assert httpx.get(f"{base}{TASKS}", timeout=5).status_code == 401

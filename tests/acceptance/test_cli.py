@@ -6,7 +6,6 @@ import json
 import signal
 import subprocess
 import sys
-import time
 
 import httpx
 import pytest
@@ -14,6 +13,7 @@ import pytest
 from pin_identity.adapters.kafka.embedded import free_port
 from pin_identity.composition import Container
 from tests.support import seed
+from tests.support.health import wait_for_healthz
 from tests.support.kafka_tap import EventTap
 
 CLI = [sys.executable, "-m", "pin_identity.entrypoints.cli"]
@@ -119,14 +119,7 @@ def test_worker_serves_metrics_health_and_readiness(
     )
     try:
         base = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                health = httpx.get(f"{base}/healthz", timeout=2)
-                break
-            except httpx.TransportError:
-                assert time.monotonic() < deadline, "the worker never served /healthz"
-                time.sleep(0.1)
+        health = wait_for_healthz(base, "the worker")
         assert health.status_code == 200
         assert httpx.get(f"{base}/readyz", timeout=10).status_code == 200
         seed.company(container.transactions)
