@@ -199,7 +199,7 @@ class TalentImportJob:
             self._started(run)
             log.info("import-orchestration-taken", run_id=str(run.run_id))
         planned = self._plan_ahead(run) if self.orchestrating else False
-        worked = self._work_one_page(run.run_id)
+        worked = self._work_one_page(run)
         ended = self._finish_if_done(run) if self.orchestrating else False
         return planned or worked or ended
 
@@ -351,14 +351,14 @@ class TalentImportJob:
 
     # ------------------------------------------------------------ pages
 
-    def _work_one_page(self, run_id: UUID) -> bool:
+    def _work_one_page(self, run: ImportRun) -> bool:
+        """Claim one page of this run (only while it is Running) and apply it; the run's options never change,
+        so the caller's view of it is enough."""
         now = self.clock()
         lease_until = now + timedelta(seconds=self.settings.page_lease_s)
-        page = self.store.claim_page(uuid.uuid4(), now, lease_until, self.settings.max_page_attempts, run_id)
+        attempts = self.settings.max_page_attempts
+        page = self.store.claim_page(uuid.uuid4(), now, lease_until, attempts, run.run_id)
         if page is None:
-            return False
-        run = self.store.load_run(page.run_id)
-        if run is None:
             return False
         log.info(
             "page-claimed",
