@@ -17,7 +17,7 @@ from pin_identity.domain import events
 from pin_identity.domain.model import AccessChangeReason
 from pin_identity.jobs.ports import FanOutQueue, FanOutTask, LeaseLostError, StopSignal, TaskWakeups
 from pin_identity.observability import metrics
-from pin_identity.observability.logging import get_logger
+from pin_identity.observability.logging import describe_error, get_logger
 from pin_identity.observability.tracing import current_traceparent, tracer
 
 log = get_logger("access-fanout")
@@ -201,7 +201,7 @@ class AccessFanOutJob:
 
     def _fail_attempt(self, task: FanOutTask, exc: Exception) -> None:
         metrics.fanout_errors_total.inc()
-        error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:500]
+        error = describe_error(exc, limit=500)
         log.warning(
             "fanout-task-failed",
             task_id=str(task.task_id),

@@ -38,8 +38,8 @@ def get_logger(component: str) -> Any:
     return structlog.get_logger(component=component)
 
 
-def describe_error(exc: BaseException) -> str:
-    """An exception for a log line: its class and first line only. A database error's detail lines quote
-    the row it refused (phones, names), and no PII goes into logs."""
+def describe_error(exc: BaseException, *, limit: int = 300) -> str:
+    """An exception for a log line or an error column: its class and first line only, at most `limit`
+    characters. A database error's detail lines quote the row it refused (phones, names): no PII goes out."""
     first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    return f"{type(exc).__name__}: {first_line}"[:300] if first_line else type(exc).__name__
+    return f"{type(exc).__name__}: {first_line}"[:limit] if first_line else type(exc).__name__
