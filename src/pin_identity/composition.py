@@ -7,12 +7,14 @@ from functools import cached_property
 from typing import Any
 
 from pin_identity.adapters.kafka import embedded as embedded_kafka
+from pin_identity.adapters.kafka.access_log import KafkaAccessLog
 from pin_identity.adapters.kafka.publisher import KafkaEventPublisher
 from pin_identity.adapters.kafka.replay_source import TopicReplaySource
 from pin_identity.adapters.kafka.talent_stream import KafkaTalentStream
 from pin_identity.adapters.kafka.topics import TopicLayout, broker_reachable, ensure_topics
 from pin_identity.adapters.postgres import embedded as embedded_postgres
 from pin_identity.adapters.postgres import migrate
+from pin_identity.adapters.postgres.access_truth import PostgresAccessTruth
 from pin_identity.adapters.postgres.database import ConnectionLimits, Database
 from pin_identity.adapters.postgres.fanout_queue import PostgresFanOutQueue, PostgresTaskWakeups
 from pin_identity.adapters.postgres.identity_store import PostgresIdentityTransactions
@@ -22,6 +24,7 @@ from pin_identity.adapters.postgres.replica_store import PostgresReplicaTransact
 from pin_identity.adapters.talent_http.client import TalentApiClient
 from pin_identity.adapters.talent_http.source import ApiPullSource
 from pin_identity.config import ConfigurationError, Settings
+from pin_identity.domain.access_audit import AuditReport
 from pin_identity.domain.events import PUBLISHED_TOPICS, now_utc
 from pin_identity.domain.fanout import FanOutPolicy
 from pin_identity.domain.talent_import import ImportMode
@@ -30,6 +33,7 @@ from pin_identity.jobs.outbox_relay import OutboxRelay
 from pin_identity.jobs.ports import SourceNotConfiguredError, TalentSource
 from pin_identity.jobs.talent_import import ImportSettings, TalentImportJob
 from pin_identity.jobs.talent_sync import TalentSyncJob, TalentSyncSettings
+from pin_identity.operations.access_audit import Progress, audit_access
 
 
 def _missing_extra(what: str) -> ConfigurationError:
@@ -184,6 +188,10 @@ class Container:
         return TalentImportJob(
             self.import_store, lock or self.run_lock(), self._import_source, self.import_settings, now_utc
         )
+
+    def access_audit(self, progress: Progress) -> AuditReport:
+        log = KafkaAccessLog(self.kafka_client_config)
+        return audit_access(log, PostgresAccessTruth(self.database), progress)
 
     def close(self) -> None:
         for close in reversed(self._closers):

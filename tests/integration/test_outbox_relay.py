@@ -14,10 +14,12 @@ import pytest
 from confluent_kafka import Consumer
 
 from pin_identity.adapters.kafka.embedded import free_port, start_broker, stop_broker
+from pin_identity.adapters.postgres.outbox_queue import PostgresOutboxQueue
 from pin_identity.adapters.postgres.outbox_writer import write_outbox
 from pin_identity.composition import Container
 from pin_identity.config import Settings
 from pin_identity.domain.events import ACCESS_TOPIC, OutboxMessage, envelope
+from pin_identity.jobs.ports import RelayRole
 from tests.support.kafka_tap import EventTap
 
 
@@ -88,20 +90,27 @@ def test_a_row_that_commits_late_is_not_overtaken(
     with psycopg.connect(database_url) as late:
         write_outbox(late, [_message(key, 1)])  # older transaction, lower id, not yet committed
         _write(database_url, [_message(key, 2)])  # younger transaction, committed first
-        container.outbox_relay().run(threading.Event(), once=True)
+        # With --once the relay works until the outbox holds nothing committed: it waits for the old one.
+        relay = threading.Thread(
+            target=container.outbox_relay().run, args=(threading.Event(),), kwargs={"once": True}
+        )
+        relay.start()
         assert tap.settle(lambda e: e.key == str(key), quiet_s=0.5) == []
         assert _outbox_count(database_url) == 1
         late.commit()
-    container.outbox_relay().run(threading.Event(), once=True)
+    relay.join(30)
+    assert not relay.is_alive()
     assert [e.payload["n"] for e in tap.wait_for(lambda e: e.key == str(key), 2)] == [1, 2]
 
 
 def test_only_one_relay_is_active_and_a_standby_takes_over(container: Container, settings: Settings) -> None:
-    first, second = container.outbox_relay(), Container(settings).outbox_relay()
-    assert first._queue.try_become_active()
-    assert not second._queue.try_become_active()
-    first._queue.reset()  # the active relay's session dies: its lock goes with it
-    assert second._queue.try_become_active()
+    first, second = PostgresOutboxQueue(container.database), PostgresOutboxQueue(Container(settings).database)
+    assert first.try_become_active() is RelayRole.ACTIVE
+    assert second.try_become_active() is RelayRole.STANDBY
+    first.reset()  # the active relay's session dies: its lock goes with it, unclean
+    assert second.try_become_active() is RelayRole.TAKEN_OVER
+    second.stand_down()  # a relay that stood down says so: the next one need not wait
+    assert first.try_become_active() is RelayRole.ACTIVE
 
 
 @pytest.fixture

@@ -13,6 +13,7 @@ from psycopg import sql
 from pin_identity.adapters.postgres import migrate
 
 TABLES = {
+    "outbox_relay_handover",
     "companies",
     "users",
     "role_definitions",

@@ -7,24 +7,30 @@ import uuid
 from collections.abc import Collection, Mapping, Sequence
 
 from pin_identity.jobs.outbox_relay import OutboxRelay, RelaySettings
-from pin_identity.jobs.ports import PendingEvent, PublishReport
+from pin_identity.jobs.ports import PendingEvent, PublishReport, RelayRole
 
 
-def _event(n: int) -> PendingEvent:
-    return PendingEvent(n, "t", "k", b"{}", "E", str(uuid.uuid4()), None)
+def _event(n: int, key: str | None = None) -> PendingEvent:
+    return PendingEvent(n, "t", key or f"k{n}", b"{}", "E", str(uuid.uuid4()), None)
 
 
 class MemoryQueue:
-    def __init__(self, rows: list[PendingEvent], *, active: bool = True):
-        self.rows, self.active = rows, active
+    def __init__(self, rows: list[PendingEvent], *, active: bool = True, clean: bool = True):
+        self.rows, self.active, self.clean = rows, active, clean
         self.dead: dict[int, str] = {}
-        self.resets = 0
+        self.stood_down = 0
+        self.took_over = False
 
-    def try_become_active(self) -> bool:
-        return self.active
+    def try_become_active(self) -> RelayRole:
+        if not self.active:
+            return RelayRole.STANDBY
+        if not self.took_over:
+            self.took_over = True
+            return RelayRole.ACTIVE if self.clean else RelayRole.TAKEN_OVER
+        return RelayRole.ACTIVE
 
-    def fetch_ready(self, limit: int, exclude: Collection[int]) -> list[PendingEvent]:
-        return [row for row in self.rows if row.outbox_id not in exclude][:limit]
+    def fetch_ready(self, limit: int, busy_keys: Collection[str]) -> list[PendingEvent]:
+        return [row for row in self.rows if row.key not in busy_keys][:limit]
 
     def settle(self, delivered: Sequence[int], rejected: Mapping[int, str]) -> None:
         gone = set(delivered) | set(rejected)
@@ -34,8 +40,15 @@ class MemoryQueue:
     def backlog(self) -> tuple[int, float]:
         return len(self.rows), 0.0
 
-    def reset(self) -> None:
-        self.resets += 1
+    def is_drained(self) -> bool:
+        return not self.rows
+
+    def heartbeat(self) -> None:
+        return None
+
+    def stand_down(self) -> None:
+        self.stood_down += 1
+        self.took_over = False
 
 
 class ScriptedPublisher:
@@ -47,6 +60,7 @@ class ScriptedPublisher:
     def __init__(self, script: dict[int, str]):
         self.script = script
         self.sent: list[list[int]] = []
+        self.discarded = 0
         self._answers = PublishReport()
 
     def send(self, events: Sequence[PendingEvent]) -> PublishReport:
@@ -66,8 +80,29 @@ class ScriptedPublisher:
         answers, self._answers = self._answers, PublishReport()
         return answers
 
+    def discard(self) -> None:
+        self.discarded += 1
+        self._answers = PublishReport()
 
-FAST = RelaySettings(batch_size=3, max_in_flight=6, idle_wait_s=0, standby_wait_s=0, max_backoff_s=0)
+
+class CountingStop:
+    """A stop signal that records every wait and sets itself after `limit` of them."""
+
+    def __init__(self, limit: int = 1000):
+        self.waits: list[float | None] = []
+        self._limit = limit
+
+    def is_set(self) -> bool:
+        return len(self.waits) >= self._limit
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.waits.append(timeout)
+        return self.is_set()
+
+
+FAST = RelaySettings(
+    batch_size=3, max_in_flight=6, idle_wait_s=0, standby_wait_s=0, max_backoff_s=0, takeover_grace_s=7
+)
 
 
 def test_once_drains_in_batches_dead_letters_rejects_and_retries_the_rest() -> None:
@@ -78,25 +113,55 @@ def test_once_drains_in_batches_dead_letters_rejects_and_retries_the_rest() -> N
     assert queue.dead == {2: "MSG_SIZE_TOO_LARGE"}
     # 5 asks for a retry: nothing new is sent until the batch in flight settled, then 5 goes first.
     assert publisher.sent == [[1, 2, 3], [4, 5, 6], [5, 7]]
-    assert queue.resets == 1  # the session is released when the relay stops
+    assert queue.stood_down == 1 and publisher.discarded == 1  # the lock is handed over when it stops
 
 
-def test_a_standby_relay_publishes_nothing() -> None:
+def test_one_event_per_key_is_in_flight_so_a_retried_event_goes_before_anything_newer_of_its_key() -> None:
+    rows = [_event(1, "a"), _event(2, "a"), _event(3, "b"), _event(4, "a"), _event(5, "b")]
+    queue = MemoryQueue(rows)
+    publisher = ScriptedPublisher({1: "retry"})
+    OutboxRelay(queue, publisher, FAST).run(threading.Event(), once=True)
+    assert queue.rows == []
+    # 2 and 4 wait behind 1 (same key); when 1 fails it is sent again first, and only then 2, then 4.
+    assert publisher.sent == [[1, 3], [1], [2, 5], [4]]
+
+
+def test_a_standby_relay_publishes_nothing_and_with_once_waits_for_the_outbox_to_drain() -> None:
     queue = MemoryQueue([_event(1)], active=False)
     publisher = ScriptedPublisher({})
-    OutboxRelay(queue, publisher, FAST).run(threading.Event(), once=True)
+    stop = CountingStop(limit=5)
+    OutboxRelay(queue, publisher, FAST).run(stop, once=True)
     assert publisher.sent == [] and len(queue.rows) == 1
+    assert len(stop.waits) == 5  # it stood by until stopped: another relay still had rows to publish
 
 
-def test_a_failing_queue_is_reset_and_retried_until_stopped() -> None:
+def test_with_once_the_relay_waits_until_the_other_jobs_of_its_process_ended() -> None:
+    queue = MemoryQueue([])
+    ended = iter([False, False, True])
+    stop = CountingStop()
+    OutboxRelay(queue, ScriptedPublisher({}), FAST).run(stop, once=True, until=lambda: next(ended))
+    assert queue.is_drained()  # and it returned after the third look, with nothing sent
+
+
+def test_a_relay_taking_over_from_one_that_did_not_stand_down_waits_its_grace_first() -> None:
+    queue = MemoryQueue([_event(1)], clean=False)
+    publisher = ScriptedPublisher({})
+    stop = CountingStop()
+    OutboxRelay(queue, publisher, FAST).run(stop, once=True)
+    assert stop.waits[0] == 7 and publisher.sent == [[1]]
+
+
+def test_a_failing_queue_stands_down_discards_the_producer_and_retries_until_stopped() -> None:
     stop = threading.Event()
 
     class BrokenQueue(MemoryQueue):
-        def fetch_ready(self, limit: int, exclude: Collection[int]) -> list[PendingEvent]:
-            if self.resets >= 3:
+        def heartbeat(self) -> None:
+            if self.stood_down >= 3:
                 stop.set()
             raise ConnectionError("database went away")
 
     queue = BrokenQueue([])
-    OutboxRelay(queue, ScriptedPublisher({}), FAST).run(stop)
-    assert queue.resets >= 3
+    publisher = ScriptedPublisher({})
+    OutboxRelay(queue, publisher, FAST).run(stop)
+    # Four failures (the fourth stops the relay), each followed by a stand-down, and the final one.
+    assert queue.stood_down == 5 and publisher.discarded == 5

@@ -19,6 +19,7 @@ from pin_identity.domain.errors import IdentityError
 from pin_identity.domain.events import now_utc
 from pin_identity.domain.model import FanOutTaskStatus
 from pin_identity.entrypoints import worker as worker_entry
+from pin_identity.entrypoints.access_cli import access_app
 from pin_identity.entrypoints.cli_common import JsonOption, container_from_env, emit, operator
 from pin_identity.entrypoints.talent_import_cli import run_initial_import, talent_import_app
 from pin_identity.observability.logging import configure_logging, get_logger
@@ -47,6 +48,7 @@ app.add_typer(fanout_app, name="fanout")
 app.add_typer(embedded_app, name="embedded")
 app.add_typer(maintenance_app, name="maintenance")
 app.add_typer(talent_import_app, name="talent-import")
+app.add_typer(access_app, name="access")
 
 
 @app.callback(invoke_without_command=True)

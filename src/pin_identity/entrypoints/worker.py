@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import signal
 import threading
 from collections.abc import Callable, Sequence
@@ -9,6 +10,7 @@ from typing import Protocol
 
 from pin_identity.composition import Container
 from pin_identity.entrypoints.worker_http import serve_worker_http
+from pin_identity.jobs.outbox_relay import OutboxRelay
 from pin_identity.jobs.ports import StopSignal
 from pin_identity.observability.logging import get_logger
 
@@ -19,7 +21,7 @@ class Job(Protocol):
     def run(self, stop: StopSignal, *, once: bool = False) -> None: ...
 
 
-def _outbox_relay(container: Container) -> Job:
+def _outbox_relay(container: Container) -> OutboxRelay:
     container.ensure_topics()
     return container.outbox_relay()
 
@@ -37,12 +39,20 @@ def run_worker(container: Container, jobs: Sequence[str], *, once: bool) -> int:
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
-    runners = {name: JOB_FACTORIES[name](container) for name in jobs}
+    runners = {name: JOB_FACTORIES[name](container) for name in jobs if name != "outbox-relay"}
     crashed: list[str] = []
-    threads = [
-        threading.Thread(target=_guarded, args=(name, job, stop, once, crashed), name=name, daemon=True)
+    writers = [
+        _thread(name, functools.partial(job.run, stop, once=once), stop, crashed)
         for name, job in runners.items()
     ]
+    threads = list(writers)
+    if "outbox-relay" in jobs:
+        # With --once the relay publishes what the process's other jobs write: it ends only once they all
+        # ended and no committed row is left in the outbox.
+        relay = _outbox_relay(container)
+        until = functools.partial(_all_ended, writers)
+        run = functools.partial(relay.run, stop, once=once, until=until)
+        threads.append(_thread("outbox-relay", run, stop, crashed))
     http = None
     if container.settings.worker_http_port:
         http = serve_worker_http(
@@ -62,9 +72,19 @@ def run_worker(container: Container, jobs: Sequence[str], *, once: bool) -> int:
     return 1 if crashed else 0
 
 
-def _guarded(name: str, job: Job, stop: threading.Event, once: bool, crashed: list[str]) -> None:
+def _all_ended(threads: Sequence[threading.Thread]) -> bool:
+    return not any(thread.is_alive() for thread in threads)
+
+
+def _thread(
+    name: str, run: Callable[[], None], stop: threading.Event, crashed: list[str]
+) -> threading.Thread:
+    return threading.Thread(target=_guarded, args=(name, run, stop, crashed), name=name, daemon=True)
+
+
+def _guarded(name: str, run: Callable[[], None], stop: threading.Event, crashed: list[str]) -> None:
     try:
-        job.run(stop, once=once)
+        run()
     except Exception:
         log.exception("worker-job-crashed", job=name)
         crashed.append(name)

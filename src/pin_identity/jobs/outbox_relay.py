@@ -3,9 +3,17 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from pin_identity.jobs.ports import EventPublisher, OutboxQueue, PublishReport, StopSignal
+from pin_identity.jobs.ports import (
+    EventPublisher,
+    OutboxQueue,
+    PendingEvent,
+    PublishReport,
+    RelayRole,
+    StopSignal,
+)
 from pin_identity.observability import metrics
 from pin_identity.observability.logging import get_logger
 
@@ -15,7 +23,7 @@ log = get_logger("outbox-relay")
 @dataclass(frozen=True)
 class RelaySettings:
     batch_size: int = 2000
-    # Batches handed to the producer before the first is acknowledged: fetching the next batch
+    # Events handed to the producer before the first is acknowledged: fetching the next batch
     # overlaps the broker's work on the previous one.
     max_in_flight: int = 20_000
     idle_wait_s: float = 0.05
@@ -23,14 +31,23 @@ class RelaySettings:
     max_backoff_s: float = 10.0
     stop_grace_s: float = 10.0
     backlog_every_s: float = 5.0
+    # How often an active relay proves its session (and so its lock) is still there, even while it only
+    # waits for the broker: a relay whose session died stops its producer within this time.
+    heartbeat_every_s: float = 0.5
+    # A relay that takes the lock from one that did not stand down cleanly waits this long first, so that
+    # the old producer (which stops within a heartbeat of losing its session) cannot land anything after
+    # the new relay's first event.
+    takeover_grace_s: float = 5.0
 
 
 class OutboxRelay:
     """One active relay at a time (the queue's lock); the others stand by and take over when it dies.
 
-    Rows leave the outbox only once the broker acknowledged them (or rejected them for good). When
-    the broker asks for a retry, the relay stops sending, lets what is in flight settle, backs off,
-    and starts again from the oldest row left, so the rows of one key keep their order.
+    Ordering per key does not depend on the producer: at most one event of a key is in flight at a time,
+    so an event the broker did not take (an error, a timeout, an outage of any length) is sent again
+    before anything newer of that key is handed to the producer. Rows leave the outbox only once the
+    broker acknowledged them (or rejected them for good). A relay that stops, fails or loses its lock
+    first discards its producer, so nothing it handed out can land behind the next relay's events.
     """
 
     def __init__(
@@ -39,40 +56,46 @@ class OutboxRelay:
         self._queue = queue
         self._publisher = publisher
         self._settings = settings
-        self._in_flight: set[int] = set()
+        self._in_flight: dict[int, str] = {}  # outbox id -> key
         self._draining = False
         self._retry_reason = ""
         self._failures = 0
         self._backlog_due = 0.0
+        self._heartbeat_due = 0.0
 
-    def run(self, stop: StopSignal, *, once: bool = False) -> None:
-        """Relay until stopped; with `once`, until the outbox holds nothing ready."""
+    def run(self, stop: StopSignal, *, once: bool = False, until: Callable[[], bool] = lambda: True) -> None:
+        """Relay until stopped; with `once`, until `until()` holds (the process's other jobs have ended)
+        and no committed row is left in the outbox."""
         log.info("outbox-relay-started")
         try:
-            self._loop(stop, once=once)
+            self._loop(stop, once=once, until=until)
             self._finish_in_flight()
         finally:
-            self._queue.reset()  # releases the relay lock at once, so a standby need not wait for a timeout
+            self._stand_down()  # a standby takes over at once instead of waiting for a timeout
         log.info("outbox-relay-stopped")
 
-    def _loop(self, stop: StopSignal, *, once: bool) -> None:
+    def _loop(self, stop: StopSignal, *, once: bool, until: Callable[[], bool]) -> None:
         while not stop.is_set():
             try:
                 idle = self.step(stop)
-            except Exception as exc:  # any failure: drop the session, back off, try again
-                self._queue.reset()
-                self._in_flight.clear()  # whatever the producer still holds is sent again: at-least-once
+                if once and idle and until() and self._queue.is_drained():
+                    return
+            except Exception as exc:  # any failure: stop the producer, drop the session, back off
+                log.warning("outbox-relay-failed", error=type(exc).__name__)
+                self._stand_down()
                 self._back_off(stop, reason=type(exc).__name__)
-                continue
-            if once and idle:
-                return
 
     def step(self, stop: StopSignal) -> bool:
         """Send a batch if there is room, settle the broker's answers; True when there is nothing to do."""
-        if not self._queue.try_become_active():
+        role = self._queue.try_become_active()
+        if role is RelayRole.STANDBY:
             stop.wait(self._settings.standby_wait_s)
             return True
-        self._report_backlog()
+        if role is RelayRole.TAKEN_OVER:
+            log.warning("outbox-relay-took-over", grace_s=self._settings.takeover_grace_s)
+            if stop.wait(self._settings.takeover_grace_s):
+                return True
+        self._keep_alive()
         sent = self._send_next_batch()
         self._settle(self._publisher.collect(0 if sent else self._settings.idle_wait_s))
         if self._draining and not self._in_flight:
@@ -80,30 +103,45 @@ class OutboxRelay:
             self._back_off(stop, reason=self._retry_reason)
         return sent == 0 and not self._in_flight
 
-    def _report_backlog(self) -> None:
-        if time.monotonic() < self._backlog_due:
-            return
-        self._backlog_due = time.monotonic() + self._settings.backlog_every_s
-        waiting, oldest_age_s = self._queue.backlog()
-        metrics.outbox_backlog.set(waiting)
-        metrics.outbox_oldest_age_seconds.set(oldest_age_s)
+    def _keep_alive(self) -> None:
+        now = time.monotonic()
+        if now >= self._heartbeat_due:
+            self._heartbeat_due = now + self._settings.heartbeat_every_s
+            self._queue.heartbeat()
+        if now >= self._backlog_due:
+            self._backlog_due = now + self._settings.backlog_every_s
+            waiting, oldest_age_s = self._queue.backlog()
+            metrics.outbox_backlog.set(waiting)
+            metrics.outbox_oldest_age_seconds.set(oldest_age_s)
 
     def _send_next_batch(self) -> int | None:
         """How many rows were sent; None when there was no room to look (so nothing is known to be idle)."""
         room = self._settings.max_in_flight - len(self._in_flight)
         if self._draining or room < self._settings.batch_size:
             return None
-        ready = self._queue.fetch_ready(self._settings.batch_size, exclude=self._in_flight)
+        busy_keys = set(self._in_flight.values())
+        ready = self._one_per_key(self._queue.fetch_ready(self._settings.batch_size, busy_keys))
         if ready:
-            self._in_flight.update(event.outbox_id for event in ready)
+            self._in_flight.update((event.outbox_id, event.key) for event in ready)
             self._settle(self._publisher.send(ready))
         return len(ready)
+
+    @staticmethod
+    def _one_per_key(rows: Sequence[PendingEvent]) -> list[PendingEvent]:
+        """The oldest row of each key; the later ones wait until it is acknowledged."""
+        keys: set[str] = set()
+        chosen = []
+        for row in rows:
+            if row.key not in keys:
+                keys.add(row.key)
+                chosen.append(row)
+        return chosen
 
     def _settle(self, report: PublishReport) -> None:
         if report.delivered or report.rejected:
             self._queue.settle(report.delivered, report.rejected)
-            self._in_flight.difference_update(report.delivered)
-            self._in_flight.difference_update(report.rejected)
+            for outbox_id in (*report.delivered, *report.rejected):
+                self._in_flight.pop(outbox_id, None)
         if report.delivered and not self._draining:
             self._failures = 0
         if report.rejected:
@@ -111,7 +149,8 @@ class OutboxRelay:
             for outbox_id, error in report.rejected.items():
                 log.error("outbox-event-dead-lettered", outbox_id=outbox_id, error=error)
         if report.retry:
-            self._in_flight.difference_update(report.retry)
+            for outbox_id in report.retry:
+                self._in_flight.pop(outbox_id, None)
             self._draining, self._retry_reason = True, next(iter(report.retry.values()))
 
     def _finish_in_flight(self) -> None:
@@ -119,6 +158,14 @@ class OutboxRelay:
         deadline = time.monotonic() + self._settings.stop_grace_s
         while self._in_flight and time.monotonic() < deadline:
             self._settle(self._publisher.collect(0.2))
+
+    def _stand_down(self) -> None:
+        """Discard the producer (what it still holds stays in the outbox), then hand the lock over."""
+        self._publisher.discard()
+        self._in_flight.clear()
+        self._draining = False
+        self._heartbeat_due = 0.0
+        self._queue.stand_down()
 
     def _back_off(self, stop: StopSignal, *, reason: str) -> None:
         self._failures += 1

@@ -6,6 +6,7 @@ from collections.abc import Collection, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
+from enum import StrEnum
 from typing import Any, NamedTuple, Protocol
 from uuid import UUID
 
@@ -46,13 +47,19 @@ class PublishReport:
     retry: dict[int, str] = field(default_factory=dict)
 
 
+class RelayRole(StrEnum):
+    STANDBY = "standby"  # another relay holds the lock
+    ACTIVE = "active"  # this relay holds the lock, and the one before it stood down cleanly
+    TAKEN_OVER = "taken_over"  # just took the lock from a relay that did not say its producer was empty
+
+
 class OutboxQueue(Protocol):
-    def try_become_active(self) -> bool:
-        """True while this process is the one active relay (others stand by)."""
+    def try_become_active(self) -> RelayRole:
+        """Whether this process is the one active relay (others stand by), and how it became so."""
         ...
 
-    def fetch_ready(self, limit: int, exclude: Collection[int]) -> list[PendingEvent]:
-        """Committed rows in outbox order, leaving out those already handed to the publisher."""
+    def fetch_ready(self, limit: int, busy_keys: Collection[str]) -> list[PendingEvent]:
+        """Committed rows in outbox order, leaving out every row of a key that has one in flight."""
         ...
 
     def settle(self, delivered: Sequence[int], rejected: Mapping[int, str]) -> None: ...
@@ -60,8 +67,17 @@ class OutboxQueue(Protocol):
         """Rows waiting, and the age in seconds of the oldest."""
         ...
 
-    def reset(self) -> None:
-        """Drop the session after an error; the next call starts a new one."""
+    def is_drained(self) -> bool:
+        """No committed row is left in the outbox."""
+        ...
+
+    def heartbeat(self) -> None:
+        """Raises when the session (and with it the relay lock) is gone."""
+        ...
+
+    def stand_down(self) -> None:
+        """Say that nothing this relay handed out can still reach the broker, then drop the session (and
+        the lock). Best effort: a session that is already gone cannot say it, and the next relay waits."""
         ...
 
 
@@ -72,6 +88,11 @@ class EventPublisher(Protocol):
 
     def collect(self, timeout_s: float) -> PublishReport:
         """What the broker answered since the last call, waiting up to timeout_s for a first answer."""
+        ...
+
+    def discard(self) -> None:
+        """Drop everything the client still holds and the client itself (its connections close), so that
+        nothing handed to it before can reach the broker later."""
         ...
 
 

@@ -121,8 +121,8 @@ def create_role(
     return role_id
 
 
-def _active_role(tx: IdentityTransaction, role_id: UUID) -> RoleRecord:
-    role = tx.lock_role(role_id)
+def _active_role(tx: IdentityTransaction, role_id: UUID, *, shared: bool = False) -> RoleRecord:
+    role = tx.lock_role(role_id, shared=shared)
     if role is None:
         raise NotFoundError(f"role {role_id} does not exist")
     if role.status is not RoleStatus.ACTIVE:
@@ -168,9 +168,11 @@ def grant_role_assignment(
 ) -> UUID:
     assignment_id = uuid.uuid4()
     with transactions() as tx:
+        # The role before the user: every writer takes its locks in that order (no deadlock with an
+        # inline set-role-permissions, which holds the role and then waits for the role's users).
+        role = _active_role(tx, role_id, shared=True)
         if not tx.lock_user(user_id):
             raise NotFoundError(f"user {user_id} does not exist")
-        role = _active_role(tx, role_id)
         version = tx.next_assignment_version(user_id)
         tx.insert_assignment(
             assignment_id=assignment_id,
@@ -239,7 +241,9 @@ def set_role_permissions(
         path = policy.path_for(tx.count_active_users(role_id, policy.users_to_count))
         task_id, notified = None, 0
         if path is FanOutPath.INLINE:
-            users = tx.active_user_ids(role_id)
+            # Locked before their snapshots are read: a point change committing meanwhile is either
+            # announced before these events or waits for them (CONTRACTS section 4, convergence).
+            users = tx.lock_active_users(role_id)
             _notify_users(
                 tx,
                 ctx,

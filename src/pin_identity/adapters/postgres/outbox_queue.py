@@ -2,22 +2,29 @@
 
 from __future__ import annotations
 
+import os
+import socket
 from collections.abc import Collection, Mapping, Sequence
 
 import psycopg
 
 from pin_identity.adapters.postgres.catalogue import query
 from pin_identity.adapters.postgres.database import Database
-from pin_identity.jobs.ports import PendingEvent
+from pin_identity.jobs.ports import PendingEvent, RelayRole
 
 
 class PostgresOutboxQueue:
-    """The advisory lock lives with the session: when the session dies, a standby relay takes over."""
+    """The advisory lock lives with the session: when the session dies, a standby relay takes over.
+
+    `identity.outbox_relay_handover` says whether the last active relay stood down cleanly (its producer
+    discarded before the lock went); a relay taking over from one that did not waits a grace period.
+    """
 
     def __init__(self, database: Database):
         self._database = database
         self._conn: psycopg.Connection | None = None
         self._active = False
+        self._holder = f"{socket.gethostname()}:{os.getpid()}:{id(self):x}"
 
     def _session(self) -> psycopg.Connection:
         if self._conn is None or self._conn.closed:
@@ -28,17 +35,22 @@ class PostgresOutboxQueue:
             self._active = False
         return self._conn
 
-    def try_become_active(self) -> bool:
+    def try_become_active(self) -> RelayRole:
         conn = self._session()
-        if not self._active:
-            row = conn.execute(query("try_lock_outbox_relay")).fetchone()
-            self._active = bool(row and row[0])
-        return self._active
+        if self._active:
+            return RelayRole.ACTIVE
+        row = conn.execute(query("try_lock_outbox_relay")).fetchone()
+        if not (row and row[0]):
+            return RelayRole.STANDBY
+        self._active = True
+        previous = conn.execute(query("take_outbox_relay_handover"), {"holder": self._holder}).fetchone()
+        return RelayRole.ACTIVE if previous and previous[0] else RelayRole.TAKEN_OVER
 
-    def fetch_ready(self, limit: int, exclude: Collection[int]) -> list[PendingEvent]:
+    def fetch_ready(self, limit: int, busy_keys: Collection[str]) -> list[PendingEvent]:
         # Binary transfer: the batch is megabytes of event values, and text parsing is the slow part.
         with self._session().cursor(binary=True) as cursor:
-            cursor.execute(query("fetch_ready_outbox_events"), {"limit": limit, "in_flight": list(exclude)})
+            params = {"limit": limit, "busy_keys": list(busy_keys)}
+            cursor.execute(query("fetch_ready_outbox_events"), params)
             return [PendingEvent(*row) for row in cursor]
 
     def settle(self, delivered: Sequence[int], rejected: Mapping[int, str]) -> None:
@@ -49,6 +61,28 @@ class PostgresOutboxQueue:
             for outbox_id, error in rejected.items():
                 conn.execute(query("dead_letter_outbox_event"), {"id": outbox_id, "error": error[:2000]})
 
+    def backlog(self) -> tuple[int, float]:
+        row = self._session().execute(query("outbox_backlog")).fetchone()
+        return (int(row[0]), float(row[1])) if row else (0, 0.0)
+
+    def is_drained(self) -> bool:
+        row = self._session().execute(query("outbox_is_empty")).fetchone()
+        return bool(row and row[0])
+
+    def heartbeat(self) -> None:
+        self._session().execute(query("ping"))
+
+    def stand_down(self) -> None:
+        if self._conn is None:
+            return
+        try:
+            if self._active and not self._conn.closed:
+                self._conn.execute(query("stand_down_outbox_relay"), {"holder": self._holder})
+        except psycopg.Error:
+            pass  # the session is gone, and the lock with it: the next relay waits its grace period
+        finally:
+            self.reset()
+
     def reset(self) -> None:
         if self._conn is not None:
             try:
@@ -56,7 +90,3 @@ class PostgresOutboxQueue:
             finally:
                 self._conn = None
                 self._active = False
-
-    def backlog(self) -> tuple[int, float]:
-        row = self._session().execute(query("outbox_backlog")).fetchone()
-        return (int(row[0]), float(row[1])) if row else (0, 0.0)

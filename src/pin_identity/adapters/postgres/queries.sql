@@ -18,7 +18,9 @@ VALUES (%(id)s, %(company_id)s, %(type)s, %(status)s, %(phone)s, %(email)s, %(fi
         %(replica_version)s, CASE WHEN %(replica_version)s::bigint IS NULL THEN NULL ELSE now() END);
 
 -- name: lock_user
--- Point access changes of one user are serialised on the user row, so their versions and events keep order.
+-- Every writer of a user's assignments holds the user row FOR UPDATE, and every writer of a user's snapshot
+-- holds it FOR KEY SHARE, so versions and the order of a user's outbox rows follow the order of commits.
+-- Lock order everywhere: the role first, then users in id order (no two writers wait on each other in a circle).
 SELECT id, company_id FROM identity.users WHERE id = %(user_id)s FOR UPDATE;
 
 -- name: lock_users_of_role
@@ -34,7 +36,14 @@ FOR UPDATE OF u;
 INSERT INTO identity.role_definitions (id, code, name, company_id) VALUES (%(id)s, %(code)s, %(name)s, %(company_id)s);
 
 -- name: lock_role
-SELECT id, code, company_id, status, version FROM identity.role_definitions WHERE id = %(role_id)s FOR UPDATE;
+-- NO KEY UPDATE, not UPDATE: an assignment insert's foreign-key check (KEY SHARE) of a writer that already
+-- holds some users must not wait for a role change that waits for those users.
+SELECT id, code, company_id, status, version FROM identity.role_definitions WHERE id = %(role_id)s
+FOR NO KEY UPDATE;
+
+-- name: share_role
+-- A grant only needs the role to stay Active until it commits; grants of one role do not wait for each other.
+SELECT id, code, company_id, status, version FROM identity.role_definitions WHERE id = %(role_id)s FOR SHARE;
 
 -- name: role_by_code
 SELECT id, code, company_id, status, version FROM identity.role_definitions
@@ -95,10 +104,14 @@ SELECT count(*) FROM (
     LIMIT %(limit)s
 ) AS counted;
 
--- name: active_user_ids
-SELECT DISTINCT user_id FROM identity.role_assignments
-WHERE role_id = %(role_id)s AND status = 'Active'
-ORDER BY user_id;
+-- name: lock_active_users_of_role
+-- The inline fan-out's users, locked as lock_fanout_page locks a page (and for the same reason); the caller
+-- reads their snapshots in a later statement.
+SELECT u.id FROM identity.users u
+WHERE u.id IN (SELECT ra.user_id FROM identity.role_assignments ra
+               WHERE ra.role_id = %(role_id)s AND ra.status = 'Active')
+ORDER BY u.id
+FOR KEY SHARE OF u;
 
 -- name: access_snapshots
 -- One query for the whole set: each user with every Active assignment across all roles (no N+1).
@@ -109,6 +122,14 @@ LEFT JOIN identity.role_assignments ra ON ra.user_id = u.id AND ra.status = 'Act
 LEFT JOIN identity.role_definitions rd ON rd.id = ra.role_id
 WHERE u.id = ANY(%(user_ids)s::uuid[])
 ORDER BY u.id, ra.id;
+
+-- name: pending_access_users
+-- The access audit: users whose access event is still in the outbox (a key is the user id).
+SELECT DISTINCT message_key::uuid FROM identity.outbox_events
+WHERE topic = %(topic)s AND message_key ~ '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$';
+
+-- name: users_with_active_assignments
+SELECT DISTINCT user_id FROM identity.role_assignments WHERE status = 'Active' ORDER BY user_id;
 
 -- ---------------------------------------------------------------- access fan-out queue
 
@@ -162,16 +183,25 @@ SET lease_expires_at = %(lease_until)s, updated_at = %(now)s
 WHERE id = %(task_id)s AND lease_owner = %(claim_id)s AND status = 'InProgress'
 RETURNING id;
 
--- name: fanout_page
--- One keyset page of the role's unique users and, in the same query, each one's full access snapshot,
--- rendered as the event's activeAssignments array (CONTRACTS section 4; the same fields and order as
--- pin_identity.domain.events.user_access_changed, which a test holds this to).
-WITH page AS (
-    SELECT DISTINCT user_id FROM identity.role_assignments
-    WHERE role_id = %(role_id)s AND status = 'Active' AND user_id > %(cursor)s
-    ORDER BY user_id
+-- name: lock_fanout_page
+-- One keyset page of the role's unique users, locked in id order before their snapshots are read: a point
+-- change of one of them (which holds the user FOR UPDATE) commits first, or waits for this page to commit, so
+-- the order of a user's outbox rows is the order of the truths they carry. KEY SHARE lets other snapshot
+-- writers (another role's page) through. The snapshots are read by the next statement, which in READ
+-- COMMITTED takes a snapshot after the wait (this one's would still show what the waited-for change undid).
+SELECT u.id FROM identity.users u
+WHERE u.id IN (
+    SELECT DISTINCT ra.user_id FROM identity.role_assignments ra
+    WHERE ra.role_id = %(role_id)s AND ra.status = 'Active' AND ra.user_id > %(cursor)s
+    ORDER BY ra.user_id
     LIMIT %(limit)s
 )
+ORDER BY u.id
+FOR KEY SHARE OF u;
+
+-- name: rendered_access_snapshots
+-- Each user's full access snapshot, rendered as the event's activeAssignments array (CONTRACTS section 4;
+-- the same fields and order as pin_identity.domain.events.user_access_changed, which a test holds this to).
 SELECT u.id, u.company_id,
        COALESCE((
            SELECT json_agg(json_build_object(
@@ -184,8 +214,8 @@ SELECT u.id, u.company_id,
            JOIN identity.role_definitions rd ON rd.id = ra.role_id
            WHERE ra.user_id = u.id AND ra.status = 'Active'
        ), '[]'::json)::text
-FROM page
-JOIN identity.users u ON u.id = page.user_id
+FROM identity.users u
+WHERE u.id = ANY(%(user_ids)s::uuid[])
 ORDER BY u.id;
 
 -- name: advance_fanout_task
@@ -395,13 +425,27 @@ SET synchronous_commit = off;
 -- name: try_lock_outbox_relay
 SELECT pg_try_advisory_lock(hashtextextended('pin-identity:lock:outbox-relay', 0));
 
+-- name: take_outbox_relay_handover
+-- Run by the relay that just took the lock: whether the one before it stood down cleanly.
+-- (Only the lock's holder writes the row, so reading the old value in the same statement is safe.)
+UPDATE identity.outbox_relay_handover h
+SET holder = %(holder)s, clean = false, updated_at = now()
+FROM (SELECT clean FROM identity.outbox_relay_handover WHERE id = 1) AS before
+WHERE h.id = 1
+RETURNING before.clean;
+
+-- name: stand_down_outbox_relay
+UPDATE identity.outbox_relay_handover SET clean = true, updated_at = now()
+WHERE id = 1 AND holder = %(holder)s;
+
 -- name: fetch_ready_outbox_events
 -- Only rows of transactions older than every running one: a row that commits late is never skipped,
--- and rows of one aggregate leave in the order their transactions wrote them.
+-- and rows of one aggregate leave in the order their transactions wrote them. Rows of a key that has an
+-- event in flight wait for it (the relay keeps one event per key in flight).
 SELECT id, topic, message_key, convert_to(value, 'UTF8'), event_type, correlation_id::text, traceparent
 FROM identity.outbox_events
 WHERE tx_id < pg_snapshot_xmin(pg_current_snapshot())
-  AND NOT (id = ANY(%(in_flight)b::bigint[]))
+  AND NOT (message_key = ANY(%(busy_keys)s::text[]))
 ORDER BY id
 LIMIT %(limit)s;
 

@@ -1,0 +1,64 @@
+"""`pin-identity access audit`: does the access topic carry every user's current truth (convergence)?"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from pin_identity.domain.access_audit import AuditReport
+from pin_identity.entrypoints.cli_common import JsonOption, container_from_env
+
+EXIT_DRIFT = 1
+
+access_app = typer.Typer(help="The access stream (pin.identity.access.v1).", no_args_is_help=True)
+
+
+@access_app.command("audit")
+def access_audit(as_json: JsonOption = False) -> None:
+    """Compare each user's last UserAccessChanged on the topic with their Active assignments; exit 1 on drift.
+
+    Reads every partition from its beginning. Users whose event is still in the outbox count as pending.
+    """
+    stderr = Console(stderr=True)
+    with container_from_env() as container:
+        if stderr.is_terminal:
+            with _progress_bar(stderr) as bar:
+                task = bar.add_task("reading pin.identity.access.v1", total=None)
+                report = container.access_audit(
+                    lambda done, total: bar.update(task, completed=done, total=total)
+                )
+        else:
+            report = container.access_audit(lambda done, total: None)
+    if as_json:
+        typer.echo(json.dumps(report.to_json()))
+    else:
+        _print(report)
+    if not report.converged:
+        raise typer.Exit(EXIT_DRIFT)
+
+
+def _progress_bar(console: Console) -> Progress:
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    )
+
+
+def _print(report: AuditReport) -> None:
+    table = Table("users", "matching", "drifted", "missing", "pending", title="access audit")
+    counts = (report.users, report.matching, report.drifted, report.missing, report.pending)
+    table.add_row(*(f"{count:,}" for count in counts))
+    console = Console(file=sys.stdout)
+    console.print(table)
+    if report.examples:
+        console.print("drifted or missing (up to 20): " + ", ".join(report.examples), soft_wrap=True)
+    console.print("converged" if report.converged else "NOT converged: see docs/runbooks.md#access-drift")

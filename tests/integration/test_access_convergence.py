@@ -1,0 +1,66 @@
+"""CONTRACTS section 4, convergence: the last UserAccessChanged of every user carries their current truth,
+whatever committed meanwhile. A point revoke is held at its COMMIT (the widest window) while a snapshot
+writer reads: the writer must wait for it, so its event (carrying the revoke) comes after the revoke's."""
+
+from __future__ import annotations
+
+import threading
+from datetime import UTC, datetime
+
+import pytest
+
+from pin_identity.composition import Container
+from pin_identity.domain.fanout import FanOutPath, FanOutPolicy
+from pin_identity.operations import identity
+from tests.support import seed
+from tests.support.convergence import Background, CommitHold, assert_converged
+from tests.support.fanout import ManualClock, fanout_job
+from tests.support.kafka_tap import EventTap
+from tests.support.relay import publish_outbox
+
+
+@pytest.mark.parametrize("path", [FanOutPath.QUEUED, FanOutPath.INLINE])
+def test_a_role_wide_snapshot_never_overtakes_a_point_revoke_that_commits_meanwhile(
+    path: FanOutPath, container: Container, tap: EventTap, database_url: str
+) -> None:
+    company = seed.company(container.transactions)
+    role = seed.role(container.transactions, company, code="developer-manager-local")
+    users = [seed.user(container.transactions, company) for _ in range(3)]
+    grants = [seed.grant(container.transactions, user, role, company) for user in users]
+    threshold = 0 if path is FanOutPath.QUEUED else 200
+    policy = FanOutPolicy(threshold)
+    if path is FanOutPath.QUEUED:
+        change = _set_permissions(container, role, policy)
+        assert change.path is FanOutPath.QUEUED
+
+    hold = CommitHold(database_url)
+    try:
+        revoke = Background(
+            lambda: identity.revoke_role_assignment(
+                container.transactions, identity.Context.fresh(), grants[1]
+            )
+        )
+        hold.wait_until(lambda: hold.waiting() >= 1)  # the revoke did its work and waits at COMMIT
+        if path is FanOutPath.QUEUED:
+            job = fanout_job(container, ManualClock(datetime.now(UTC)), batch_size=50)
+            writer = Background(lambda: job.work_once(threading.Event()))
+        else:
+            writer = Background(lambda: _set_permissions(container, role, policy))
+        # The snapshot writer either waits for the revoke's user (the fix) or commits without it.
+        hold.wait_until(lambda: writer.done or hold.waiting() >= 2)
+    finally:
+        hold.release()
+    revoke.join()
+    writer.join()
+    publish_outbox(container)
+    assert_converged(tap, database_url, users)
+
+
+def _set_permissions(container: Container, role: object, policy: FanOutPolicy) -> identity.PermissionsChange:
+    return identity.set_role_permissions(
+        container.transactions,
+        identity.Context.fresh(),
+        role_id=role,  # type: ignore[arg-type]
+        permissions=["deals.read", "deals.write"],
+        policy=policy,
+    )

@@ -1,0 +1,129 @@
+"""The relay through broker faults: outages longer than the delivery timeout, and a failover while events
+are in flight. The broker sits behind a TCP proxy on loopback that the test cuts and restores."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from pin_identity.adapters.kafka.embedded import free_port, start_broker, stop_broker
+from pin_identity.adapters.kafka.topics import TopicLayout, ensure_topics
+from pin_identity.adapters.postgres.outbox_writer import write_outbox
+from pin_identity.composition import Container
+from pin_identity.config import Settings
+from pin_identity.domain.events import ACCESS_TOPIC, PUBLISHED_TOPICS, OutboxMessage, envelope
+from pin_identity.observability import metrics
+from tests.support.kafka_tap import EventTap
+from tests.support.tcp_proxy import TcpProxy
+
+# A delivery timeout that an outage outlives in seconds (production keeps the default minute), requests that
+# time out inside it, and fast reconnects. Idempotence is off: with it, the embedded broker (Tansu) fences the
+# producer after an in-flight timeout where Kafka bumps its epoch (KIP-360) and goes on delivering; without
+# it, a producer on either broker delivers a later message after an earlier one expired. The relay's order
+# must not depend on how the producer is configured.
+FAST_TIMEOUTS = (
+    '{"message.timeout.ms": "3000", "request.timeout.ms": "1000", "enable.idempotence": "false",'
+    ' "reconnect.backoff.ms": "20", "reconnect.backoff.max.ms": "100"}'
+)
+
+
+@dataclass
+class ProxiedBroker:
+    proxy: TcpProxy
+    bootstrap: str
+
+
+@pytest.fixture
+def proxied_broker(tmp_path: Path) -> Iterator[ProxiedBroker]:
+    proxy_port, broker_port = free_port(), free_port()
+    broker = start_broker(broker_port, tmp_path / "broker.log", advertised_port=proxy_port)
+    proxy = TcpProxy(proxy_port, broker_port)
+    bootstrap = f"127.0.0.1:{proxy_port}"
+    ensure_topics({"bootstrap.servers": bootstrap}, PUBLISHED_TOPICS, TopicLayout(3, 1))
+    yield ProxiedBroker(proxy, bootstrap)
+    proxy.close()
+    stop_broker(broker.pid)
+
+
+def _versioned(key: uuid.UUID, version: int) -> OutboxMessage:
+    return envelope(
+        event_type="UserAccessChanged",
+        topic=ACCESS_TOPIC,
+        aggregate_type="User",
+        aggregate_id=key,
+        payload={"version": version},
+        correlation_id=uuid.uuid4(),
+        occurred_at=datetime.now(UTC),
+    )
+
+
+def _write_versions(database_url: str, keys: list[uuid.UUID], version: int) -> None:
+    with psycopg.connect(database_url) as conn:
+        write_outbox(conn, [_versioned(key, version) for key in keys])
+
+
+def _outbox_count(database_url: str) -> int:
+    with psycopg.connect(database_url) as conn:
+        row = conn.execute("SELECT count(*) FROM identity.outbox_events").fetchone()
+    return int(row[0]) if row else 0
+
+
+def _timeouts() -> float:
+    return metrics.outbox_publish_errors_total.labels(reason="_MSG_TIMED_OUT")._value.get()
+
+
+@pytest.mark.slow
+def test_one_keys_events_never_reorder_through_an_outage_longer_than_the_delivery_timeout(
+    settings: Settings, database_url: str, proxied_broker: ProxiedBroker
+) -> None:
+    overrides = {"kafka_bootstrap_servers": proxied_broker.bootstrap, "kafka_config": FAST_TIMEOUTS}
+    container = Container(settings.model_copy(update=overrides))
+    tap = EventTap(proxied_broker.bootstrap, [ACCESS_TOPIC])
+    keys = [uuid.uuid4() for _ in range(300)]
+    timeouts_before = _timeouts()
+    stop = threading.Event()
+    relay = threading.Thread(target=container.outbox_relay().run, args=(stop,), daemon=True)
+    relay.start()
+    try:
+        _write_versions(database_url, keys, 1)
+        tap.wait_for(lambda e: True, len(keys))  # the producer is connected and delivering
+        proxied_broker.proxy.stall()
+        _write_versions(database_url, keys, 2)
+        # Wall-clock on purpose: what is tested is librdkafka's own delivery timeout (3 s, checked about
+        # once a second). Version 3 is written while version 2 is in flight, unanswered; the broker comes
+        # back after version 2 expired and before version 3 does: a relay that had handed both to the
+        # producer sees 3 delivered and then sends 2 again behind it.
+        time.sleep(2.0)
+        _write_versions(database_url, keys, 3)
+        time.sleep(2.3)
+        proxied_broker.proxy.restore()
+        events = tap.wait_for(lambda e: e.payload["version"] == 3, len(keys), timeout_s=60)
+        deadline = time.monotonic() + 60
+        while _outbox_count(database_url) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert _outbox_count(database_url) == 0
+        events = tap.settle(lambda e: True, quiet_s=1.0)
+    finally:
+        stop.set()
+        relay.join(30)
+        tap.close()
+        container.close()
+    assert _timeouts() > timeouts_before, "the outage must outlast the delivery timeout to mean anything"
+        "the outage must outlast the delivery timeout for this test to mean anything"
+    )
+    versions: dict[str, list[int]] = {}
+    for event in events:
+        versions.setdefault(event.key, []).append(event.payload["version"])
+    reordered = {key: seen for key, seen in versions.items() if seen != sorted(seen)}
+    assert reordered == {}, (
+        f"{len(reordered)} keys went back in version, e.g. {next(iter(reordered.items()), None)}"
+    )
+    assert {key: seen[-1] for key, seen in versions.items()} == {str(key): 3 for key in keys}
