@@ -117,8 +117,6 @@ def test_one_keys_events_never_reorder_through_an_outage_longer_than_the_deliver
         tap.close()
         container.close()
     assert _timeouts() > timeouts_before, "the outage must outlast the delivery timeout to mean anything"
-        "the outage must outlast the delivery timeout for this test to mean anything"
-    )
     versions: dict[str, list[int]] = {}
     for event in events:
         versions.setdefault(event.key, []).append(event.payload["version"])
