@@ -29,7 +29,7 @@ from pin_identity.domain.events import PUBLISHED_TOPICS, now_utc
 from pin_identity.domain.fanout import FanOutPolicy
 from pin_identity.domain.talent_import import ImportMode
 from pin_identity.jobs.access_fanout import AccessFanOutJob, FanOutSettings
-from pin_identity.jobs.outbox_relay import OutboxRelay
+from pin_identity.jobs.outbox_relay import OutboxRelay, RelaySettings
 from pin_identity.jobs.ports import SourceNotConfiguredError, TalentSource
 from pin_identity.jobs.talent_import import ImportSettings, TalentImportJob
 from pin_identity.jobs.talent_sync import TalentSyncJob, TalentSyncSettings
@@ -116,12 +116,12 @@ class Container:
     def broker_reachable(self) -> bool:
         return broker_reachable(self.kafka_client_config)
 
-    def outbox_relay(self) -> OutboxRelay:
+    def outbox_relay(self, settings: RelaySettings | None = None) -> OutboxRelay:
         publisher = KafkaEventPublisher(self.kafka_client_config, ensure_topics=self.ensure_topics)
         self._closers.append(publisher.close)
         queue = PostgresOutboxQueue(self.database)
         self._closers.append(queue.reset)
-        return OutboxRelay(queue, publisher)
+        return OutboxRelay(queue, publisher, settings or RelaySettings())
 
     @property
     def fanout_settings(self) -> FanOutSettings:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -20,8 +20,9 @@ from pin_identity.adapters.postgres.outbox_writer import write_outbox
 from pin_identity.composition import Container
 from pin_identity.config import Settings
 from pin_identity.domain.events import ACCESS_TOPIC, PUBLISHED_TOPICS, OutboxMessage, envelope
+from pin_identity.jobs.outbox_relay import RelaySettings
 from pin_identity.observability import metrics
-from tests.support.kafka_tap import EventTap
+from tests.support.kafka_tap import ConsumedEvent, EventTap
 from tests.support.tcp_proxy import TcpProxy
 
 # A delivery timeout that an outage outlives in seconds (production keeps the default minute), requests that
@@ -76,6 +77,16 @@ def _outbox_count(database_url: str) -> int:
     return int(row[0]) if row else 0
 
 
+def _assert_versions_only_grow(events: list[ConsumedEvent], keys: list[uuid.UUID], *, last: int) -> None:
+    """Per key, in topic order: versions never go back (a repeat is at-least-once), and the last is `last`."""
+    versions: dict[str, list[int]] = {}
+    for event in events:
+        versions.setdefault(event.key, []).append(event.payload["version"])
+    reordered = {key: seen for key, seen in versions.items() if seen != sorted(seen)}
+    assert reordered == {}, f"{len(reordered)} keys went back, e.g. {next(iter(reordered.items()), None)}"
+    assert {key: seen[-1] for key, seen in versions.items()} == {str(key): last for key in keys}
+
+
 def _timeouts() -> float:
     return metrics.outbox_publish_errors_total.labels(reason="_MSG_TIMED_OUT")._value.get()
 
@@ -117,11 +128,67 @@ def test_one_keys_events_never_reorder_through_an_outage_longer_than_the_deliver
         tap.close()
         container.close()
     assert _timeouts() > timeouts_before, "the outage must outlast the delivery timeout to mean anything"
-    versions: dict[str, list[int]] = {}
-    for event in events:
-        versions.setdefault(event.key, []).append(event.payload["version"])
-    reordered = {key: seen for key, seen in versions.items() if seen != sorted(seen)}
-    assert reordered == {}, (
-        f"{len(reordered)} keys went back in version, e.g. {next(iter(reordered.items()), None)}"
-    )
-    assert {key: seen[-1] for key, seen in versions.items()} == {str(key): 3 for key in keys}
+    _assert_versions_only_grow(events, keys, last=3)
+
+
+def _relay_lock_holder(database_url: str) -> int | None:
+    with psycopg.connect(database_url) as conn:
+        row = conn.execute(
+            "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted"
+            " AND ((classid::bigint << 32) | objid::bigint)"
+            " = hashtextextended('pin-identity:lock:outbox-relay', 0)"
+        ).fetchone()
+    return int(row[0]) if row else None
+
+
+def _wait_until(condition: Callable[[], bool], timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+@pytest.mark.slow
+def test_a_relay_that_lost_its_session_lands_nothing_behind_the_relay_that_took_over(
+    settings: Settings, database_url: str, proxied_broker: ProxiedBroker
+) -> None:
+    configured = settings.model_copy(update={"kafka_bootstrap_servers": proxied_broker.bootstrap})
+    first, second = Container(configured), Container(configured)
+    keys = [uuid.uuid4() for _ in range(200)]
+    stop = threading.Event()
+    # The standby looks for the lock every 50 ms: it takes over before the old relay could take it back.
+    quick_standby = RelaySettings(standby_wait_s=0.05)
+    relays = [
+        threading.Thread(target=c.outbox_relay(quick_standby).run, args=(stop,), daemon=True)
+        for c in (first, second)
+    ]
+    relays[0].start()
+    tap: EventTap | None = None
+    try:
+        _write_versions(database_url, keys, 1)
+        _wait_until(lambda: _outbox_count(database_url) == 0)
+        active = _relay_lock_holder(database_url)
+        relays[1].start()  # stands by
+        # The active relay's broker connections stall (a partition on its side only); it sends version 2
+        # into the stall, then loses its database session, and with it the lock.
+        proxied_broker.proxy.stall(new_connections_too=False)
+        _write_versions(database_url, keys, 2)
+        _wait_until(lambda: proxied_broker.proxy.held_bytes() > 0)
+        with psycopg.connect(database_url, autocommit=True) as conn:
+            conn.execute("SELECT pg_terminate_backend(%s)", (active,))
+        _wait_until(lambda: _relay_lock_holder(database_url) not in (None, active))
+        tap = EventTap(proxied_broker.bootstrap, [ACCESS_TOPIC])
+        _wait_until(lambda: _outbox_count(database_url) == 0)  # the new relay published version 2
+        _write_versions(database_url, keys, 3)
+        _wait_until(lambda: _outbox_count(database_url) == 0)
+        proxied_broker.proxy.restore()  # whatever the old relay's producer still held reaches the broker now
+        events = tap.settle(lambda e: True, quiet_s=2.0)
+    finally:
+        stop.set()
+        for relay in relays:
+            relay.join(30)
+        if tap is not None:
+            tap.close()
+        first.close()
+        second.close()
+    _assert_versions_only_grow(events, keys, last=3)

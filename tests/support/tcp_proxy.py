@@ -1,7 +1,8 @@
-"""A TCP proxy on loopback between the clients and a broker, that a test stalls and restores.
+"""A TCP proxy on loopback between clients and a broker, that a test stalls and restores.
 
-Stalled, it keeps every connection open but holds the bytes in both directions: requests already sent are
-unanswered, as behind a network partition, until `restore()` lets everything through, late, in order.
+Stalled, a connection stays open but its bytes are held in both directions: requests already sent go
+unanswered, as behind a network partition, until `restore()` lets them through, late and in order. Bytes
+held for a client that closes its connection meanwhile are dropped, as a partitioned TCP connection's are.
 """
 
 from __future__ import annotations
@@ -15,13 +16,37 @@ from typing import Any
 from pin_identity.adapters.kafka.embedded import HOST
 
 
+class _Link:
+    """One client connection and its connection to the broker."""
+
+    def __init__(self, held: bool):
+        self.held = held
+        self.released = asyncio.Event()
+        if not held:
+            self.released.set()
+        self.writers: list[asyncio.StreamWriter] = []
+        self.held_bytes = 0
+
+    def release(self) -> None:
+        self.held = False
+        self.released.set()
+
+    def hold(self) -> None:
+        self.held = True
+        self.released.clear()
+
+    def abort(self) -> None:
+        for writer in self.writers:
+            writer.transport.abort()
+
+
 class TcpProxy:
     def __init__(self, listen_port: int, target_port: int):
         self.listen_port, self._target_port = listen_port, target_port
         self._loop = asyncio.new_event_loop()
-        self._flowing: asyncio.Event | None = None
+        self._links: set[_Link] = set()
+        self._stall_new = False
         self._server: asyncio.Server | None = None
-        self._writers: set[asyncio.StreamWriter] = set()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._thread.start()
         self._call(self._listen())
@@ -29,49 +54,40 @@ class TcpProxy:
     def _call(self, coroutine: Coroutine[Any, Any, None]) -> None:
         asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(10)
 
-    def cut(self) -> None:
-        """Every connection dropped and new ones refused, until `restore()`."""
-        self._call(self._cut())
-
-    def stall(self) -> None:
-        self._call(self._set_flowing(False))
+    def stall(self, *, new_connections_too: bool = True) -> None:
+        """Hold the bytes of every open connection (and of new ones, unless told otherwise)."""
+        self._call(self._stall(new_connections_too))
 
     def restore(self) -> None:
-        self._call(self._set_flowing(True))
-        self._call(self._listen())
+        self._call(self._restore())
+
+    def held_bytes(self) -> int:
+        """Bytes the stalled connections hold (a signal that a client sent something into the stall)."""
+        return sum(link.held_bytes for link in list(self._links))
 
     def close(self) -> None:
         self._call(self._close())
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(5)
 
-    async def _set_flowing(self, flowing: bool) -> None:
-        assert self._flowing is not None
-        if flowing:
-            self._flowing.set()
-        else:
-            self._flowing.clear()
+    async def _stall(self, new_connections_too: bool) -> None:
+        self._stall_new = new_connections_too
+        for link in self._links:
+            link.hold()
+
+    async def _restore(self) -> None:
+        self._stall_new = False
+        for link in self._links:
+            link.release()
 
     async def _listen(self) -> None:
-        if self._flowing is None:
-            self._flowing = asyncio.Event()
-            self._flowing.set()
-        if self._server is None:
-            self._server = await asyncio.start_server(
-                self._accept, HOST, self.listen_port, reuse_address=True
-            )
-
-    async def _cut(self) -> None:
-        await self._close()
-        for writer in list(self._writers):
-            writer.transport.abort()
-        self._writers.discard(writer)
-        self._writers.clear()
+        self._server = await asyncio.start_server(self._accept, HOST, self.listen_port, reuse_address=True)
 
     async def _close(self) -> None:
         if self._server is not None:
             self._server.close()
-            self._server = None
+        for link in self._links:
+            link.abort()
 
     async def _accept(self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
         try:
@@ -79,17 +95,37 @@ class TcpProxy:
         except OSError:
             client_writer.transport.abort()
             return
-        self._writers |= {client_writer, broker_writer}
+        link = _Link(held=self._stall_new)
+        link.writers = [client_writer, broker_writer]
+        self._links.add(link)
         await asyncio.gather(
-            self._pipe(client_reader, broker_writer), self._pipe(broker_reader, client_writer)
+            self._pipe(link, client_reader, broker_writer), self._pipe(link, broker_reader, client_writer)
         )
+        self._links.discard(link)
 
-    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        assert self._flowing is not None
+    async def _pipe(self, link: _Link, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        held: list[bytes] = []
         with contextlib.suppress(OSError, asyncio.IncompleteReadError):
-            while data := await reader.read(65536):
-                await self._flowing.wait()  # stalled: the bytes wait here, in order
+            while True:
+                read = asyncio.ensure_future(reader.read(65536))
+                while link.held and not read.done():
+                    # Reading goes on while held, so that a close is seen (and the held bytes dropped).
+                    released = asyncio.ensure_future(link.released.wait())
+                    await asyncio.wait({read, released}, return_when=asyncio.FIRST_COMPLETED)
+                    released.cancel()
+                if not link.held and held:
+                    for chunk in held:
+                        writer.write(chunk)
+                    held.clear()
+                    link.held_bytes = 0
+                    await writer.drain()
+                data = await read
+                if not data:
+                    break
+                if link.held:
+                    held.append(data)
+                    link.held_bytes += len(data)
+                    continue
                 writer.write(data)
                 await writer.drain()
-        writer.transport.abort()
-        self._writers.discard(writer)
+        link.abort()  # a closed side closes the other; what was held for it never arrives
