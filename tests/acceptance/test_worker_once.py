@@ -1,0 +1,51 @@
+"""`worker --once` as a cron-style deployment runs it: the process works until nothing is pending for any
+of its jobs, so the relay publishes what the fan-out of the same process wrote."""
+
+from __future__ import annotations
+
+import subprocess
+
+import psycopg
+
+from pin_identity.composition import Container
+from pin_identity.domain.fanout import FanOutPath, FanOutPolicy
+from pin_identity.operations import identity
+from tests.acceptance.test_cli import CLI
+from tests.support import seed
+from tests.support.kafka_tap import EventTap
+
+
+def test_two_once_workers_publish_every_event_of_three_queued_roles(
+    container: Container, subprocess_env: dict[str, str], tap: EventTap, database_url: str
+) -> None:
+    company = seed.company(container.transactions)
+    members: set[str] = set()
+    for n in range(3):
+        role = seed.role(container.transactions, company, code=f"role-{n}")
+        members |= {str(u) for u in seed.bulk_role_members(database_url, role, company, 1500)}
+        change = identity.set_role_permissions(
+            container.transactions,
+            identity.Context.fresh(),
+            role_id=role,
+            permissions=["deals.read", f"deals.write.{n}"],
+            policy=FanOutPolicy(0),
+        )
+        assert change.path is FanOutPath.QUEUED
+
+    args = [*CLI, "worker", "--jobs", "access-fanout,outbox-relay", "--once"]
+    workers = [
+        subprocess.Popen(args, env=subprocess_env, stderr=subprocess.PIPE, text=True) for _ in range(2)
+    ]
+    for worker in workers:
+        _, stderr = worker.communicate(timeout=120)
+        assert worker.returncode == 0, stderr[-2000:]
+
+    with psycopg.connect(database_url) as conn:
+        outbox = conn.execute("SELECT count(*) FROM identity.outbox_events").fetchone()
+        tasks = conn.execute(
+            "SELECT status, count(*) FROM identity.access_fanout_tasks GROUP BY 1"
+        ).fetchall()
+    assert outbox == (0,)
+    assert tasks == [("Completed", 3)]
+    events = tap.wait_for(lambda e: e.key in members, 4500, timeout_s=60)
+    assert {event.key for event in events} == members
