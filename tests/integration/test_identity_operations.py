@@ -244,3 +244,12 @@ def test_pending_fanout_tasks_coalesce_to_the_newest_version(container: Containe
         ).fetchone()
     assert rows == [("Pending", 3)]
     assert version == (3,)
+
+
+def test_granting_a_role_the_user_already_holds_in_that_scope_is_a_conflict(container: Container) -> None:
+    company = seed.company(container.transactions)
+    role = seed.role(container.transactions, company)
+    user = seed.user(container.transactions, company)
+    seed.grant(container.transactions, user, role, company)
+    with pytest.raises(ConflictError, match="already holds"):
+        seed.grant(container.transactions, user, role, company)

@@ -173,6 +173,8 @@ def grant_role_assignment(
         role = _active_role(tx, role_id, shared=True)
         if not tx.lock_user(user_id):
             raise NotFoundError(f"user {user_id} does not exist")
+        if tx.holds(user_id, role_id, scope):
+            raise ConflictError(f"user {user_id} already holds role {role_id} in this scope")
         version = tx.next_assignment_version(user_id)
         tx.insert_assignment(
             assignment_id=assignment_id,

@@ -119,6 +119,17 @@ class PostgresIdentityTransaction:
             },
         )
 
+    def holds(self, user_id: UUID, role_id: UUID, scope: Scope) -> bool:
+        params = {
+            "user_id": user_id,
+            "role_id": role_id,
+            "scope_type": scope.type.value,
+            "scope_organization_id": scope.organization_id,
+            "scope_project_group_id": scope.project_group_id,
+            "scope_project_id": scope.project_id,
+        }
+        return bool(self._one("active_grant_exists", params))
+
     def assignment(self, assignment_id: UUID) -> AssignmentRecord | None:
         row = self._conn.execute(query("assignment_owner"), {"assignment_id": assignment_id}).fetchone()
         return AssignmentRecord(row[0], row[1], row[2] == "Active") if row else None

@@ -78,6 +78,16 @@ INSERT INTO identity.role_assignments (id, role_id, user_id, company_id, scope_t
 VALUES (%(id)s, %(role_id)s, %(user_id)s, %(company_id)s, %(scope_type)s, %(scope_organization_id)s,
         %(scope_project_group_id)s, %(scope_project_id)s, %(expires_at)s, %(version)s);
 
+-- name: active_grant_exists
+-- Read under the user's lock: no other writer can add or end the same grant meanwhile.
+SELECT EXISTS (
+    SELECT 1 FROM identity.role_assignments
+    WHERE user_id = %(user_id)s AND role_id = %(role_id)s AND status = 'Active' AND scope_type = %(scope_type)s
+      AND scope_organization_id IS NOT DISTINCT FROM %(scope_organization_id)s
+      AND scope_project_group_id IS NOT DISTINCT FROM %(scope_project_group_id)s
+      AND scope_project_id IS NOT DISTINCT FROM %(scope_project_id)s
+);
+
 -- name: assignment_owner
 SELECT user_id, role_id, status FROM identity.role_assignments WHERE id = %(assignment_id)s;
 
