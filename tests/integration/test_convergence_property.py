@@ -178,7 +178,9 @@ def _step(stand: Stand, cast: Cast, relay: Relay, step: Step) -> None:
         relay.restart()
     elif kind == "broker-stall":
         stand.proxy.stall()
-        threading.Timer(0.5 + b * 0.4, stand.proxy.restore).start()
+        restore = threading.Timer(0.5 + b * 0.4, stand.proxy.restore)
+        restore.daemon = True
+        restore.start()
 
 
 def _an_active_assignment(stand: Stand, cast: Cast, pick: int) -> UUID | None:
@@ -231,8 +233,11 @@ class Relay:
             self.stop()
             relay = self._container.outbox_relay(RelaySettings(takeover_grace_s=1.0))
             give_up = threading.Event()
-            threading.Timer(120, give_up.set).start()
+            timer = threading.Timer(120, give_up.set)  # a drain that cannot finish fails the example
+            timer.daemon = True
+            timer.start()
             relay.run(give_up, once=True)
+            timer.cancel()
 
 
 def _run_concurrently(calls: list[Callable[[], None]], lanes: int = 3) -> list[BaseException]:

@@ -29,8 +29,8 @@ class MemoryQueue:
             return RelayRole.ACTIVE if self.clean else RelayRole.TAKEN_OVER
         return RelayRole.ACTIVE
 
-    def fetch_ready(self, limit: int, busy_keys: Collection[str]) -> list[PendingEvent]:
-        return [row for row in self.rows if row.key not in busy_keys][:limit]
+    def fetch_ready(self, limit: int, in_flight: Collection[int]) -> list[PendingEvent]:
+        return [row for row in self.rows if row.outbox_id not in in_flight][:limit]
 
     def settle(self, delivered: Sequence[int], rejected: Mapping[int, str]) -> None:
         gone = set(delivered) | set(rejected)

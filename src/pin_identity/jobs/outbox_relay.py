@@ -119,21 +119,20 @@ class OutboxRelay:
         room = self._settings.max_in_flight - len(self._in_flight)
         if self._draining or room < self._settings.batch_size:
             return None
-        busy_keys = set(self._in_flight.values())
-        ready = self._one_per_key(self._queue.fetch_ready(self._settings.batch_size, busy_keys))
+        fetched = self._queue.fetch_ready(self._settings.batch_size, self._in_flight.keys())
+        ready = self._one_per_key(fetched, busy=set(self._in_flight.values()))
         if ready:
             self._in_flight.update((event.outbox_id, event.key) for event in ready)
             self._settle(self._publisher.send(ready))
         return len(ready)
 
     @staticmethod
-    def _one_per_key(rows: Sequence[PendingEvent]) -> list[PendingEvent]:
-        """The oldest row of each key; the later ones wait until it is acknowledged."""
-        keys: set[str] = set()
+    def _one_per_key(rows: Sequence[PendingEvent], busy: set[str]) -> list[PendingEvent]:
+        """The oldest row of each key that has none in flight; the later ones wait for its acknowledgement."""
         chosen = []
         for row in rows:
-            if row.key not in keys:
-                keys.add(row.key)
+            if row.key not in busy:
+                busy.add(row.key)
                 chosen.append(row)
         return chosen
 

@@ -58,8 +58,8 @@ class OutboxQueue(Protocol):
         """Whether this process is the one active relay (others stand by), and how it became so."""
         ...
 
-    def fetch_ready(self, limit: int, busy_keys: Collection[str]) -> list[PendingEvent]:
-        """Committed rows in outbox order, leaving out every row of a key that has one in flight."""
+    def fetch_ready(self, limit: int, in_flight: Collection[int]) -> list[PendingEvent]:
+        """Committed rows in outbox order, leaving out those already handed to the publisher."""
         ...
 
     def settle(self, delivered: Sequence[int], rejected: Mapping[int, str]) -> None: ...

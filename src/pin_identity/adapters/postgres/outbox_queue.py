@@ -46,10 +46,10 @@ class PostgresOutboxQueue:
         previous = conn.execute(query("take_outbox_relay_handover"), {"holder": self._holder}).fetchone()
         return RelayRole.ACTIVE if previous and previous[0] else RelayRole.TAKEN_OVER
 
-    def fetch_ready(self, limit: int, busy_keys: Collection[str]) -> list[PendingEvent]:
+    def fetch_ready(self, limit: int, in_flight: Collection[int]) -> list[PendingEvent]:
         # Binary transfer: the batch is megabytes of event values, and text parsing is the slow part.
         with self._session().cursor(binary=True) as cursor:
-            params = {"limit": limit, "busy_keys": list(busy_keys)}
+            params = {"limit": limit, "in_flight": list(in_flight)}
             cursor.execute(query("fetch_ready_outbox_events"), params)
             return [PendingEvent(*row) for row in cursor]
 

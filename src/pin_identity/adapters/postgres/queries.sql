@@ -450,12 +450,12 @@ WHERE id = 1 AND holder = %(holder)s;
 
 -- name: fetch_ready_outbox_events
 -- Only rows of transactions older than every running one: a row that commits late is never skipped,
--- and rows of one aggregate leave in the order their transactions wrote them. Rows of a key that has an
--- event in flight wait for it (the relay keeps one event per key in flight).
+-- and rows of one aggregate leave in the order their transactions wrote them. Rows already in flight are left
+-- out (the relay itself holds back the later rows of a key that has one in flight).
 SELECT id, topic, message_key, convert_to(value, 'UTF8'), event_type, correlation_id::text, traceparent
 FROM identity.outbox_events
 WHERE tx_id < pg_snapshot_xmin(pg_current_snapshot())
-  AND NOT (message_key = ANY(%(busy_keys)s::text[]))
+  AND NOT (id = ANY(%(in_flight)b::bigint[]))
 ORDER BY id
 LIMIT %(limit)s;
 
