@@ -58,6 +58,15 @@ class RawSnapshot:
     payload: Any
 
 
+@dataclass(frozen=True)
+class Undecodable:
+    """A record whose bytes are not a JSON value a snapshot could be read from (not UTF-8, not JSON, NaN,
+    a number of thousands of digits, nested too deeply). Quarantined with `reason`; `text` is what came."""
+
+    reason: str
+    text: str
+
+
 class InvalidSnapshotError(ValueError):
     """The record is not a snapshot of the contract's shape."""
 
@@ -99,21 +108,39 @@ def _missing(field: str) -> UUID:
     raise InvalidSnapshotError(f"{field} is missing")
 
 
+# The longest value each text field may hold: beyond it a snapshot is not a plausible company or person (and
+# its event could not be published: a broker refuses records over about 1 MB).
+FIELD_LIMITS = {
+    "name": 500,
+    "companyType": 64,
+    "taxId": 64,
+    "phone": 64,
+    "email": 320,
+    "firstName": 200,
+    "lastName": 200,
+    "middleName": 200,
+}
+_MAX_VERSION = 2**63 - 1  # the replica keeps versions as bigint
+
+
 def _text(payload: Mapping[str, Any], field: str, *, optional: bool = False) -> str | None:
     value = payload.get(field)
     if value is None and optional:
         return None
     if not isinstance(value, str) or not value.strip():
         raise InvalidSnapshotError(f"{field} must be a non-empty string")
-    if any(ord(char) < 32 for char in value):
-        raise InvalidSnapshotError(f"{field} contains control characters")
+    if len(value) > FIELD_LIMITS[field]:
+        raise InvalidSnapshotError(f"{field} is longer than {FIELD_LIMITS[field]} characters")
+    if any(ord(char) < 32 or 0xD800 <= ord(char) <= 0xDFFF for char in value):
+        # Control characters and lone surrogates (valid JSON escapes) cannot be stored as text.
+        raise InvalidSnapshotError(f"{field} contains control characters or invalid Unicode")
     return value.strip()
 
 
 def _version(payload: Mapping[str, Any]) -> int:
     version = payload.get("version")
-    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
-        raise InvalidSnapshotError("version must be an integer >= 1")
+    if isinstance(version, bool) or not isinstance(version, int) or not 1 <= version <= _MAX_VERSION:
+        raise InvalidSnapshotError("version must be an integer from 1 to 2^63-1")
     return version
 
 
@@ -128,6 +155,8 @@ def _payload_with_id(raw: RawSnapshot, id_field: str) -> tuple[UUID, Mapping[str
     """The record's id, checked against the key, and its payload (None for a tombstone)."""
     if raw.payload is None:
         return _uuid(raw.key, "key"), None
+    if isinstance(raw.payload, Undecodable):
+        raise InvalidSnapshotError(raw.payload.reason)
     if not isinstance(raw.payload, Mapping):
         raise InvalidSnapshotError("the snapshot is not a JSON object")
     entity_id = _uuid(raw.payload.get(id_field), id_field)

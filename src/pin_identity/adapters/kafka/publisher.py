@@ -157,13 +157,18 @@ class KafkaEventPublisher:
             self._ensure_topics()
 
     def discard(self) -> None:
-        """Purge what the producer holds, serve the purge's reports, and close it (its connections go)."""
+        """Purge what the producer holds and close it (its connections go); its late reports are ignored."""
         producer, self._producer = self._producer, None
         self._generation += 1
         if producer is not None:
             try:
                 producer.purge(in_queue=True, in_flight=True)
-                producer.close()
+                producer.flush(0)
+                # Producer.close() is recent in confluent-kafka; without it the last reference going destroys
+                # the client just the same, right here.
+                close = getattr(producer, "close", None)
+                if close is not None:
+                    close()
             except (KafkaException, RuntimeError) as exc:
                 log.warning("kafka-producer-discard-failed", error=type(exc).__name__)
         self._outstanding = 0

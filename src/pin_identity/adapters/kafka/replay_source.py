@@ -19,7 +19,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._config import ConfigResource
 
-from pin_identity.adapters.kafka.talent_stream import decode_snapshot
+from pin_identity.adapters.talent_wire import decode_topic_value
 from pin_identity.domain.talent import TALENT_SYNC_GROUP, TENANTS_TOPIC, USERS_TOPIC, ImportStage, RawSnapshot
 from pin_identity.domain.talent_import import PlannedPage, PlanStep
 from pin_identity.jobs.ports import SourceUnavailableError
@@ -196,5 +196,5 @@ def _ends_range(message: Message, end: int) -> bool:
 
 def _snapshot(message: Message) -> RawSnapshot:
     key = message.key()
-    value: Any = decode_snapshot(message.value())
+    value: Any = decode_topic_value(message.value())
     return RawSnapshot(key.decode("utf-8", errors="replace") if isinstance(key, bytes) else key, value)

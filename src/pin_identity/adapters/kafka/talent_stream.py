@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
+from pin_identity.adapters.talent_wire import decode_topic_value
 from pin_identity.domain.talent import TALENT_SYNC_GROUP, TENANTS_TOPIC, USERS_TOPIC, ImportStage
 from pin_identity.jobs.ports import TalentRecord
 from pin_identity.observability.logging import get_logger
@@ -26,17 +26,6 @@ _CONSUMER_DEFAULTS = {
 }
 
 
-def decode_snapshot(value: bytes | None) -> Any:
-    """The record value as JSON, None for a tombstone; text that is not JSON stays text (for quarantine)."""
-    if value is None:
-        return None
-    text = value.decode("utf-8", errors="replace")
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        return text  # kept as it came, for the quarantine
-
-
 def _record(message: Message, stage: ImportStage) -> TalentRecord:
     key = message.key()
     return TalentRecord(
@@ -45,7 +34,7 @@ def _record(message: Message, stage: ImportStage) -> TalentRecord:
         partition=message.partition() or 0,
         offset=message.offset() or 0,
         key=key.decode("utf-8", errors="replace") if isinstance(key, bytes) else key,
-        payload=decode_snapshot(message.value()),
+        payload=decode_topic_value(message.value()),
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
@@ -18,7 +19,11 @@ from pin_identity.adapters.postgres.database import Database
 from pin_identity.adapters.postgres.identity_store import PostgresIdentityTransaction
 from pin_identity.domain.events import CompanyState, UserState
 from pin_identity.domain.model import RoleStatus
+from pin_identity.domain.talent import Undecodable
+from pin_identity.observability.logging import get_logger
 from pin_identity.operations.ports import DefaultGrant, QuarantineEntry, RoleRecord, StoreConflictError
+
+log = get_logger("replica-store")
 
 _LOCK_NAMESPACES = {"Tenants": "talent-tenant:", "Users": "talent-user:"}
 # Unique constraints a replica write can meet, by what they protect.
@@ -53,11 +58,22 @@ def _user_columns(users: Sequence[UserState]) -> dict[str, list[Any]]:
     }
 
 
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+# A quarantined snapshot is kept for the operator and for replay; one larger than this is no snapshot.
+MAX_STORED_PAYLOAD = 64 * 1024
+
+
 def _storable(payload: object) -> str | None:
-    """The snapshot as jsonb takes it: NUL, which PostgreSQL text cannot hold, becomes U+FFFD."""
+    """The snapshot as jsonb can hold it, always valid JSON: what PostgreSQL refuses is replaced by U+FFFD
+    (NUL, lone surrogates); a record that was not JSON is kept as its text; an oversized one is cut."""
     if payload is None:
         return None
-    return json.dumps(payload).replace("\\u0000", "\\ufffd")
+    if isinstance(payload, Undecodable):
+        payload = {"undecodable": payload.reason, "text": payload.text[:MAX_STORED_PAYLOAD]}
+    text = json.dumps(payload, ensure_ascii=False)
+    if len(text) > MAX_STORED_PAYLOAD:
+        text = json.dumps({"truncated": True, "text": text[:MAX_STORED_PAYLOAD]}, ensure_ascii=False)
+    return _LONE_SURROGATE.sub("\ufffd", text).replace("\\u0000", "\\ufffd")
 
 
 def _quarantine_columns(entries: Sequence[QuarantineEntry]) -> dict[str, list[Any]]:
@@ -176,7 +192,16 @@ class PostgresReplicaTransaction(PostgresIdentityTransaction):
         self._run("grant_default_role", params)
 
     def quarantine(self, entries: Sequence[QuarantineEntry]) -> None:
-        columns = _quarantine_columns(entries)
+        """Never fails its batch for what the entries hold: should the schema still refuse a payload, the
+        rows are kept without payloads (code, ids and reason remain for the operator)."""
+        try:
+            with self.savepoint():
+                self._write_quarantine(_quarantine_columns(entries))
+        except StoreConflictError:
+            log.warning("quarantine-payload-refused", items=len(entries))
+            self._write_quarantine({**_quarantine_columns(entries), "payloads": [None] * len(entries)})
+
+    def _write_quarantine(self, columns: dict[str, list[Any]]) -> None:
         self._run("update_quarantined", columns)
         self._run("insert_quarantined", columns)
 

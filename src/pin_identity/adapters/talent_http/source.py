@@ -23,7 +23,7 @@ def _translated(exc: TalentSourceError) -> SourceUnavailableError:
     return SourceUnavailableError(f"Talent API: {exc}")
 
 
-def _snapshot(item: Any, stage: ImportStage) -> RawSnapshot:
+def page_item(item: Any, stage: ImportStage) -> RawSnapshot:
     """The item's own id is its key; anything that is not an object goes to quarantine as it came."""
     id_field = "tenantId" if stage is ImportStage.TENANTS else "userId"
     key = item.get(id_field) if isinstance(item, dict) else None
@@ -69,7 +69,7 @@ class ApiPullSource:
     def read(
         self, stage: ImportStage, cursor: str | None, page_size: int, tenant_filter: UUID | None
     ) -> list[RawSnapshot]:
-        return [_snapshot(item, stage) for item in self._list(stage, page_size, cursor, tenant_filter).items]
+        return [page_item(item, stage) for item in self._list(stage, page_size, cursor, tenant_filter).items]
 
     def handover(self, cursors: Sequence[str | None]) -> None:
         return None  # nothing to hand over: the continuous consumer keeps its own offsets
