@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import re
 import signal
 import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -41,6 +44,8 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 UNKNOWN = "00000000-0000-4000-8000-00000000beef"
 RUNS = "/admin/v1/talent-import/runs"
 TASKS = "/admin/v1/access-fanout/tasks"
+MIB = 1024 * 1024  # the largest body an admin route takes (CONTRACTS section 6)
+GIB = 1024 * MIB
 
 
 # ---------------------------------------------------------------- fixtures and helpers
@@ -180,6 +185,22 @@ def test_a_start_while_another_process_holds_the_run_lock_is_409(
 def test_a_start_with_bad_input_is_422(client: TestClient, body: dict[str, Any]) -> None:
     problem = assert_problem(client.post(RUNS, json=body, headers=AUTH), 422, "IDENTITY_INVALID_REQUEST")
     assert problem["errors"] and problem["errors"][0]["location"].startswith("body")
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"mode": "ApiPull", "force": 0},
+        {"mode": "ApiPull", "force": "false"},
+        {"mode": "ApiPull", "dryRun": 1},
+        {"mode": "ApiPull", "dryRun": "true"},
+    ],
+    ids=["force-0", "force-string", "dryRun-1", "dryRun-string"],
+)
+def test_a_flag_that_is_not_a_json_boolean_is_422(client: TestClient, body: dict[str, Any]) -> None:
+    problem = assert_problem(client.post(RUNS, json=body, headers=AUTH), 422, "IDENTITY_INVALID_REQUEST")
+    flag = next(name for name in ("force", "dryRun") if name in body)
+    assert [issue["location"] for issue in problem["errors"]] == [f"body.{flag}"]
 
 
 @pytest.mark.parametrize("content", [b"{not json", b"\xff\xfe", b""])
@@ -414,8 +435,9 @@ def test_the_openapi_document_is_valid_and_speaks_problem_json(client: TestClien
     document = client.get("/openapi.json").json()
     validate(document)
     start_run = document["paths"][RUNS]["post"]
-    assert set(start_run["responses"]) >= {"202", "401", "409", "422", "503"}
-    for status in ("401", "409", "422", "503"):
+    assert set(start_run["responses"]) >= {"202", "401", "409", "413", "422", "503"}
+    assert start_run["security"] == [{"HTTPBearer": []}]
+    for status in ("401", "409", "413", "422", "503"):
         assert start_run["responses"][status]["content"] == {
             "application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}
         }
@@ -532,3 +554,122 @@ def test_serve_answers_over_http_and_stops_on_sigterm(subprocess_env: dict[str, 
     finally:
         server.kill()
     assert '"event": "admin-api-started"' in logged and TOKEN not in logged
+
+
+# ---------------------------------------------------------------- admission before the body, on real sockets
+
+
+@dataclass(frozen=True)
+class Served:
+    port: int
+    log: Path
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+
+@pytest.fixture
+def served(subprocess_env: dict[str, str], tmp_path: Path) -> Iterator[Served]:
+    """`serve` in its own process, as in production (where uvicorn decides when a body is read); its log
+    goes to a file."""
+    port = free_port()
+    env = {**subprocess_env, "PIN_IDENTITY_ADMIN_TOKEN": TOKEN}
+    log = tmp_path / "serve.log"
+    with log.open("w") as stderr:
+        server = subprocess.Popen([*SERVE, "--port", str(port)], env=env, stderr=stderr)
+    try:
+        wait_for_healthz(f"http://127.0.0.1:{port}", "serve")
+        yield Served(port, log)
+    finally:
+        server.kill()
+        server.wait()
+
+
+def _head_only(method: str, path: str, headers: dict[str, str]) -> bytes:
+    """A request line and headers, without the body they announce."""
+    lines = [f"{method} {path} HTTP/1.1", "Host: 127.0.0.1", *(f"{k}: {v}" for k, v in headers.items())]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+
+def _answered(raw: bytes) -> bool:
+    head, separator, body = raw.partition(b"\r\n\r\n")
+    length = re.search(rb"(?im)^content-length:\s*(\d+)", head)
+    return bool(separator and length and len(body) >= int(length.group(1)))
+
+
+def _as_response(raw: bytes) -> httpx.Response:
+    head, _, body = raw.partition(b"\r\n\r\n")
+    status_line, *lines = head.decode("latin-1").split("\r\n")
+    headers = [(name.strip(), value.strip()) for name, value in (line.split(":", 1) for line in lines)]
+    return httpx.Response(int(status_line.split()[1]), headers=headers, content=body)
+
+
+def _exchange_head(port: int, head: bytes, within_s: float) -> tuple[httpx.Response, float]:
+    """Sends `head` alone and reads the answer: (the answer, seconds it took). Fails the test when none
+    comes within `within_s`, as when the server waits for the body first."""
+    started = time.monotonic()
+    raw = b""
+    with socket.create_connection(("127.0.0.1", port), timeout=within_s) as conn:
+        conn.sendall(head)
+        try:
+            while not _answered(raw) and (chunk := conn.recv(65536)):
+                raw += chunk
+        except TimeoutError:
+            pytest.fail(f"no answer within {within_s} s; received {raw[:200]!r}")
+    return _as_response(raw), time.monotonic() - started
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "authorization", "status", "code"),
+    [
+        ("POST", RUNS, "Bearer wrong-token", 401, "IDENTITY_UNAUTHORIZED"),
+        ("PUT", f"/admin/v1/roles/{UNKNOWN}/permissions", None, 401, "IDENTITY_UNAUTHORIZED"),
+        ("POST", RUNS, f"Bearer {TOKEN}", 413, "IDENTITY_REQUEST_TOO_LARGE"),
+    ],
+    ids=["unauthenticated-post", "unauthenticated-put", "authenticated-post"],
+)
+def test_a_1_gib_body_is_refused_before_a_byte_of_it_is_sent(
+    served: Served, method: str, path: str, authorization: str | None, status: int, code: str
+) -> None:
+    headers = {"Content-Type": "application/json", "Content-Length": str(GIB)}
+    if authorization is not None:
+        headers["Authorization"] = authorization
+    response, took_s = _exchange_head(served.port, _head_only(method, path, headers), within_s=1.0)
+    assert took_s < 1.0
+    assert_problem(response, status, code)
+    assert response.headers["connection"] == "close"  # the body is not waited for either
+    logged = served.log.read_text()
+    assert ('"event": "admin-auth-failed"' in logged) == (status == 401)
+    assert TOKEN not in logged
+
+
+def _padded_start(size: int) -> bytes:
+    """A start request of exactly `size` bytes of JSON (the padding member is ignored by the API)."""
+    frame = json.dumps({"mode": "ApiPull", "padding": ""}).encode()
+    return frame.replace(b'"padding": ""', b'"padding": "' + b"x" * (size - len(frame)) + b'"')
+
+
+def _in_chunks(body: bytes, size: int = 64 * 1024) -> Iterator[bytes]:
+    """A generator body: httpx sends it chunked, without Content-Length."""
+    for start in range(0, len(body), size):
+        yield body[start : start + size]
+
+
+@pytest.mark.parametrize("chunked", [False, True], ids=["content-length", "chunked"])
+def test_an_authenticated_body_over_1_mib_is_413(served: Served, chunked: bool) -> None:
+    body = _padded_start(MIB + 1)
+    headers = {**AUTH, "Content-Type": "application/json"}
+    response = httpx.post(
+        f"{served.base}{RUNS}", content=_in_chunks(body) if chunked else body, headers=headers
+    )
+    problem = assert_problem(response, 413, "IDENTITY_REQUEST_TOO_LARGE")
+    assert problem["instance"] == RUNS
+    assert ("content-length" not in response.request.headers) == chunked  # chunked: no size announced
+
+
+def test_a_body_of_exactly_1_mib_is_read(client: TestClient, talent_api: SimulatedTalentApi) -> None:
+    talent_api.healthy = False  # a run is not wanted: the answer only shows that the body was read
+    headers = {**AUTH, "Content-Type": "application/json"}
+    response = client.post(RUNS, content=_padded_start(MIB), headers=headers)
+    assert_problem(response, 503, "IDENTITY_IMPORT_SOURCE_UNAVAILABLE")

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
+from email.utils import format_datetime
 from typing import Any
 
 import httpx
@@ -235,3 +238,69 @@ def test_a_slow_source_times_out_and_is_retried(api: SimulatedTalentApi) -> None
         client.list_tenants(10)
 
     assert api.requests == 2
+
+
+# ---------------------------------------------------------------- Retry-After
+
+
+@pytest.mark.parametrize("status", [429, 503])
+def test_a_throttled_page_is_retried_when_talent_asks(api: SimulatedTalentApi, status: int) -> None:
+    api.fail_every, api.fail_status, api.retry_after = 2, status, "1"
+
+    with TalentApiClient(api.url, TOKEN, backoff_base_s=0.01) as client:
+        client.list_tenants(10)  # the first request is answered, the second throttled
+        started = time.monotonic()
+        page = client.list_tenants(10)
+        waited_s = time.monotonic() - started
+
+    assert len(page.items) == 10
+    assert api.requests == 3
+    assert 0.9 <= waited_s < 2.0
+
+
+def test_a_huge_retry_after_is_capped(api: SimulatedTalentApi) -> None:
+    api.fail_every, api.fail_status, api.retry_after = 1, 429, "86400"
+    sleeps: list[float] = []
+
+    client = TalentApiClient(api.url, TOKEN, max_attempts=3, sleep=sleeps.append)
+    with client, pytest.raises(TalentSourceError, match="after 3 attempts: HTTP 429"):
+        client.list_tenants(10)
+
+    assert sleeps == [30.0, 30.0]
+
+
+def _http_date(from_now_s: float) -> str:
+    return format_datetime(datetime.now(UTC) + timedelta(seconds=from_now_s), usegmt=True)
+
+
+@pytest.mark.parametrize(
+    ("retry_after", "shortest_s", "longest_s"),
+    [
+        (lambda: "3", 3.0, 3.0),
+        (lambda: _http_date(20), 18.0, 20.0),
+        (lambda: "in a while", 0.05, 0.1),  # malformed: the client's own backoff
+        (lambda: "2.5", 0.05, 0.1),  # delta-seconds are whole
+        (lambda: _http_date(-60), 0.05, 0.1),  # already past
+        (lambda: "0", 0.05, 0.1),  # never sooner than the client's own backoff
+    ],
+    ids=["delta-seconds", "http-date", "malformed", "fractional", "past-date", "zero"],
+)
+def test_retry_after_is_read_as_delta_seconds_or_http_date(
+    retry_after: Callable[[], str], shortest_s: float, longest_s: float
+) -> None:
+    answers = iter(
+        [
+            httpx.Response(429, headers={"Retry-After": retry_after()}),
+            httpx.Response(200, content=b'{"items": [], "nextCursor": null}'),
+        ]
+    )
+    transport = httpx.MockTransport(lambda _request: next(answers))
+    sleeps: list[float] = []
+
+    with TalentApiClient(
+        "http://talent.test", TOKEN, backoff_base_s=0.1, sleep=sleeps.append, transport=transport
+    ) as client:
+        assert client.list_users(10) == TalentPage(items=[], next_cursor=None)
+
+    [pause_s] = sleeps
+    assert shortest_s <= pause_s <= longest_s

@@ -397,3 +397,21 @@ def test_an_orchestrator_whose_lock_session_died_steps_down(api_world: TalentWor
     assert world.container.import_store.progress(run.run_id).count() == 0  # it planned nothing meanwhile
     successor.release()
     runner.close()
+
+
+def test_hostile_items_are_quarantined_and_the_good_ones_around_them_apply(world: TalentWorld) -> None:
+    good = [talent.tenant() for _ in range(2)]
+    hostile = [
+        talent.tenant(version=float("nan")),  # NaN on the wire: not JSON
+        talent.tenant(name="\ud800"),  # a lone surrogate escape: valid JSON, no text column can hold it
+        talent.tenant(name="N" * 5000),  # over the field's limit
+    ]
+    users = [talent.user(good[0]["tenantId"]), talent.user(good[1]["tenantId"], version=float("inf"))]
+    world.publish(TalentDataset([good[0], *hostile, good[1]], users))
+
+    run = world.run(page_size=10)
+
+    assert run.status is RunStatus.COMPLETED
+    failed = world.container.import_store.failed_items(run.run_id)
+    assert [item["errorCode"] for item in failed] == ["IDENTITY_SYNC_INVALID_PAYLOAD"] * 4
+    assert _counts(run.result(now_utc())) == ((5, 2, 0, 3), (2, 1, 0, 1))

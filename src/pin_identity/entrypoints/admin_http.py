@@ -1,7 +1,8 @@
 """`pin-identity serve`: the platform-admin HTTP API of CONTRACTS section 6, with /metrics, /healthz, /readyz.
 
-Every `/admin/` route needs `Authorization: Bearer $PIN_IDENTITY_ADMIN_TOKEN`; every error is RFC 9457
-problem+json with a `code` (admin_problems); every admin action writes one `admin-action` audit line.
+Every `/admin/` route needs `Authorization: Bearer $PIN_IDENTITY_ADMIN_TOKEN`, checked before the body is
+read, and takes a body of at most 1 MiB (AdminGate); every error is RFC 9457 problem+json with a `code`
+(admin_problems); every admin action writes one `admin-action` audit line.
 """
 
 from __future__ import annotations
@@ -20,10 +21,12 @@ import uvicorn
 from fastapi import APIRouter, Depends, FastAPI, Path, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import PlainTextResponse
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi.security import HTTPBearer
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from psycopg_pool import PoolTimeout
+from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from pin_identity import __version__
 from pin_identity.adapters.postgres.outbox_queue import PostgresOutboxQueue
@@ -56,6 +59,7 @@ from pin_identity.entrypoints.admin_problems import (
     ProblemError,
     ProblemRoute,
     handle_exception,
+    problem_response,
     problem_responses,
 )
 from pin_identity.entrypoints.talent_import_cli import status_report
@@ -68,9 +72,122 @@ from pin_identity.operations import identity
 
 log = get_logger("admin-http")
 
-# ---------------------------------------------------------------- dependencies: container, authentication
+# ---------------------------------------------------------------- admission: token and size, before the body
 
+# FastAPI reads and parses a request's body before any dependency runs, so a dependency cannot refuse a
+# request before its body: an unauthenticated client could make the server wait for, and parse, any body.
+MAX_BODY_BYTES = 1024 * 1024
+_ADMIN_PATHS = "/admin/"
+
+# Documents the scheme in /openapi.json; AdminGate enforces it.
 _bearer = HTTPBearer(auto_error=False, description="The value of PIN_IDENTITY_ADMIN_TOKEN.")
+
+
+class _ClientGoneError(Exception):
+    """The client hung up before its body was complete: nobody is left to answer."""
+
+
+def _who(request: Request) -> str:
+    """Who asked, for the audit line: the client address, never the token."""
+    return f"http:{request.client.host if request.client else 'unknown'}"
+
+
+def _bearer_token(headers: Headers) -> str:
+    """The credentials of `Authorization: Bearer <token>`; "" for any other scheme or none (as HTTPBearer)."""
+    scheme, _, credentials = headers.get("authorization", "").partition(" ")
+    return credentials.strip() if scheme.lower() == "bearer" else ""
+
+
+def _announced_size(headers: Headers) -> int | None:
+    try:
+        return int(headers["content-length"])
+    except (KeyError, ValueError):
+        return None  # none announced (chunked): only counting tells
+
+
+def _announces_body(headers: Headers) -> bool:
+    return "transfer-encoding" in headers or _announced_size(headers) not in (None, 0)
+
+
+def _too_large(request: Request) -> ProblemError:
+    log.warning("admin-request-too-large", who=_who(request), path=request.url.path)
+    return ProblemError(413, "IDENTITY_REQUEST_TOO_LARGE", f"the request body exceeds {MAX_BODY_BYTES} bytes")
+
+
+async def _read_body(request: Request) -> bytes:
+    """The whole body, counted while it arrives: refused as soon as it outgrows MAX_BODY_BYTES."""
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            raise _ClientGoneError
+        chunk: bytes = message.get("body", b"")
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            raise _too_large(request)
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+def _replaying(body: bytes, receive: Receive) -> Receive:
+    """The body already read, as one message; then the server's own `receive`, which reports a disconnect."""
+    pending: list[Message] = [{"type": "http.request", "body": body, "more_body": False}]
+
+    async def replay() -> Message:
+        return pending.pop() if pending else await receive()
+
+    return replay
+
+
+async def _refuse(request: Request, refusal: ProblemError, send: Send) -> None:
+    response = problem_response(request, refusal)
+    if _announces_body(request.headers):
+        # The body stays unread: closing the connection spares the server the rest of it.
+        response.headers["Connection"] = "close"
+    await response(request.scope, request.receive, send)
+
+
+class AdminGate:
+    """Admission to every `/admin/` route before a byte of its body is read: without the bearer token
+    (compared in constant time) 401; a body over MAX_BODY_BYTES 413, by its Content-Length at once or,
+    chunked, as soon as it has grown that large. An admitted body reaches the route already read."""
+
+    def __init__(self, app: ASGIApp, *, token: str) -> None:
+        self._app = app
+        self._token = token.encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not scope["path"].startswith(_ADMIN_PATHS):
+            await self._app(scope, receive, send)
+            return
+        request = Request(scope, receive)
+        try:
+            self._admit(request)
+            body = await _read_body(request)
+        except ProblemError as refusal:
+            await _refuse(request, refusal, send)
+        except _ClientGoneError:
+            return
+        else:
+            await self._app(scope, _replaying(body, receive), send)
+
+    def _admit(self, request: Request) -> None:
+        if not hmac.compare_digest(_bearer_token(request.headers).encode(), self._token):
+            log.warning("admin-auth-failed", who=_who(request), path=request.url.path)
+            raise ProblemError(
+                401,
+                "IDENTITY_UNAUTHORIZED",
+                "a valid bearer token is required",
+                headers={"WWW-Authenticate": "Bearer"},
+            )
+        size = _announced_size(request.headers)
+        if size is not None and size > MAX_BODY_BYTES:
+            raise _too_large(request)
+
+
+# ---------------------------------------------------------------- dependencies
 
 
 def _container(request: Request) -> Container:
@@ -78,26 +195,8 @@ def _container(request: Request) -> Container:
     return container
 
 
-def authorize(
-    request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
-) -> str:
-    """Checks the bearer token in constant time; returns who asked, for the audit line (never the token)."""
-    who = f"http:{request.client.host if request.client else 'unknown'}"
-    expected: str = request.app.state.admin_token
-    given = credentials.credentials if credentials else ""
-    if not hmac.compare_digest(given.encode(), expected.encode()):
-        log.warning("admin-auth-failed", who=who, path=request.url.path)
-        raise ProblemError(
-            401,
-            "IDENTITY_UNAUTHORIZED",
-            "a valid bearer token is required",
-            headers={"WWW-Authenticate": "Bearer"},
-        )
-    return who
-
-
 ContainerDep = Annotated[Container, Depends(_container)]
-Who = Annotated[str, Depends(authorize)]
+Who = Annotated[str, Depends(_who)]
 RunId = Annotated[UUID, Path(alias="runId", description="The import run.")]
 TaskId = Annotated[UUID, Path(alias="taskId", description="The fan-out task.")]
 RoleId = Annotated[UUID, Path(alias="roleId", description="The role whose permission set is replaced.")]
@@ -107,8 +206,8 @@ def _admin_router(prefix: str, tag: str) -> APIRouter:
     return APIRouter(
         prefix=prefix,
         tags=[tag],
-        dependencies=[Depends(authorize)],
-        responses=problem_responses(401),
+        dependencies=[Depends(_bearer)],
+        responses=problem_responses(401, 413),
         route_class=ProblemRoute,
     )
 
@@ -397,13 +496,13 @@ def create_app(container: Container) -> FastAPI:
         generate_unique_id_function=lambda route: route.name,  # operationId = the handler's name
     )
     app.state.container = container
-    app.state.admin_token = token
     app.state.gauges = DatabaseGauges(container)
     app.state.ready = ReadinessCache(lambda: _ready(container))
     for router in (imports, fanout, roles, probes):
         app.include_router(router)
     app.add_exception_handler(StarletteHTTPException, handle_exception)
     app.add_exception_handler(RequestValidationError, handle_exception)
+    app.add_middleware(AdminGate, token=token)
     return app
 
 

@@ -61,10 +61,12 @@ class StartImportRun(ApiModel):
         default=None, description="Only this Talent tenant and its users."
     )
     page_size: int = Field(default=500, ge=1, le=MAX_PAGE_SIZE, description="Items per page.")
-    dry_run: bool = Field(default=False, description="Count only: no replica row, no event.")
+    # Both flags are strict: only a JSON boolean, so `0`, `1` or `"yes"` is bad input rather than a guess.
+    dry_run: bool = Field(default=False, strict=True, description="Count only: no replica row, no event.")
     correlation_id: UUID | None = None
     force: bool = Field(
         default=False,
+        strict=True,
         description="Run even if the source lists far fewer companies than the replica holds "
         "(the CLI's `--force`; without it such a source is refused: `IDENTITY_IMPORT_SOURCE_INCOMPLETE`).",
     )

@@ -150,6 +150,7 @@ _RESPONSE_DESCRIPTIONS = {
     401: "Missing or wrong bearer token",
     404: "Unknown id",
     409: "Conflict with the current state",
+    413: "Request body over 1 MiB (code `IDENTITY_REQUEST_TOO_LARGE`)",
     422: "Bad input (code `IDENTITY_INVALID_REQUEST` for a malformed request)",
     503: "A dependency is unavailable",
 }

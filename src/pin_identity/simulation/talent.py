@@ -144,6 +144,11 @@ def _written_phone(national: int, form: int) -> str:
     return forms[form % len(forms)]
 
 
+# What the simulated API answers one GET: the status, the JSON body and any headers beyond the usual ones.
+_Answer = tuple[int, object, dict[str, str]]
+_CHALLENGE = {"WWW-Authenticate": "Bearer"}
+
+
 class _BadRequestError(ValueError):
     """The query cannot be answered; the message goes back in the 400 body."""
 
@@ -165,7 +170,9 @@ class SimulatedTalentApi:
         self.dataset = dataset
         self.token = token
         self.healthy = True
-        self.fail_every = 0  # every n-th list request answers 503; 0 = never
+        self.fail_every = 0  # every n-th list request answers fail_status; 0 = never
+        self.fail_status = 503  # 429 to throttle instead
+        self.retry_after: str | None = None  # the Retry-After of those answers, as sent; None = no header
         self.delay_s = 0.0  # before each list answer
         self.reject_token = False  # 401 everywhere, whatever the token
         self._address = (host, port)
@@ -229,31 +236,35 @@ class SimulatedTalentApi:
     ) -> None:
         self.stop()
 
-    def answer(self, path: str, query: dict[str, list[str]], authorization: str | None) -> tuple[int, object]:
-        """The status and JSON body for one GET."""
+    def answer(self, path: str, query: dict[str, list[str]], authorization: str | None) -> _Answer:
+        """The status, JSON body and extra headers for one GET."""
         if path in (TENANTS_PATH, USERS_PATH):
             return self._answer_list(path, query, authorization)
         if not self._authorised(authorization):
-            return 401, {"error": "unauthorized"}
+            return 401, {"error": "unauthorized"}, _CHALLENGE
         if path == HEALTH_PATH:
-            return (200, {"status": "ok"}) if self.healthy else (503, {"status": "unavailable"})
-        return 404, {"error": "not found"}
+            return (200, {"status": "ok"}, {}) if self.healthy else (503, {"status": "unavailable"}, {})
+        return 404, {"error": "not found"}, {}
 
-    def _answer_list(
-        self, path: str, query: dict[str, list[str]], authorization: str | None
-    ) -> tuple[int, object]:
+    def _answer_list(self, path: str, query: dict[str, list[str]], authorization: str | None) -> _Answer:
         number = self._list_request_began()
         try:
             if self.delay_s > 0:
                 time.sleep(self.delay_s)
             if not self._authorised(authorization):
-                return 401, {"error": "unauthorized"}
+                return 401, {"error": "unauthorized"}, _CHALLENGE
             if self.fail_every > 0 and number % self.fail_every == 0:
-                return 503, {"error": "injected failure"}
+                return self._injected_failure()
             dataset = self.dataset
-            return _page(dataset.tenants if path == TENANTS_PATH else dataset.users, query)
+            status, body = _page(dataset.tenants if path == TENANTS_PATH else dataset.users, query)
+            return status, body, {}
         finally:
             self._list_request_ended()
+
+    def _injected_failure(self) -> _Answer:
+        retry_after = self.retry_after
+        headers = {} if retry_after is None else {"Retry-After": retry_after}
+        return self.fail_status, {"error": "injected failure"}, headers
 
     def _authorised(self, authorization: str | None) -> bool:
         if self.reject_token:
@@ -372,15 +383,15 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         url = urlsplit(self.path)
-        status, body = self.server.api.answer(
+        status, body, headers = self.server.api.answer(
             url.path, parse_qs(url.query), self.headers.get("Authorization")
         )
-        payload = json.dumps(body, ensure_ascii=False).encode("utf-8")
+        payload = _json_bytes(body)
         self.send_response(status)
         self.send_header("Content-Type", "application/json; charset=utf-8")
         self.send_header("Content-Length", str(len(payload)))
-        if status == 401:
-            self.send_header("WWW-Authenticate", "Bearer")
+        for name, value in headers.items():
+            self.send_header(name, value)
         self.end_headers()
         self.wfile.write(payload)
 
@@ -442,7 +453,16 @@ def _key(item: object, id_field: str) -> str | None:
 
 
 def _value(item: object) -> bytes:
-    return json.dumps(item, ensure_ascii=False).encode("utf-8")
+    return _json_bytes(item)
+
+
+def _json_bytes(value: object) -> bytes:
+    """UTF-8 JSON; a value holding a lone surrogate (a hostile test item) goes out as its `\\ud800` escape,
+    as a real producer would write it."""
+    try:
+        return json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(value).encode("ascii")
 
 
 def create_talent_topics(

@@ -7,12 +7,16 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
 from types import TracebackType
 from typing import Any, Self
 from uuid import UUID
 
 import httpx
 
+from pin_identity.adapters.talent_wire import decode_page
+from pin_identity.domain.talent import Undecodable
 from pin_identity.observability.logging import get_logger
 
 log = get_logger("talent-api")
@@ -21,6 +25,8 @@ HEALTH_PATH = "/health"
 TENANTS_PATH = "/api/v1/tenants"
 USERS_PATH = "/api/v1/users"
 _REJECTED_STATUSES = frozenset({401, 403})
+# The statuses whose Retry-After says when Talent expects us back (RFC 9110 section 10.2.3).
+_THROTTLING_STATUSES = frozenset({429, 503})
 
 
 class TalentSourceError(Exception):
@@ -36,7 +42,14 @@ class TalentSourceRejected(TalentSourceUnavailable):
 
 
 class _AttemptError(Exception):
-    """One failed attempt that a later attempt may fix; the message is the one-line reason."""
+    """One failed attempt that a later attempt may fix; the message is the one-line reason.
+
+    `retry_after_s` is how long Talent asked us to wait (its Retry-After), if it asked.
+    """
+
+    def __init__(self, reason: str, retry_after_s: float | None = None) -> None:
+        super().__init__(reason)
+        self.retry_after_s = retry_after_s
 
 
 @dataclass(frozen=True)
@@ -60,10 +73,12 @@ class TalentApiClient:
         max_attempts: int = 5,
         backoff_base_s: float = 0.2,
         backoff_max_s: float = 5.0,
+        retry_after_max_s: float = 30.0,
         sleep: Callable[[float], None] = time.sleep,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
-        """`transport` replaces the network, for tests only."""
+        """`transport` replaces the network, for tests only. A Retry-After longer than `retry_after_max_s`
+        is cut to it: a page's wait stays bounded whatever Talent answers."""
         if max_concurrent_calls < 1 or max_attempts < 1:
             raise ValueError("max_concurrent_calls and max_attempts must be at least 1")
         headers = {"Authorization": f"Bearer {token}"} if token else {}
@@ -80,6 +95,7 @@ class TalentApiClient:
         self._max_attempts = max_attempts
         self._backoff_base_s = backoff_base_s
         self._backoff_max_s = backoff_max_s
+        self._retry_after_max_s = retry_after_max_s
         self._sleep = sleep
         self._jitter = random.Random()
 
@@ -119,9 +135,8 @@ class TalentApiClient:
                 return _parse_page(_json_body(self._send(path, params)))
             except _AttemptError as failure:
                 reason = str(failure)
-            if attempt < self._max_attempts:
-                log.warning("talent-api-retry", path=path, reason=reason, attempt=attempt)
-                self._sleep(self._backoff_s(attempt))
+                if attempt < self._max_attempts:
+                    self._pause(path, reason, attempt, failure.retry_after_s)
         raise TalentSourceError(f"GET {path} failed after {self._max_attempts} attempts: {reason}")
 
     def _send(self, path: str, params: dict[str, str]) -> httpx.Response:
@@ -139,14 +154,41 @@ class TalentApiClient:
                 f"Talent refused the credentials (HTTP {response.status_code} on GET {path}); "
                 "check the Talent API token"
             )
+        if response.status_code in _THROTTLING_STATUSES:
+            retry_after_s = _retry_after_s(response.headers.get("Retry-After"))
+            raise _AttemptError(f"HTTP {response.status_code}", retry_after_s)
         if response.status_code != 200:
             raise _AttemptError(f"HTTP {response.status_code}")
         return response
+
+    def _pause(self, path: str, reason: str, attempt: int, retry_after_s: float | None) -> None:
+        """Talent's Retry-After, bounded; never shorter than our own backoff, which spreads the threads."""
+        pause_s = self._backoff_s(attempt)
+        if retry_after_s is not None:
+            pause_s = max(pause_s, min(retry_after_s, self._retry_after_max_s))
+        log.warning("talent-api-retry", path=path, reason=reason, attempt=attempt, pause_s=round(pause_s, 3))
+        self._sleep(pause_s)
 
     def _backoff_s(self, attempt: int) -> float:
         ceiling = min(self._backoff_max_s, self._backoff_base_s * 2.0 ** (attempt - 1))
         # Jitter keeps the threads that failed together from retrying together.
         return ceiling * self._jitter.uniform(0.5, 1.0)
+
+
+def _retry_after_s(value: str | None) -> float | None:
+    """Retry-After as seconds from now: delta-seconds or an HTTP-date; None when absent or malformed."""
+    if value is None:
+        return None
+    value = value.strip()
+    if value.isascii() and value.isdigit():
+        return float(value)
+    try:
+        moment = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if moment.tzinfo is None:  # "-0000": no zone stated; HTTP-dates are GMT
+        moment = moment.replace(tzinfo=UTC)
+    return max(0.0, (moment - datetime.now(UTC)).total_seconds())
 
 
 def _page_params(limit: int, cursor: str | None, tenant_id: UUID | None) -> dict[str, str]:
@@ -161,10 +203,11 @@ def _page_params(limit: int, cursor: str | None, tenant_id: UUID | None) -> dict
 
 
 def _json_body(response: httpx.Response) -> Any:
-    try:
-        return response.json()
-    except ValueError:
-        raise _AttemptError("malformed page: the body is not JSON") from None
+    """The page; a poison item inside it stays an Undecodable item (quarantined), not a page failure."""
+    page = decode_page(response.content)
+    if isinstance(page, Undecodable):
+        raise _AttemptError(f"malformed page: {page.reason}")
+    return page
 
 
 def _parse_page(body: Any) -> TalentPage:
