@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import uuid
 from collections.abc import Sequence
 from typing import Any
+
+from confluent_kafka import Producer
 
 from pin_identity.composition import Container
 from pin_identity.jobs.ports import TalentRecord
@@ -118,3 +122,34 @@ def test_a_user_before_its_tenant_is_retried_with_backoff(
 
     assert [str(r[0]) for r in _replica(container)] == [manager["userId"]]
     assert _rows(container, "SELECT count(*) FROM identity.talent_import_failed_items") == [(0,)]
+
+
+def test_poison_records_on_the_topic_are_quarantined_and_the_partition_moves_on(
+    container: Container, talent_topics: TalentTopics
+) -> None:
+    """Bytes a producer could write that once crashed the worker or failed its batch again and again."""
+    good = [talent.tenant() for _ in range(2)]
+    poison = {
+        str(uuid.uuid4()): b'{"tenantId": "%s", "version": NaN}',
+        str(uuid.uuid4()): b'{"tenantId": "%s", "deep": ' + b"[" * 50_000 + b"]" * 50_000 + b"}",
+        str(uuid.uuid4()): b'{"tenantId": "%s", "version": ' + b"7" * 5000 + b"}",
+        str(uuid.uuid4()): b'{"tenantId": "%s", "version": 1, "name": "\\ud800", "companyType": "Bank"}',
+        str(uuid.uuid4()): b"\xff\xfe not text",
+    }
+    producer = Producer(container.kafka_client_config)
+    producer.produce(talent_topics.tenants, json.dumps(good[0]).encode(), good[0]["tenantId"])
+    for key, value in poison.items():
+        producer.produce(talent_topics.tenants, value.replace(b"%s", key.encode()), key)
+    producer.produce(talent_topics.tenants, json.dumps(good[1]).encode(), good[1]["tenantId"])
+    assert producer.flush(30) == 0
+
+    talent.run_until_caught_up(talent.sync_job(container, talent_topics))  # returns: nothing crashed
+
+    applied = {
+        str(t) for (t,) in _rows(container, "SELECT external_talent_tenant_id FROM identity.companies")
+    }
+    assert applied == {t["tenantId"] for t in good}
+    quarantined = dict(
+        _rows(container, "SELECT external_id::text, error_code FROM identity.talent_import_failed_items")
+    )
+    assert quarantined == dict.fromkeys(poison, "IDENTITY_SYNC_INVALID_PAYLOAD")
