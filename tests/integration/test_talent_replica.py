@@ -222,3 +222,15 @@ def test_text_postgresql_cannot_store_is_quarantined_not_fatal(container: Contai
     assert [o.error for o in outcome.outcomes] == [SyncErrorCode.INVALID_PAYLOAD, None]
     [(payload,)] = _rows(container, "SELECT payload FROM identity.talent_import_failed_items")
     assert payload["firstName"] == "Iv\ufffdan"
+
+
+def test_a_quarantined_item_keeps_its_reason_in_words_without_the_value(container: Container) -> None:
+    company = talent.tenant()
+    talent.tenants(container, company)
+    manager = talent.user(company["tenantId"], phone="+7 000 not a phone")
+
+    talent.users(container, manager)
+
+    [(code, reason)] = _rows(container, "SELECT error_code, reason FROM identity.talent_import_failed_items")
+    assert (code, reason) == ("IDENTITY_SYNC_INVALID_PAYLOAD", "phone: not a valid phone number")
+    assert "000" not in reason

@@ -158,7 +158,7 @@ def _depth_exceeds(value: Any, limit: int) -> bool:
 def _finite(literal: str) -> float:
     number = float(literal)
     if math.isinf(number):  # 1e999: valid JSON, but no JSON value (or jsonb) can hold the result
-        raise ValueError(f"{literal[:20]} is out of range")
+        raise ValueError("a number is out of range")
     return number
 
 

@@ -32,5 +32,6 @@ def record_outcome(outcome: ItemOutcome, *, metric: Counter, run_id: UUID | None
             stage=outcome.stage.value,
             external_id=str(outcome.external_id) if outcome.external_id else None,
             error_code=outcome.error.value if outcome.error else None,
+            reason=outcome.reason,
             retry_at=outcome.retry_at.isoformat() if outcome.retry_at else None,
         )

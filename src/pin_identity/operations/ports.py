@@ -111,6 +111,7 @@ class QuarantineEntry:
     payload: Any
     attempt_count: int
     next_attempt_at: datetime | None
+    reason: str | None = None  # what was wrong, in words, naming the field but never quoting its value
 
 
 class DryRunMemory(Protocol):

@@ -83,6 +83,7 @@ class ItemOutcome:
     stale: bool = False
     error: SyncErrorCode | None = None
     retry_at: datetime | None = None
+    reason: str | None = None
 
 
 @dataclass
@@ -309,9 +310,17 @@ class _RoundWriter:
                 payload=item.raw.payload,
                 attempt_count=attempts,
                 next_attempt_at=retry_at,
+                reason=quarantine.reason,
             )
         )
-        return ItemOutcome(self._stage, entity, ItemResult.FAILED, error=quarantine.code, retry_at=retry_at)
+        return ItemOutcome(
+            self._stage,
+            entity,
+            ItemResult.FAILED,
+            error=quarantine.code,
+            retry_at=retry_at,
+            reason=quarantine.reason,
+        )
 
     def _release(self, item: SourceItem) -> None:
         if item.quarantine_id is not None:

@@ -384,21 +384,23 @@ FROM unnest(%(ids)s::uuid[], %(user_ids)s::uuid[], %(company_ids)s::uuid[]) AS g
 -- A re-applied item that failed again keeps its row (and id) with the new reason.
 UPDATE identity.talent_import_failed_items f
 SET error_code = q.error_code, payload = q.payload::jsonb, attempt_count = q.attempt_count,
-    next_attempt_at = q.next_attempt_at, updated_at = now()
+    next_attempt_at = q.next_attempt_at, reason = q.reason, updated_at = now()
 FROM unnest(%(ids)s::uuid[], %(error_codes)s::text[], %(payloads)s::text[], %(attempts)s::int[],
-            %(next_attempts)s::timestamptz[]) AS q(id, error_code, payload, attempt_count, next_attempt_at)
+            %(next_attempts)s::timestamptz[], %(reasons)s::text[])
+     AS q(id, error_code, payload, attempt_count, next_attempt_at, reason)
 WHERE f.id = q.id;
 
 -- name: insert_quarantined
 -- The consumer may see the same record again after a crash (at-least-once): the same failure of the same
 -- payload is kept once.
 INSERT INTO identity.talent_import_failed_items (id, run_id, stage, external_id, error_code, payload,
-                                                 attempt_count, next_attempt_at)
+                                                 attempt_count, next_attempt_at, reason)
 SELECT q.id, q.run_id, q.stage, q.external_id, q.error_code, q.payload::jsonb, q.attempt_count,
-       q.next_attempt_at
+       q.next_attempt_at, q.reason
 FROM unnest(%(ids)s::uuid[], %(run_ids)s::uuid[], %(stages)s::text[], %(external_ids)s::uuid[],
-            %(error_codes)s::text[], %(payloads)s::text[], %(attempts)s::int[], %(next_attempts)s::timestamptz[])
-     AS q(id, run_id, stage, external_id, error_code, payload, attempt_count, next_attempt_at)
+            %(error_codes)s::text[], %(payloads)s::text[], %(attempts)s::int[], %(next_attempts)s::timestamptz[],
+            %(reasons)s::text[])
+     AS q(id, run_id, stage, external_id, error_code, payload, attempt_count, next_attempt_at, reason)
 WHERE NOT EXISTS (
     SELECT 1 FROM identity.talent_import_failed_items f
     WHERE q.run_id IS NULL AND f.run_id IS NULL AND f.stage = q.stage AND f.external_id = q.external_id

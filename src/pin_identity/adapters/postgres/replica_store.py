@@ -86,6 +86,7 @@ def _quarantine_columns(entries: Sequence[QuarantineEntry]) -> dict[str, list[An
         "payloads": [_storable(e.payload) for e in entries],
         "attempts": [e.attempt_count for e in entries],
         "next_attempts": [e.next_attempt_at for e in entries],
+        "reasons": [e.reason for e in entries],
     }
 
 
