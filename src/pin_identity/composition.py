@@ -2,16 +2,30 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
+
+import psycopg
 
 from pin_identity.adapters.kafka import embedded as embedded_kafka
 from pin_identity.adapters.kafka.access_log import KafkaAccessLog
 from pin_identity.adapters.kafka.publisher import KafkaEventPublisher
 from pin_identity.adapters.kafka.replay_source import TopicReplaySource
 from pin_identity.adapters.kafka.talent_stream import KafkaTalentStream
-from pin_identity.adapters.kafka.topics import TopicLayout, broker_reachable, ensure_topics
+from pin_identity.adapters.kafka.topics import (
+    BrokerFailure,
+    BrokerRefusedError,
+    BrokerUnavailableError,
+    KafkaPropertiesError,
+    TopicLayout,
+    broker_failure,
+    broker_reachable,
+    check_client_properties,
+    ensure_topics,
+    probe_broker,
+)
 from pin_identity.adapters.postgres import embedded as embedded_postgres
 from pin_identity.adapters.postgres import migrate
 from pin_identity.adapters.postgres.access_truth import PostgresAccessTruth
@@ -34,6 +48,9 @@ from pin_identity.jobs.ports import SourceNotConfiguredError, TalentSource
 from pin_identity.jobs.talent_import import ImportSettings, TalentImportJob
 from pin_identity.jobs.talent_sync import TalentSyncJob, TalentSyncSettings
 from pin_identity.operations.access_audit import Progress, audit_access
+
+# A command that needs the broker waits this long for it at start (a healthy one answers in milliseconds).
+BROKER_START_TIMEOUT_S = 5.0
 
 
 def _missing_extra(what: str) -> ConfigurationError:
@@ -90,8 +107,7 @@ class Container:
         try:
             database.open()
         except Exception as exc:
-            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise ConfigurationError(f"PIN_IDENTITY_DATABASE_URL: database unreachable ({reason})") from None
+            raise ConfigurationError(_DATABASE_UNREACHABLE.format(_first_line(exc))) from None
         self._closers.append(database.close)
         return database
 
@@ -108,7 +124,31 @@ class Container:
         return FanOutPolicy(self.settings.inline_fanout_threshold)
 
     def upgrade_schema(self) -> None:
+        # Through the pool first: an unreachable database is then the same one line as for every other
+        # command, not a traceback from inside Alembic.
+        self.require_database()
         migrate.upgrade(self.database_url)
+
+    def require_database(self) -> None:
+        """Raise ConfigurationError naming PIN_IDENTITY_DATABASE_URL unless the database answers."""
+        if not self.database.ping():
+            raise ConfigurationError(_DATABASE_UNREACHABLE.format("it does not answer"))
+
+    def check_kafka_config(self) -> None:
+        """Raise ConfigurationError naming PIN_IDENTITY_KAFKA_CONFIG if librdkafka refuses its properties."""
+        try:
+            check_client_properties(self.settings.kafka_properties)
+        except KafkaPropertiesError as exc:
+            raise ConfigurationError(f"PIN_IDENTITY_KAFKA_CONFIG: {exc}") from None
+
+    def require_broker(self) -> None:
+        """Raise ConfigurationError, within seconds, naming the variable to check unless a broker answers."""
+        try:
+            probe_broker(self.kafka_client_config, timeout_s=BROKER_START_TIMEOUT_S)
+        except BrokerUnavailableError as exc:
+            raise ConfigurationError(_BROKER_FAILURES[BrokerFailure.UNREACHABLE].format(exc)) from None
+        except BrokerRefusedError as exc:
+            raise ConfigurationError(_BROKER_FAILURES[BrokerFailure.REFUSED].format(exc)) from None
 
     def ensure_topics(self) -> list[str]:
         return ensure_topics(self.kafka_client_config, PUBLISHED_TOPICS, self.topic_layout)
@@ -190,10 +230,57 @@ class Container:
         )
 
     def access_audit(self, progress: Progress) -> AuditReport:
-        log = KafkaAccessLog(self.kafka_client_config)
-        return audit_access(log, PostgresAccessTruth(self.database), progress)
+        truth = PostgresAccessTruth(self.database)
+        self.require_broker()
+        return audit_access(KafkaAccessLog(self.kafka_client_config), truth, progress)
 
     def close(self) -> None:
         for close in reversed(self._closers):
             close()
         self._closers.clear()
+
+
+# ---------------------------------------------------------------- failures that name a variable
+
+_DATABASE_UNREACHABLE = "PIN_IDENTITY_DATABASE_URL: database unreachable ({})"
+_BROKER_FAILURES = {
+    BrokerFailure.UNREACHABLE: "PIN_IDENTITY_KAFKA_BOOTSTRAP_SERVERS: broker unreachable ({})",
+    BrokerFailure.REFUSED: "PIN_IDENTITY_KAFKA_CONFIG: the broker refused the client ({})",
+    BrokerFailure.REPLICATION: "PIN_IDENTITY_KAFKA_REPLICATION_FACTOR: the broker refused it ({})",
+    BrokerFailure.PARTITIONS: "PIN_IDENTITY_KAFKA_TOPIC_PARTITIONS: the broker refused it ({})",
+}
+# libpq's own failures carry no SQLSTATE; 08 is the connection class, 57P the server going away.
+_CONNECTION_SQLSTATES = ("08", "57P")
+
+
+def dependency_error(exc: BaseException) -> ConfigurationError | None:
+    """An unexpected failure of the database or the broker as one line naming the variable to check, or
+    None for anything else: a statement timeout, a constraint or a bug must not pass for a configuration
+    problem."""
+    for cause in _causes(exc):
+        failure = broker_failure(cause)
+        if failure is not None:
+            kind, reason = failure
+            return ConfigurationError(_BROKER_FAILURES[kind].format(reason))
+        if isinstance(cause, psycopg.OperationalError) and (
+            cause.sqlstate is None or cause.sqlstate.startswith(_CONNECTION_SQLSTATES)
+        ):
+            return ConfigurationError(_DATABASE_UNREACHABLE.format(_first_line(cause)))
+    return None
+
+
+def _causes(exc: BaseException) -> Iterator[BaseException]:
+    """The exception and what it explicitly wraps (SQLAlchemy raises its error `from` the driver's). Not
+    `__context__`: a bug while handling a lost connection is still a bug."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        current = current.__cause__
+
+
+def _first_line(exc: BaseException) -> str:
+    """Only the first line: a driver's detail lines may quote row values (PII)."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

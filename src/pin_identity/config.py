@@ -47,6 +47,8 @@ class Settings(BaseSettings):
     talent_import_mode: Literal["api-pull", "topic-replay"] = "api-pull"
 
     log_format: Literal["console", "json"] | None = None
+    # With log_format "console": an unexpected error prints its traceback after its one line.
+    debug: bool = False
     worker_http_port: Annotated[int, Field(ge=0, le=65535)] = 9464
 
     kafka_topic_partitions: PositiveInt = 12

@@ -35,7 +35,7 @@ from pin_identity.entrypoints.admin_http import create_app
 from pin_identity.operations import identity
 from pin_identity.simulation.talent import SimulatedTalentApi, generate_dataset
 from tests.conftest import TalentTopics
-from tests.support import seed
+from tests.support import seed, talent
 from tests.support.health import wait_for_healthz
 from tests.support.talent_import import job
 
@@ -44,6 +44,7 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 UNKNOWN = "00000000-0000-4000-8000-00000000beef"
 RUNS = "/admin/v1/talent-import/runs"
 TASKS = "/admin/v1/access-fanout/tasks"
+SYNC_ITEMS = "/admin/v1/talent-sync/failed-items"
 MIB = 1024 * 1024  # the largest body an admin route takes (CONTRACTS section 6)
 GIB = 1024 * MIB
 
@@ -343,6 +344,31 @@ def test_set_role_permissions_errors(client: TestClient, admin_container: Contai
     assert_problem(archived, 409, "IDENTITY_CONFLICT")
 
 
+def test_the_consumers_quarantine_is_listed_with_reasons_and_replayed(
+    client: TestClient, admin_container: Container
+) -> None:
+    tenant = talent.tenant()
+    orphan, bad_phone = talent.user(tenant["tenantId"]), talent.user(tenant["tenantId"], phone="+7 000")
+    talent.users(admin_container, orphan, bad_phone)  # as the consumer applies them: run_id null
+
+    items = client.get(SYNC_ITEMS, headers=AUTH).json()
+    reasons = {item["externalId"]: (item["errorCode"], item["reason"]) for item in items}
+    assert reasons == {
+        orphan["userId"]: ("IDENTITY_SYNC_COMPANY_NOT_FOUND", "the user's tenant is not in the replica"),
+        bad_phone["userId"]: ("IDENTITY_SYNC_INVALID_PAYLOAD", "phone: not a valid phone number"),
+    }
+    unknown = client.post(f"{SYNC_ITEMS}/replay", json={"itemIds": [UNKNOWN]}, headers=AUTH)
+    assert_problem(unknown, 404, "IDENTITY_NOT_FOUND")
+    talent.tenants(admin_container, tenant)  # the operator fixed the cause of one of them
+    with capture_logs() as logs:
+        replayed = client.post(f"{SYNC_ITEMS}/replay", json={}, headers=AUTH)
+    assert replayed.json() == {"applied": 1, "skipped": 0, "failed": 1}
+    assert [line["action"] for line in audit_lines(logs)] == ["talent-sync-replay-failed"]
+    assert [item["externalId"] for item in client.get(SYNC_ITEMS, headers=AUTH).json()] == [
+        bad_phone["userId"]
+    ]
+
+
 # ---------------------------------------------------------------- authentication
 
 
@@ -354,6 +380,8 @@ ADMIN_ROUTES = [
     ("GET", TASKS, None),
     ("POST", f"{TASKS}/{UNKNOWN}/replay", None),
     ("PUT", f"/admin/v1/roles/{UNKNOWN}/permissions", {"permissions": ["a"]}),
+    ("GET", SYNC_ITEMS, None),
+    ("POST", f"{SYNC_ITEMS}/replay", {}),
 ]
 
 

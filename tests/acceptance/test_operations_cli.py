@@ -83,3 +83,26 @@ def test_prune_removes_finished_work_and_quarantine_payloads(
     assert json.loads(pruned.stdout) == {"fanout_tasks": 0, "import_runs": 1, "quarantine_payloads": 1}
     assert _rows(api_world, "SELECT payload FROM identity.talent_import_failed_items") == [(None,)]
     assert bad.returncode == 2 and bad.stderr.strip().startswith("error: ")
+
+
+def test_the_consumers_quarantine_from_the_command_line(
+    subprocess_env: dict[str, str], api_world: TalentWorld
+) -> None:
+    company = talent.tenant()
+    orphan = talent.user(company["tenantId"])
+    talent.users(api_world.container, orphan)  # as the continuous consumer applies it: run_id null
+    env = _env(subprocess_env, api_world)
+
+    listed = json.loads(run_cli(env, "talent-import", "failed-items", "--consumer", "--json").stdout)
+    assert [(i["externalId"], i["errorCode"], i["reason"]) for i in listed] == [
+        (orphan["userId"], "IDENTITY_SYNC_COMPANY_NOT_FOUND", "the user's tenant is not in the replica")
+    ]
+    neither = run_cli(env, "talent-import", "failed-items")
+    unknown = run_cli(env, "talent-import", "replay-failed", "--consumer", "--item", str(uuid.uuid4()))
+    assert (neither.returncode, unknown.returncode) == (2, 2)
+    assert "IDENTITY_NOT_FOUND" in unknown.stderr and len(unknown.stderr.strip().splitlines()) == 1
+    talent.tenants(api_world.container, company)
+    replayed = run_cli(env, "talent-import", "replay-failed", "--consumer", "--json")
+    assert json.loads(replayed.stdout) == {"applied": 1, "skipped": 0, "failed": 0}
+    table = run_cli(env, "talent-import", "failed-items", "--consumer")
+    assert table.returncode == 0 and "IDENTITY_SYNC" not in table.stdout

@@ -6,7 +6,11 @@ from pin_identity.config import ConfigurationError, load_settings
 
 
 def test_defaults_follow_the_contract(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("PIN_IDENTITY_FANOUT_BATCH_SIZE", "PIN_IDENTITY_INLINE_FANOUT_THRESHOLD"):
+    for name in (
+        "PIN_IDENTITY_FANOUT_BATCH_SIZE",
+        "PIN_IDENTITY_INLINE_FANOUT_THRESHOLD",
+        "PIN_IDENTITY_DEBUG",
+    ):
         monkeypatch.delenv(name, raising=False)
     settings = load_settings(_env_file=None)
     assert (settings.fanout_polling_interval_s, settings.fanout_batch_size, settings.fanout_max_lease_s) == (
@@ -19,6 +23,7 @@ def test_defaults_follow_the_contract(monkeypatch: pytest.MonkeyPatch) -> None:
     assert settings.talent_import_mode == "api-pull"
     assert settings.worker_http_port == 9464
     assert settings.kafka_topic_partitions == 12
+    assert settings.debug is False
 
 
 @pytest.mark.parametrize(
@@ -31,6 +36,7 @@ def test_defaults_follow_the_contract(monkeypatch: pytest.MonkeyPatch) -> None:
         ("PIN_IDENTITY_WORKER_HTTP_PORT", "70000"),
         ("PIN_IDENTITY_KAFKA_CONFIG", "{not json"),
         ("PIN_IDENTITY_KAFKA_CONFIG", "[1, 2]"),
+        ("PIN_IDENTITY_DEBUG", "maybe"),
     ],
 )
 def test_a_bad_value_is_one_line_naming_its_variable(

@@ -17,3 +17,9 @@ class ConflictError(IdentityError):
 
 class InvalidInputError(IdentityError):
     code = "IDENTITY_INVALID_INPUT"
+
+
+class ImportNotRunningError(ConflictError):
+    """Only a Running import run can be cancelled (the HTTP API answers 409 with the same code)."""
+
+    code = "IDENTITY_IMPORT_NOT_RUNNING"

@@ -48,6 +48,8 @@ from pin_identity.entrypoints.admin_models import (
     Health,
     ImportRunReport,
     PermissionsChanged,
+    ReplayRequest,
+    ReplayResult,
     RunAccepted,
     RunCancelled,
     SetRolePermissions,
@@ -69,6 +71,7 @@ from pin_identity.jobs.talent_import import start_run
 from pin_identity.observability import metrics
 from pin_identity.observability.logging import describe_error, get_logger
 from pin_identity.operations import identity
+from pin_identity.operations.talent_replica import replay_quarantined
 
 log = get_logger("admin-http")
 
@@ -333,6 +336,32 @@ def replay_fanout_task(task_id: TaskId, container: ContainerDep, who: Who) -> Ta
     return TaskReplayed(task_id=task_id, status=FanOutTaskStatus.PENDING)
 
 
+# ---------------------------------------------------------------- the continuous consumer's quarantine
+
+sync = _admin_router("/admin/v1/talent-sync", "talent-sync")
+
+
+@sync.get("/failed-items", response_model=list[FailedItem])
+def list_consumer_failed_items(container: ContainerDep) -> list[FailedItem]:
+    """Items the continuous talent-sync consumer quarantined (run_id null), oldest first."""
+    return [FailedItem.from_store(item) for item in container.import_store.failed_items(None)]
+
+
+@sync.post("/failed-items/replay", response_model=ReplayResult, responses=problem_responses(404, 422))
+def replay_consumer_failed_items(request: ReplayRequest, container: ContainerDep, who: Who) -> ReplayResult:
+    """Apply quarantined items again after fixing their cause (all, or `itemIds`); those that apply leave."""
+    outcome = replay_quarantined(
+        container.replica_transactions, identity.Context.fresh(), run_id=None, item_ids=request.item_ids
+    )
+    log.info(
+        "admin-action",
+        action="talent-sync-replay-failed",
+        who=who,
+        items=[str(i) for i in request.item_ids or []],
+    )
+    return ReplayResult(applied=outcome.applied, skipped=outcome.skipped, failed=outcome.failed)
+
+
 # ---------------------------------------------------------------- roles
 
 roles = _admin_router("/admin/v1/roles", "roles")
@@ -498,7 +527,7 @@ def create_app(container: Container) -> FastAPI:
     app.state.container = container
     app.state.gauges = DatabaseGauges(container)
     app.state.ready = ReadinessCache(lambda: _ready(container))
-    for router in (imports, fanout, roles, probes):
+    for router in (imports, sync, fanout, roles, probes):
         app.include_router(router)
     app.add_exception_handler(StarletteHTTPException, handle_exception)
     app.add_exception_handler(RequestValidationError, handle_exception)

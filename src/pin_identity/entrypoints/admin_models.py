@@ -128,6 +128,9 @@ class FailedItem(ApiModel):
     stage: ImportStage
     external_id: UUID | None = Field(description="The Talent tenant or user id.")
     error_code: str
+    reason: str | None = Field(
+        description="What was wrong, in words: the field and the rule, never the value."
+    )
     attempts: int
     created_at: datetime
     updated_at: datetime
@@ -160,6 +163,18 @@ class FanOutTask(ApiModel):
     @classmethod
     def from_store(cls, row: dict[str, Any]) -> FanOutTask:
         return cls.model_validate({**row, "task_id": row["id"]})
+
+
+class ReplayRequest(ApiModel):
+    """Which quarantined items to apply again; all of them when `itemIds` is left out."""
+
+    item_ids: list[UUID] | None = None
+
+
+class ReplayResult(ApiModel):
+    applied: int
+    skipped: int
+    failed: int
 
 
 class TaskReplayed(ApiModel):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import traceback
 from datetime import timedelta
 from typing import Annotated
 from uuid import UUID
@@ -14,6 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from pin_identity.adapters.postgres import retention
+from pin_identity.composition import dependency_error
 from pin_identity.config import ConfigurationError, Settings, load_settings
 from pin_identity.domain.errors import IdentityError
 from pin_identity.domain.events import now_utc
@@ -22,7 +24,7 @@ from pin_identity.entrypoints import worker as worker_entry
 from pin_identity.entrypoints.access_cli import access_app
 from pin_identity.entrypoints.cli_common import JsonOption, container_from_env, emit, operator
 from pin_identity.entrypoints.talent_import_cli import run_initial_import, talent_import_app
-from pin_identity.observability.logging import configure_logging, get_logger
+from pin_identity.observability.logging import configure_logging, describe_error, get_logger
 from pin_identity.operations import identity
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
@@ -80,6 +82,7 @@ def db_upgrade() -> None:
 def kafka_ensure_topics(as_json: JsonOption = False) -> None:
     """Create missing pin.identity.* topics (compacted)."""
     with container_from_env() as container:
+        container.require_broker()
         created = container.ensure_topics()
         emit({"created": created}, as_json)
 
@@ -237,6 +240,7 @@ def demo(
 
     console = Console()
     with container_from_env() as container:
+        container.require_broker()
         if not verbose:  # the progress bars and the summary say it; per-page log lines would drown them
             configure_logging(container.settings.log_format, level=logging.WARNING)
         report = run_demo(container, companies=companies, managers=users, console=console)
@@ -285,6 +289,31 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0911 - one exit stat
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:
+        return _unexpected(exc)
+
+
+def _unexpected(exc: Exception) -> int:
+    """The last resort, still one line: the database or the broker failing names its variable (exit 2);
+    anything else is a bug and says so (exit 1), its traceback only on request."""
+    named = dependency_error(exc)
+    if named is not None:
+        typer.echo(f"error: {named}", err=True)
+        return EXIT_BAD_INPUT
+    typer.echo(f"error: {describe_error(exc)}", err=True)
+    if _wants_traceback():
+        traceback.print_exception(exc)
+    return EXIT_FAILED
+
+
+def _wants_traceback() -> bool:
+    """PIN_IDENTITY_DEBUG with PIN_IDENTITY_LOG_FORMAT=console: a developer at a terminal, never a pod whose
+    log lines are parsed one per event."""
+    try:
+        settings = load_settings()
+    except ConfigurationError:
+        return False
+    return settings.debug and settings.log_format == "console"
 
 
 def run() -> None:

@@ -27,6 +27,9 @@ def container_from_env() -> Iterator[Container]:
     except ValueError as exc:
         raise ConfigurationError(str(exc)) from None
     container = Container(settings)
+    # At start for every command, like every other variable: not when a job thread first builds a Kafka client
+    # and dies of it with a traceback.
+    container.check_kafka_config()
     try:
         yield container
     finally:

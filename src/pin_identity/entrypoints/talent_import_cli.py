@@ -16,6 +16,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from pin_identity.composition import Container
+from pin_identity.config import ConfigurationError
+from pin_identity.domain.errors import ImportNotRunningError, InvalidInputError, NotFoundError
 from pin_identity.domain.events import now_utc
 from pin_identity.domain.talent import ImportStage
 from pin_identity.domain.talent_import import (
@@ -86,6 +88,7 @@ def run_import(container: Container, request: ImportRequest, *, as_json: bool) -
     for signum in (signal.SIGTERM, signal.SIGINT):  # from the start: a SIGTERM never kills a half-made run
         signal.signal(signum, lambda *_: stop.set())
     lock = container.run_lock()
+    _require_topics_source(container, request.mode)
     source = container.talent_source(request.mode)
     try:
         run = start_run(container.import_store, lock, source, request, now_utc())
@@ -103,6 +106,17 @@ def run_import(container: Container, request: ImportRequest, *, as_json: bool) -
     if final.error_code == ImportErrorCode.SOURCE_UNAVAILABLE.value:
         return 4
     return RUN_EXIT_STATUS.get(final.status, 1)
+
+
+def _require_topics_source(container: Container, mode: ImportMode) -> None:
+    """TopicReplay's source is the broker: unreachable, it is the source that is unavailable (exit 4), said in
+    seconds and one line rather than after librdkafka's retries and log lines."""
+    if mode is not ImportMode.TOPIC_REPLAY:
+        return
+    try:
+        container.require_broker()
+    except ConfigurationError as exc:
+        raise _refused(ImportRefusedError(ImportErrorCode.SOURCE_UNAVAILABLE, str(exc))) from None
 
 
 def _drive_with_progress(container: Container, lock: Any, run: ImportRun, stop: threading.Event) -> ImportRun:
@@ -177,6 +191,14 @@ def status_report(container: Container, run: ImportRun) -> dict[str, Any]:
     }
 
 
+def _existing_run(container: Container, run_id: UUID) -> ImportRun:
+    """An unknown id is an error with the HTTP API's code for it, never an empty answer or a no-op."""
+    run = container.import_store.load_run(run_id)
+    if run is None:
+        raise NotFoundError(f"import run {run_id} does not exist")
+    return run
+
+
 @talent_import_app.command("status")
 def status_command(
     run_id: Annotated[UUID | None, typer.Argument(help="The run (default: the newest).")] = None,
@@ -184,10 +206,9 @@ def status_command(
 ) -> None:
     """Progress of a run: counters, pages by stage and status, an ETA, and who holds the run lock."""
     with container_from_env() as container:
-        store = container.import_store
-        run = store.load_run(run_id) if run_id else store.latest_run()
+        run = _existing_run(container, run_id) if run_id else container.import_store.latest_run()
         if run is None:
-            raise typer.BadParameter(f"no import run {run_id or ''}".strip(), param_hint="RUN_ID")
+            raise NotFoundError("there is no import run yet")
         emit(status_report(container, run), as_json)
 
 
@@ -196,7 +217,8 @@ def cancel_command(run_id: RunIdArgument) -> None:
     """Cancel a Running run: pages already claimed finish, Done pages are kept."""
     with container_from_env() as container:
         if not container.import_store.request_cancel(run_id):
-            raise typer.BadParameter(f"run {run_id} is not Running", param_hint="RUN_ID")
+            run = _existing_run(container, run_id)
+            raise ImportNotRunningError(f"import run {run_id} is {run.status.value}, not Running")
         log.info("admin-action", action="talent-import-cancel", run_id=str(run_id), who=operator())
         log.info("import-cancelled", run_id=str(run_id), by=operator())
     typer.echo(f"run {run_id} is Cancelled")
@@ -206,6 +228,7 @@ def cancel_command(run_id: RunIdArgument) -> None:
 def reset_leases_command(run_id: RunIdArgument) -> None:
     """The runbook's "stuck" case: every InProgress page of the run becomes claimable now."""
     with container_from_env() as container:
+        _existing_run(container, run_id)
         count = container.import_store.reset_leases(run_id)
         log.info(
             "admin-action",
@@ -217,21 +240,40 @@ def reset_leases_command(run_id: RunIdArgument) -> None:
     typer.echo(f"{count} pages claimable again")
 
 
+ConsumerOption = Annotated[
+    bool,
+    typer.Option("--consumer", help="The continuous talent-sync consumer's quarantine instead of a run's."),
+]
+OptionalRunId = Annotated[UUID | None, typer.Argument(help="The import run (or --consumer).")]
+
+
+def _quarantine_owner(container: Container, run_id: UUID | None, consumer: bool) -> UUID | None:
+    """Whose quarantine: a run's (which must exist) or, with --consumer, the consumer's (run_id null)."""
+    if consumer == (run_id is not None):
+        raise InvalidInputError("name an import run or --consumer, not both and not neither")
+    if run_id is not None:
+        _existing_run(container, run_id)
+    return run_id
+
+
 @talent_import_app.command("failed-items")
-def failed_items_command(run_id: RunIdArgument, as_json: JsonOption = False) -> None:
-    """The run's quarantine: stage, Talent id, error code (payloads stay in the database: they hold PII)."""
+def failed_items_command(
+    run_id: OptionalRunId = None, consumer: ConsumerOption = False, as_json: JsonOption = False
+) -> None:
+    """A quarantine: stage, Talent id, error code and reason (payloads stay in the database: PII)."""
     with container_from_env() as container:
-        items = container.import_store.failed_items(run_id)
+        items = container.import_store.failed_items(_quarantine_owner(container, run_id, consumer))
     if as_json:
         typer.echo(json.dumps(items, default=str))
         return
-    table = Table("id", "stage", "talent id", "error code", "attempts", "since")
+    table = Table("id", "stage", "talent id", "error code", "reason", "attempts", "since")
     for item in items:
         table.add_row(
             str(item["id"]),
             item["stage"],
             str(item["externalId"] or ""),
             item["errorCode"],
+            item["reason"] or "",
             str(item["attempts"]),
             f"{item['createdAt']:%Y-%m-%d %H:%M:%S}",
         )
@@ -240,21 +282,23 @@ def failed_items_command(run_id: RunIdArgument, as_json: JsonOption = False) -> 
 
 @talent_import_app.command("replay-failed")
 def replay_failed_command(
-    run_id: RunIdArgument,
+    run_id: OptionalRunId = None,
     items: Annotated[
         list[UUID] | None, typer.Option("--item", help="A quarantined item (repeatable).")
     ] = None,
+    consumer: ConsumerOption = False,
     as_json: JsonOption = False,
 ) -> None:
     """Apply quarantined items again after fixing their cause; those that apply leave the quarantine."""
     with container_from_env() as container:
+        owner = _quarantine_owner(container, run_id, consumer)
         batch = replay_quarantined(
-            container.replica_transactions, Context.fresh(), run_id=run_id, item_ids=items or None
+            container.replica_transactions, Context.fresh(), run_id=owner, item_ids=items or None
         )
         log.info(
             "admin-action",
-            action="talent-import-replay-failed",
-            run_id=str(run_id),
+            action="talent-sync-replay-failed" if consumer else "talent-import-replay-failed",
+            run_id=str(owner) if owner else None,
             items=[str(i) for i in items or []],
             who=operator(),
         )

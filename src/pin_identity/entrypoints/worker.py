@@ -6,10 +6,11 @@ import functools
 import signal
 import threading
 from collections.abc import Callable, Sequence
+from http.server import ThreadingHTTPServer
 from typing import Protocol
 
 from pin_identity.composition import Container
-from pin_identity.entrypoints.worker_http import serve_worker_http
+from pin_identity.entrypoints.worker_http import bind_worker_http, start_serving
 from pin_identity.jobs.outbox_relay import OutboxRelay
 from pin_identity.jobs.ports import StopSignal
 from pin_identity.observability.logging import get_logger
@@ -33,33 +34,30 @@ JOB_FACTORIES: dict[str, Callable[[Container], Job]] = {
     "talent-import": Container.talent_import,
 }
 ALL_JOBS: tuple[str, ...] = tuple(JOB_FACTORIES)
+# The jobs that cannot start without the broker (talent-import needs it only to orchestrate a TopicReplay
+# run, and says so then).
+BROKER_JOBS = frozenset({"outbox-relay", "talent-sync"})
 
 
 def run_worker(container: Container, jobs: Sequence[str], *, once: bool) -> int:
+    # What the operator must fix (the broker, a taken port) fails here, as one line naming its variable,
+    # before any job exists; the database fails the same way as the jobs are built.
+    if BROKER_JOBS.intersection(jobs):
+        container.require_broker()
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
-    runners = {name: JOB_FACTORIES[name](container) for name in jobs if name != "outbox-relay"}
     crashed: list[str] = []
-    writers = [
-        _thread(name, functools.partial(job.run, stop, once=once), stop, crashed)
-        for name, job in runners.items()
-    ]
-    threads = list(writers)
-    if "outbox-relay" in jobs:
-        # With --once the relay publishes what the process's other jobs write: it ends only once they all
-        # ended and no committed row is left in the outbox.
-        relay = _outbox_relay(container)
-        until = functools.partial(_all_ended, writers)
-        run = functools.partial(relay.run, stop, once=once, until=until)
-        threads.append(_thread("outbox-relay", run, stop, crashed))
-    http = None
-    if container.settings.worker_http_port:
-        http = serve_worker_http(
-            container.settings.worker_http_port,
-            alive=lambda: all(t.is_alive() for t in threads) or once,
-            ready=lambda: container.database.ping() and container.broker_reachable(),
-        )
+    threads: list[threading.Thread] = []
+    http = _bind_http(container, threads, once=once)
+    try:
+        threads.extend(_job_threads(container, jobs, stop, crashed, once=once))
+    except BaseException:
+        if http is not None:
+            http.server_close()
+        raise
+    if http is not None:
+        start_serving(http)
     log.info("worker-started", jobs=list(jobs), once=once)
     for thread in threads:
         thread.start()
@@ -68,8 +66,38 @@ def run_worker(container: Container, jobs: Sequence[str], *, once: bool) -> int:
             thread.join(0.2)
     if http is not None:
         http.shutdown()
+        http.server_close()
     log.info("worker-stopped", graceful=not crashed)
     return 1 if crashed else 0
+
+
+def _job_threads(
+    container: Container, jobs: Sequence[str], stop: threading.Event, crashed: list[str], *, once: bool
+) -> list[threading.Thread]:
+    runners = {name: JOB_FACTORIES[name](container) for name in jobs if name != "outbox-relay"}
+    writers = [
+        _thread(name, functools.partial(job.run, stop, once=once), stop, crashed)
+        for name, job in runners.items()
+    ]
+    if "outbox-relay" not in jobs:
+        return writers
+    # With --once the relay publishes what the process's other jobs write: it ends only once they all
+    # ended and no committed row is left in the outbox.
+    relay = _outbox_relay(container)
+    run = functools.partial(relay.run, stop, once=once, until=functools.partial(_all_ended, writers))
+    return [*writers, _thread("outbox-relay", run, stop, crashed)]
+
+
+def _bind_http(
+    container: Container, threads: Sequence[threading.Thread], *, once: bool
+) -> ThreadingHTTPServer | None:
+    if not container.settings.worker_http_port:
+        return None
+    return bind_worker_http(
+        container.settings.worker_http_port,
+        alive=lambda: all(t.is_alive() for t in threads) or once,
+        ready=lambda: container.database.ping() and container.broker_reachable(),
+    )
 
 
 def _all_ended(threads: Sequence[threading.Thread]) -> bool:

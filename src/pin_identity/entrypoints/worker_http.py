@@ -9,6 +9,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from pin_identity.config import ConfigurationError
 from pin_identity.observability import metrics
 
 
@@ -27,13 +28,15 @@ class ReadinessCache:
             return self._value
 
 
-def serve_worker_http(
+def bind_worker_http(
     port: int,
     *,
     alive: Callable[[], bool],
     ready: Callable[[], bool],
     host: str = "0.0.0.0",  # noqa: S104
 ) -> ThreadingHTTPServer:
+    """Bound and listening but not yet answering (see `start_serving`), so that a port another process holds
+    fails the worker at start, as one line naming the variable, before any job has started."""
     cached_ready = ReadinessCache(ready)
 
     class Handler(BaseHTTPRequestHandler):
@@ -60,6 +63,13 @@ def serve_worker_http(
         def log_message(self, format: str, *args: object) -> None:
             return  # probes every few seconds would drown the job logs
 
-    server = ThreadingHTTPServer((host, port), Handler)
+    try:
+        return ThreadingHTTPServer((host, port), Handler)
+    except OSError as exc:
+        raise ConfigurationError(
+            f"PIN_IDENTITY_WORKER_HTTP_PORT: cannot listen on {host}:{port} ({exc.strerror or exc})"
+        ) from None
+
+
+def start_serving(server: ThreadingHTTPServer) -> None:
     threading.Thread(target=server.serve_forever, name="worker-http", daemon=True).start()
-    return server

@@ -18,6 +18,7 @@ from typing import TypeVar
 from uuid import UUID
 
 from pin_identity.domain import events
+from pin_identity.domain.errors import NotFoundError
 from pin_identity.domain.events import CompanyState, OutboxMessage, UserState
 from pin_identity.domain.model import AccessChangeReason
 from pin_identity.domain.talent import (
@@ -472,6 +473,10 @@ def replay_quarantined(
     batch = BatchOutcome()
     with transactions() as tx:
         entries = tx.quarantined_for_replay(run_id, item_ids)
+        missing = sorted(set(item_ids or []) - {e.entry_id for e in entries})
+        if missing:  # a mistyped id is an error, not "applied: 0"
+            where = f"import run {run_id}" if run_id else "the talent-sync consumer"
+            raise NotFoundError(f"not in the quarantine of {where}: {', '.join(map(str, missing))}")
         for stage in ImportStage:
             items = quarantined_items(entries, stage)
             if items:

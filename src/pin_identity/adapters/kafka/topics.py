@@ -1,13 +1,28 @@
-"""Creating our topics: compacted, with the configured partitions and replication."""
+"""Our topics (compacted, with the configured partitions and replication), and the broker at start: are the
+client properties acceptable, does a broker answer, and what a broker failure says about the configuration."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import logging
+import time
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
+
+from pin_identity.adapters.kafka.publisher import producer_config
+
+# librdkafka writes its log lines raw to stderr unless it is given a logger. The checks below report their
+# outcome as one line of their own, so their clients log nowhere.
+_quiet = logging.getLogger("pin_identity.kafka.checks")
+_quiet.addHandler(logging.NullHandler())
+_quiet.propagate = False
+
+_PROBE_STEP_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -46,7 +61,114 @@ def ensure_topics(
 
 def broker_reachable(client_config: dict[str, str], timeout_s: float = 3.0) -> bool:
     try:
-        AdminClient({**client_config}).list_topics(timeout=timeout_s)
+        probe_broker(client_config, timeout_s=timeout_s)
         return True
-    except KafkaException:
+    except (BrokerUnavailableError, BrokerRefusedError):
         return False
+
+
+# ---------------------------------------------------------------- the broker at start
+
+
+class KafkaPropertiesError(ValueError):
+    """librdkafka refuses the extra properties: an unknown one, an invalid value, or a combination."""
+
+
+class BrokerUnavailableError(Exception):
+    """No broker answered."""
+
+
+class BrokerRefusedError(Exception):
+    """A broker answered and refused the client (authentication, TLS, authorization)."""
+
+
+def check_client_properties(properties: Mapping[str, str]) -> None:
+    """Build the relay's producer and a consumer from the properties, connecting nowhere: librdkafka itself
+    says what it would refuse later, in a job thread, as a traceback."""
+    if not properties:
+        return
+    try:
+        Producer({**producer_config(dict(properties)), "logger": _quiet})
+        Consumer({**properties, "group.id": "pin-identity-config-check", "logger": _quiet}).close()
+    except (KafkaException, TypeError, ValueError) as exc:  # the last two for the Python-side keys
+        raise KafkaPropertiesError(_reason(exc)) from None
+
+
+def probe_broker(client_config: Mapping[str, str], *, timeout_s: float = 5.0) -> None:
+    """Return once a broker answers a metadata request; raise as soon as librdkafka knows none will (every
+    broker down, a refused login), else when `timeout_s` has passed."""
+    heard: list[KafkaError] = []
+    config: dict[str, Any] = {**client_config, "logger": _quiet, "error_cb": heard.append}
+    admin, deadline = AdminClient(config), time.monotonic() + timeout_s
+    while True:
+        try:
+            admin.list_topics(timeout=min(_PROBE_STEP_S, max(deadline - time.monotonic(), 0.1)))
+            return
+        except KafkaException as exc:
+            last = _reason(exc)
+        admin.poll(0)  # serves error_cb: the reason, as early as librdkafka has it
+        if any(error.code() in _HOPELESS for error in heard):
+            raise _failure(heard)
+        if time.monotonic() >= deadline:
+            silent = BrokerUnavailableError(f"no answer in {timeout_s:g} s: {last}")
+            raise _failure(heard) if heard else silent
+
+
+# A refused login is final whichever broker said it; every broker down is final at start. One broker that
+# does not resolve or fails its TLS handshake is not: another one of the list may answer.
+_HOPELESS = {KafkaError._ALL_BROKERS_DOWN, KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED}
+_REFUSED = {
+    KafkaError._AUTHENTICATION,
+    KafkaError.SASL_AUTHENTICATION_FAILED,
+    KafkaError._SSL,
+    KafkaError.TOPIC_AUTHORIZATION_FAILED,
+    KafkaError.CLUSTER_AUTHORIZATION_FAILED,
+    KafkaError.GROUP_AUTHORIZATION_FAILED,
+}
+
+
+def _failure(heard: Sequence[KafkaError]) -> Exception:
+    refused = [error for error in heard if error.code() in _REFUSED]
+    if refused:
+        return BrokerRefusedError(refused[0].str())
+    return BrokerUnavailableError(_first_cause(heard))
+
+
+def _first_cause(heard: Sequence[KafkaError]) -> str:
+    """The first specific error (`Connect to ... failed: Connection refused`), not `1/1 brokers are down`."""
+    specific = [error for error in heard if error.code() != KafkaError._ALL_BROKERS_DOWN]
+    return (specific or list(heard))[0].str() if heard else ""
+
+
+def _reason(exc: BaseException) -> str:
+    error = exc.args[0] if exc.args else None
+    text = error.str() if isinstance(error, KafkaError) else str(exc)
+    return text.strip().splitlines()[0] if text.strip() else type(exc).__name__
+
+
+class BrokerFailure(StrEnum):
+    """What an unexpected broker error says about the configuration."""
+
+    UNREACHABLE = "unreachable"
+    REFUSED = "refused"
+    REPLICATION = "replication"
+    PARTITIONS = "partitions"
+
+
+_FAILURES = {
+    **dict.fromkeys(
+        (KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._RESOLVE, KafkaError._TIMED_OUT),
+        BrokerFailure.UNREACHABLE,
+    ),
+    **dict.fromkeys(_REFUSED, BrokerFailure.REFUSED),
+    KafkaError.INVALID_REPLICATION_FACTOR: BrokerFailure.REPLICATION,
+    KafkaError.INVALID_PARTITIONS: BrokerFailure.PARTITIONS,
+}
+
+
+def broker_failure(exc: BaseException) -> tuple[BrokerFailure, str] | None:
+    """The kind and reason of a KafkaException that points at the configuration; None for any other."""
+    error = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
+    if not isinstance(error, KafkaError) or error.code() not in _FAILURES:
+        return None
+    return _FAILURES[error.code()], _reason(exc)

@@ -244,7 +244,7 @@ class PostgresImportStore:
 
     def failed_items(self, run_id: UUID | None) -> list[dict[str, Any]]:
         rows = self._database.run("import_failed_items", {"run_id": run_id})
-        names = ("id", "stage", "externalId", "errorCode", "attempts", "createdAt", "updatedAt")
+        names = ("id", "stage", "externalId", "errorCode", "reason", "attempts", "createdAt", "updatedAt")
         return [dict(zip(names, row, strict=True)) for row in rows]
 
 

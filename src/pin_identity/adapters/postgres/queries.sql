@@ -681,7 +681,8 @@ WHERE id = %(run_id)s AND status = 'Running'
 RETURNING id;
 
 -- name: import_failed_items
-SELECT id, stage, external_id, error_code, attempt_count, created_at, updated_at
+-- A run's quarantine, or the continuous consumer's (run_id null).
+SELECT id, stage, external_id, error_code, reason, attempt_count, created_at, updated_at
 FROM identity.talent_import_failed_items
 WHERE run_id IS NOT DISTINCT FROM %(run_id)s::uuid
 ORDER BY created_at, id;
