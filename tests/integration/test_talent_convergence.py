@@ -121,7 +121,9 @@ def _expected(snapshots: list[dict[str, Any]]) -> dict[str, list[tuple[Any, ...]
         elif "userId" not in s:
             state["companies"].append((entity, "Active", s["version"], s["name"]))
         else:
-            roles = [f"developer-manager@{s['tenantId']}"]
+            # A manager holds its company's default role only while the company is not Blocked.
+            tenant_live = not newest[str(s["tenantId"])]["isDeleted"]
+            roles = [f"developer-manager@{s['tenantId']}"] if tenant_live else None
             state["users"].append(
                 (entity, "Invited", s["version"], s["tenantId"], s["phone"], s["firstName"], roles)
             )

@@ -234,3 +234,39 @@ def test_a_quarantined_item_keeps_its_reason_in_words_without_the_value(containe
     [(code, reason)] = _rows(container, "SELECT error_code, reason FROM identity.talent_import_failed_items")
     assert (code, reason) == ("IDENTITY_SYNC_INVALID_PAYLOAD", "phone: not a valid phone number")
     assert "000" not in reason
+
+
+def _access(container: Container, since: int) -> list[tuple[str, str, int]]:
+    events = [e for e in talent.outbox_events(container)[since:] if e["eventType"] == "UserAccessChanged"]
+    return [
+        (e["payload"]["userId"], e["payload"]["changeReason"], len(e["payload"]["activeAssignments"]))
+        for e in events
+    ]
+
+
+def test_a_manager_holds_its_default_role_only_while_its_company_is_not_blocked(container: Container) -> None:
+    company, other = talent.tenant(), talent.tenant()
+    talent.tenants(container, company, other)
+    manager = talent.user(company["tenantId"])
+    talent.users(container, manager)
+    roles = {u[0]: u[-1] for u in talent.replica_state(container)["users"]}
+    assert roles[manager["userId"]] == [f"developer-manager@{company['tenantId']}"]
+
+    before = len(talent.outbox_events(container))
+    talent.tenants(container, {**company, "version": 2, "isDeleted": True})
+    assert _access(container, before) == [(manager["userId"], "RoleRevoked", 0)]
+
+    newcomer = talent.user(company["tenantId"])
+    mover = talent.user(other["tenantId"])
+    talent.users(container, mover)
+    before = len(talent.outbox_events(container))
+    talent.users(container, newcomer, {**mover, "version": 2, "tenantId": company["tenantId"]})
+    # The newcomer never had access (no access event); the mover lost its default role.
+    assert _access(container, before) == [(mover["userId"], "RoleRevoked", 0)]
+
+    before = len(talent.outbox_events(container))
+    talent.tenants(container, {**company, "version": 3})  # the company comes back: so do its managers' roles
+    granted = sorted(_access(container, before))
+    assert granted == sorted((u["userId"], "RoleAssigned", 1) for u in (manager, newcomer, mover))
+    roles = {u[0]: u[-1] for u in talent.replica_state(container)["users"]}
+    assert set(map(tuple, roles.values())) == {(f"developer-manager@{company['tenantId']}",)}

@@ -20,7 +20,7 @@ from uuid import UUID
 from pin_identity.domain import events
 from pin_identity.domain.errors import NotFoundError
 from pin_identity.domain.events import CompanyState, OutboxMessage, UserState
-from pin_identity.domain.model import AccessChangeReason
+from pin_identity.domain.model import AccessChangeReason, CompanyStatus
 from pin_identity.domain.talent import (
     Change,
     CompanyChange,
@@ -202,10 +202,16 @@ class _RoundWriter:
         return outcomes
 
     def _write_companies(self, changes: list[CompanyChange]) -> None:
+        followed = sorted({c.state.company_id for c in changes if c.change in _ACCESS_CHANGING})
+        # Their managers are locked before the companies change: a user round locks its users, then shares
+        # its companies, so taking the managers' locks only after the update could wait on each other.
+        self._tx.lock_managers(followed)
         created = [c.state for c in changes if c.change is Change.CREATED]
         updated = [c.state for c in changes if c.change is not Change.CREATED]
         self._tx.save_companies(created, updated, self._ctx.now)
         self._tx.add_events([self._company_event(c.state) for c in changes])
+        if followed:
+            _ManagersFollow(self._tx, self._ctx, changes).run()
 
     def _company_event(self, company: CompanyState) -> OutboxMessage:
         return events.company_upserted(
@@ -236,7 +242,7 @@ class _RoundWriter:
         if self._options.dry_run:
             self._remember_phones(changes)
         else:
-            _UserWrite(self._tx, self._ctx, changes).run()
+            _UserWrite(self._tx, self._ctx, changes, replica.blocked_companies).run()
             self._forget_absent(absent_deletions)
         return outcomes
 
@@ -247,7 +253,9 @@ class _RoundWriter:
             self._tx.lock_talent_ids(self._stage, user_ids)
         users = self._tx.users_by_talent_id(user_ids, lock=not dry_run)
         tenant_ids = sorted({s.tenant_id for s in snapshots if s.tenant_id is not None})
-        companies = {tid: c.company_id for tid, c in self._tx.companies_by_tenant(tenant_ids).items()}
+        known = self._tx.companies_by_tenant(tenant_ids, shared=not dry_run)
+        companies = {tid: c.company_id for tid, c in known.items()}
+        blocked = {c.company_id for c in known.values() if c.status == CompanyStatus.BLOCKED.value}
         phones = sorted({s.phone for s in snapshots if s.phone})
         owners = self._tx.phone_owners(phones)
         deleted = self._tx.deleted_versions(self._stage, [u for u in user_ids if u not in users])
@@ -257,7 +265,9 @@ class _RoundWriter:
                 companies.setdefault(tenant_id, _stand_in(tenant_id))
             for phone, talent_user in memory.phones(phones).items():
                 owners.setdefault(phone, _stand_in(talent_user))
-        return _UserReplica(users, companies, owners, deleted)
+        replica = _UserReplica(users, companies, owners, deleted)
+        replica.blocked_companies = blocked
+        return replica
 
     def _forget_absent(self, deletions: list[UserSnapshot]) -> None:
         """A deletion of a user the replica never had must keep older snapshots from creating it: a versioned
@@ -360,6 +370,7 @@ class _UserReplica:
         deleted: dict[UUID, int],
     ):
         self._users, self._companies, self._owners, self._deleted = users, companies, owners, deleted
+        self.blocked_companies: set[UUID] = set()
 
     def context(self, snapshot: UserSnapshot) -> UserContext:
         company = self._companies.get(snapshot.tenant_id) if snapshot.tenant_id is not None else None
@@ -381,13 +392,72 @@ class _UserReplica:
 
 
 _GRANTING = (Change.CREATED, Change.RESTORED, Change.MOVED)
+_ACCESS_CHANGING = (Change.BLOCKED, Change.RESTORED)
+
+
+class _ManagersFollow:
+    """A Talent manager holds its organization's default role only while its company is not Blocked: blocking
+    a company revokes its managers' default roles (RoleRevoked), restoring it grants them back
+    (RoleAssigned)."""
+
+    def __init__(self, tx: ReplicaTransaction, ctx: Context, changes: list[CompanyChange]):
+        self._tx, self._ctx = tx, ctx
+        self._blocked = {c.state.company_id for c in changes if c.change is Change.BLOCKED}
+        self._restored = {c.state.company_id for c in changes if c.change is Change.RESTORED}
+
+    def run(self) -> None:
+        role = self._tx.default_role()
+        # Again after the update, which waited for every user round that had read these companies: a manager
+        # such a round moved in meanwhile is among them now.
+        managers = self._tx.lock_managers(sorted(self._blocked | self._restored))
+        leaving = [user for user, company in managers.items() if company in self._blocked]
+        revoked = sorted({user for user, _ in self._tx.revoke_user_assignments(leaving, role.role_id)})
+        returning = [user for user, company in managers.items() if company in self._restored]
+        grants = [
+            DefaultGrant(uuid.uuid4(), user, company)
+            for user, company in self._tx.managers_without_default_role(returning, role.role_id)
+        ]
+        self._tx.grant_default_role(role, grants)
+        granted = sorted(g.user_id for g in grants)
+        self._tx.add_events(
+            self._access_events(revoked, AccessChangeReason.ROLE_REVOKED, role)
+            + self._access_events(granted, AccessChangeReason.ROLE_ASSIGNED, role)
+        )
+
+    def _access_events(
+        self, users: list[UUID], reason: AccessChangeReason, role: RoleRecord
+    ) -> list[OutboxMessage]:
+        if not users:
+            return []
+        versions = self._tx.access_versions(users)
+        return [
+            events.user_access_changed(
+                snapshot,
+                reason=reason,
+                version=versions[snapshot.user_id],
+                changed_role_id=role.role_id,
+                correlation_id=self._ctx.correlation_id,
+                occurred_at=self._ctx.now,
+            )
+            for snapshot in self._tx.access_snapshots(users)
+        ]
 
 
 class _UserWrite:
     """The bulk writes and the events of one round of user changes."""
 
-    def __init__(self, tx: ReplicaTransaction, ctx: Context, changes: list[UserChange]):
+    def __init__(
+        self, tx: ReplicaTransaction, ctx: Context, changes: list[UserChange], blocked_companies: set[UUID]
+    ):
         self._tx, self._ctx, self._changes = tx, ctx, changes
+        # Created in, restored into or moved to a Blocked company: no default role (see _ManagersFollow).
+        self._granted = {
+            c.state.user_id
+            for c in changes
+            if c.change in _GRANTING
+            and c.state.company_id is not None
+            and c.state.company_id not in blocked_companies
+        }
 
     def run(self) -> None:
         if not self._changes:
@@ -400,7 +470,7 @@ class _UserWrite:
         grants = [
             DefaultGrant(uuid.uuid4(), c.state.user_id, c.state.company_id)
             for c in self._changes
-            if c.change in _GRANTING and c.state.company_id is not None
+            if c.state.user_id in self._granted and c.state.company_id is not None
         ]
         self._tx.grant_default_role(role, grants)
         self._tx.add_events(self._events(role, revoked))
@@ -419,7 +489,9 @@ class _UserWrite:
 
     def _events(self, role: RoleRecord, revoked: dict[UUID, list[UUID]]) -> list[OutboxMessage]:
         touched = [
-            c.state.user_id for c in self._changes if c.change in _GRANTING or revoked.get(c.state.user_id)
+            c.state.user_id
+            for c in self._changes
+            if c.state.user_id in self._granted or revoked.get(c.state.user_id)
         ]
         snapshots = {s.user_id: s for s in self._tx.access_snapshots(touched)} if touched else {}
         versions = self._tx.access_versions(touched) if touched else {}
@@ -430,7 +502,8 @@ class _UserWrite:
             messages.append(
                 events.user_upserted(change.state, correlation_id=correlation_id, occurred_at=now)
             )
-            for reason, role_id in _access_reasons(change, role, revoked.get(user_id, [])):
+            granted = user_id in self._granted
+            for reason, role_id in _access_reasons(granted, role, revoked.get(user_id, [])):
                 messages.append(
                     events.user_access_changed(
                         snapshots[user_id],
@@ -445,9 +518,9 @@ class _UserWrite:
 
 
 def _access_reasons(
-    change: UserChange, role: RoleRecord, revoked_roles: Iterable[UUID]
+    granted: bool, role: RoleRecord, revoked_roles: Iterable[UUID]
 ) -> list[tuple[AccessChangeReason, UUID]]:
-    if change.change in _GRANTING:
+    if granted:
         return [(AccessChangeReason.ROLE_ASSIGNED, role.role_id)]
     return [(AccessChangeReason.ROLE_REVOKED, role_id) for role_id in revoked_roles]
 

@@ -290,6 +290,35 @@ FROM (SELECT id FROM unnest(%(ids)s::uuid[]) AS id ORDER BY id) AS ids;
 SELECT id, name, company_type, status, tax_id, sync_source, external_talent_tenant_id, replica_version
 FROM identity.companies WHERE external_talent_tenant_id = ANY(%(tenant_ids)s::uuid[]);
 
+-- name: share_companies_by_tenant
+-- A user round reads its companies' status under a share lock: a round blocking or restoring one of them
+-- (which follows up on the company's managers) commits first or waits for this one.
+SELECT id, name, company_type, status, tax_id, sync_source, external_talent_tenant_id, replica_version
+FROM identity.companies WHERE external_talent_tenant_id = ANY(%(tenant_ids)s::uuid[])
+ORDER BY id
+FOR SHARE;
+
+-- name: company_managers
+-- The Talent managers of companies (not Blocked themselves), by their Talent id: whom blocking or restoring a
+-- company concerns. Read before their locks are taken; lock_managers reads them again under the locks.
+SELECT external_talent_user_id FROM identity.users
+WHERE company_id = ANY(%(company_ids)s::uuid[]) AND sync_source = 'TalentIdentity' AND status <> 'Blocked'
+  AND external_talent_user_id IS NOT NULL;
+
+-- name: lock_managers
+SELECT id, company_id FROM identity.users
+WHERE external_talent_user_id = ANY(%(talent_ids)s::uuid[]) AND company_id = ANY(%(company_ids)s::uuid[])
+  AND status <> 'Blocked'
+ORDER BY id
+FOR UPDATE;
+
+-- name: managers_without_default_role
+SELECT u.id, u.company_id FROM identity.users u
+WHERE u.id = ANY(%(user_ids)s::uuid[])
+  AND NOT EXISTS (SELECT 1 FROM identity.role_assignments ra
+                  WHERE ra.user_id = u.id AND ra.role_id = %(role_id)s AND ra.status = 'Active'
+                    AND ra.scope_organization_id = u.company_id);
+
 -- name: users_by_talent_id
 SELECT id, company_id, type, status, phone, email, first_name, last_name, middle_name, contacts_managed_by,
        sync_source, external_talent_user_id, replica_version

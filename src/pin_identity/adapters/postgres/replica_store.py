@@ -122,11 +122,33 @@ class PostgresReplicaTransaction(PostgresIdentityTransaction):
         if talent_ids:
             self._run("lock_talent_ids", {"namespace": _LOCK_NAMESPACES[stage], "ids": list(talent_ids)})
 
-    def companies_by_tenant(self, tenant_ids: Sequence[UUID]) -> dict[UUID, CompanyState]:
+    def companies_by_tenant(
+        self, tenant_ids: Sequence[UUID], *, shared: bool = False
+    ) -> dict[UUID, CompanyState]:
         if not tenant_ids:
             return {}
-        rows = self._run("companies_by_tenant", {"tenant_ids": list(tenant_ids)})
+        name = "share_companies_by_tenant" if shared else "companies_by_tenant"
+        rows = self._run(name, {"tenant_ids": list(tenant_ids)})
         return {row[6]: CompanyState(*row) for row in rows}
+
+    def lock_managers(self, company_ids: Sequence[UUID]) -> dict[UUID, UUID]:
+        if not company_ids:
+            return {}
+        talent_ids = sorted(
+            row[0] for row in self._run("company_managers", {"company_ids": list(company_ids)})
+        )
+        # The same per-user lock every writer of a Talent user takes, then the rows (id order).
+        self.lock_talent_ids("Users", talent_ids)
+        rows = self._run("lock_managers", {"talent_ids": talent_ids, "company_ids": list(company_ids)})
+        return {row[0]: row[1] for row in rows}
+
+    def managers_without_default_role(
+        self, user_ids: Sequence[UUID], role_id: UUID
+    ) -> list[tuple[UUID, UUID]]:
+        if not user_ids:
+            return []
+        rows = self._run("managers_without_default_role", {"user_ids": list(user_ids), "role_id": role_id})
+        return [(row[0], row[1]) for row in rows]
 
     def users_by_talent_id(self, talent_ids: Sequence[UUID], *, lock: bool) -> dict[UUID, UserState]:
         if not talent_ids:
