@@ -29,7 +29,7 @@ from pin_identity.operations.identity import Context
 from pin_identity.operations.talent_replica import ApplyOptions, SourceItem, apply_snapshots
 from tests.support import talent
 
-EXAMPLES = int(os.environ.get("HOSTILE_EXAMPLES", "60"))
+EXAMPLES = int(os.environ.get("HOSTILE_EXAMPLES", "150"))
 
 # Values that broke a pipeline once, and anything JSON or bytes can hold besides.
 POISON_TEXTS = [
