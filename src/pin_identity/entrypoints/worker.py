@@ -56,11 +56,11 @@ def run_worker(container: Container, jobs: Sequence[str], *, once: bool) -> int:
         if http is not None:
             http.server_close()
         raise
-    if http is not None:
-        start_serving(http)
     log.info("worker-started", jobs=list(jobs), once=once)
     for thread in threads:
         thread.start()
+    if http is not None:  # after the jobs started: /healthz must not answer for threads not yet running
+        start_serving(http)
     for thread in threads:
         while thread.is_alive():
             thread.join(0.2)
