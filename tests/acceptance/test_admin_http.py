@@ -493,7 +493,13 @@ def _fuzz_app(settings: Settings, talent_api: SimulatedTalentApi, topics: Talent
 
 
 def _fuzz_operation(operation: Any, mode: schemathesis.GenerationMode, examples: int) -> None:
-    @settings(max_examples=examples, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=examples,
+        deadline=None,
+        database=None,
+        print_blob=True,
+        suppress_health_check=list(HealthCheck),
+    )
     @given(case=operation.as_strategy(generation_mode=mode, headers=dict(AUTH)))
     def no_server_error(case: schemathesis.Case) -> None:
         case.call_and_validate(headers=dict(AUTH), checks=[not_a_server_error])
@@ -529,7 +535,7 @@ def test_schemathesis_finds_no_server_error(
             fuzzed = _fuzz(app, examples=25)
     finally:
         container.close()
-    assert len(fuzzed) == 10  # every operation of the document
+    assert len(fuzzed) == 12  # every operation of the document
 
 
 # ---------------------------------------------------------------- the `serve` command

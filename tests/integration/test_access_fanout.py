@@ -9,6 +9,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from uuid import UUID
@@ -48,6 +49,13 @@ def _task_row(database_url: str, task_id: UUID) -> dict[str, object]:
 
 def _fanout_events(tap: EventTap, role_id: UUID, count: int) -> list[ConsumedEvent]:
     return tap.wait_for(lambda e: _changed_by(e, role_id), count, timeout_s=60)
+
+
+def _every_fanout_event(tap: EventTap, role_id: UUID, count: int) -> list[ConsumedEvent]:
+    """The expected events, then whatever else of the role arrives until the topic is quiet: an exactly-once
+    assertion must see a late duplicate, which waiting for the count alone returns before."""
+    _fanout_events(tap, role_id, count)
+    return tap.settle(lambda e: _changed_by(e, role_id), quiet_s=0.5)
 
 
 def _changed_by(event: ConsumedEvent, role_id: UUID) -> bool:
@@ -112,7 +120,7 @@ def test_mass_fanout_sends_one_event_per_unique_user_across_all_pages(
     run_until_idle(fanout_job(container, ManualClock(), batch_size=50))
     publish_outbox(container)
 
-    events = _fanout_events(tap, role_id, 173)
+    events = _every_fanout_event(tap, role_id, 173)
     assert Counter(e.key for e in events) == Counter(str(u) for u in users)
     task = _task_row(database_url, task_id)
     assert (task["status"], task["processed_count"], task["cursor"]) == ("Completed", 173, max(users))
@@ -203,7 +211,7 @@ def test_restart_resumes_from_the_cursor_and_repeats_at_most_the_batch_in_flight
     run_until_idle(fanout_job(container, clock, batch_size=25))
     publish_outbox(container)
 
-    events = _fanout_events(tap, role_id, 120)
+    events = _every_fanout_event(tap, role_id, 120)
     assert Counter(e.key for e in events) == Counter(str(u) for u in users)  # nothing lost, nothing twice
     task = _task_row(database_url, task_id)
     assert (task["status"], task["processed_count"]) == ("Completed", 120)
@@ -223,8 +231,11 @@ def test_parallel_workers_never_share_a_task(container: Container, database_url:
         worker.join(60)
     publish_outbox(container)
 
+    for role_id in roles:
+        _fanout_events(tap, role_id, 60)
+    settled = tap.settle(lambda e: any(_changed_by(e, role_id) for role_id in roles), quiet_s=0.5)
     for role_id, task_id in zip(roles, task_ids, strict=True):
-        events = _fanout_events(tap, role_id, 60)
+        events = [e for e in settled if _changed_by(e, role_id)]
         assert len(events) == 60 and len({e.key for e in events}) == 60
         # One claim did all of a task's batches: every event carries the same jobRunId.
         assert len({e.body["correlationId"] for e in events}) == 1
@@ -292,7 +303,7 @@ def test_poison_task_fails_after_max_attempts_and_blocks_no_other_task(
     row = _task_row(database_url, poison_task)
     assert (row["status"], row["attempt_count"]) == ("Failed", 3)
     publish_outbox(container)
-    assert len(_fanout_events(tap, healthy_role, 10)) == 10
+    assert len(_every_fanout_event(tap, healthy_role, 10)) == 10
 
     container.fanout_queue.replay(poison_task, clock())  # the runbook, once the cause is fixed
     run_until_idle(fanout_job(container, clock))
@@ -329,7 +340,7 @@ def test_cancellation_between_batches_keeps_committed_batches_and_releases_the_l
     )  # free at once, attempt not counted
     run_until_idle(fanout_job(container, clock, batch_size=10))
     publish_outbox(container)
-    assert Counter(e.key for e in _fanout_events(tap, role_id, 30)) == Counter(str(u) for u in users)
+    assert Counter(e.key for e in _every_fanout_event(tap, role_id, 30)) == Counter(str(u) for u in users)
     assert _task_row(database_url, task_id)["status"] == "Completed"
 
 
@@ -385,9 +396,95 @@ def test_a_paused_worker_whose_lease_expired_cannot_commit(
     outcome = paused.process(task, threading.Event())  # the paused worker wakes up
     assert outcome == TaskOutcome.LEASE_LOST
     publish_outbox(container)
-    events = _fanout_events(tap, role_id, 40)
+    events = _every_fanout_event(tap, role_id, 40)
     assert Counter(e.key for e in events) == Counter(str(u) for u in users)
     assert _task_row(database_url, task_id)["processed_count"] == 40
+
+
+class HoldAfterFirstBatch:
+    """The real queue, except that the worker stops right after its first batch committed until the test
+    lets it go: a pause between batches, holding no connection and no lock, its lease running."""
+
+    def __init__(self, queue: PostgresFanOutQueue):
+        self._queue = queue
+        self.held, self.resume = threading.Event(), threading.Event()
+        self.claim_id: UUID | None = None
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._queue, name)
+
+    @contextmanager
+    def batch(self, task: FanOutTask, now: datetime, lease_until: datetime) -> Iterator[PostgresFanOutBatch]:
+        with self._queue.batch(task, now, lease_until) as batch:
+            yield batch
+        if self.claim_id is None:
+            self.claim_id = task.claim_id
+            self.held.set()
+            assert self.resume.wait(30), "the test never let the worker go"
+
+
+def _outbox_count(database_url: str) -> int:
+    with psycopg.connect(database_url) as conn:
+        row = conn.execute("SELECT count(*) FROM identity.outbox_events").fetchone()
+    return int(row[0]) if row else 0
+
+
+def test_a_paused_worker_cannot_write_while_the_worker_that_took_over_holds_the_task(
+    container: Container, database_url: str, tap: EventTap
+) -> None:
+    """The task is still InProgress when the paused worker wakes: only the claim id can refuse it."""
+    _, role_id, users = _role_with_members(container, database_url, 40)
+    task_id = _change_permissions(container, role_id)
+    clock = ManualClock()
+    paused_queue, taker_queue = (HoldAfterFirstBatch(container.fanout_queue) for _ in range(2))
+    paused = fanout_job(container, clock, batch_size=10, queue=paused_queue)
+    taker = fanout_job(container, clock, batch_size=10, queue=taker_queue)
+    task = container.fanout_queue.claim(uuid.uuid4(), clock(), clock() + timedelta(seconds=300))
+    assert task is not None
+
+    with ThreadPoolExecutor(2) as pool:
+        try:
+            paused_outcome = pool.submit(paused.process, task, threading.Event())
+            assert paused_queue.held.wait(30)  # one batch committed, then a pause past the lease
+            clock.advance(301)
+            taken_over = pool.submit(run_until_idle, taker)
+            assert taker_queue.held.wait(30)  # the new holder committed a batch and goes on later
+            before = _outbox_count(database_url)
+
+            paused_queue.resume.set()
+            assert paused_outcome.result(30) == TaskOutcome.LEASE_LOST
+            assert _outbox_count(database_url) == before
+            row = _task_row(database_url, task_id)
+            assert (row["status"], row["lease_owner"]) == ("InProgress", taker_queue.claim_id)
+            assert (row["cursor"], row["processed_count"]) == (users[19], 20)
+        finally:
+            paused_queue.resume.set()
+            taker_queue.resume.set()
+        taken_over.result(30)
+
+    assert _task_row(database_url, task_id)["status"] == "Completed"
+    publish_outbox(container)
+    events = _every_fanout_event(tap, role_id, 40)
+    assert Counter(e.key for e in events) == Counter(str(u) for u in users)  # nothing lost, nothing twice
+    by_claim = Counter(e.body["correlationId"] for e in events)
+    assert by_claim == {str(task.claim_id): 10, str(taker_queue.claim_id): 30}
+
+
+def _wait_for_listener(database_url: str, timeout_s: float = 10.0) -> None:
+    """Until the worker's wake-up connection has run LISTEN: it runs it only after a claim found nothing."""
+    deadline = time.monotonic() + timeout_s
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        while not _listening(conn):
+            assert time.monotonic() < deadline, "the worker never got to LISTEN"
+            time.sleep(0.02)
+
+
+def _listening(conn: psycopg.Connection) -> bool:
+    row = conn.execute(
+        "SELECT EXISTS (SELECT FROM pg_stat_activity WHERE datname = current_database()"
+        " AND application_name = 'pin-identity-fanout-listen' AND query ILIKE 'LISTEN %')"
+    ).fetchone()
+    return bool(row and row[0])
 
 
 def test_a_new_task_wakes_an_idle_worker_long_before_its_polling_interval(
@@ -400,7 +497,7 @@ def test_a_new_task_wakes_an_idle_worker_long_before_its_polling_interval(
     worker = threading.Thread(target=job.run, args=(stop,), daemon=True)
     worker.start()
     try:
-        time.sleep(0.5)  # the worker found nothing and is now waiting on LISTEN
+        _wait_for_listener(database_url)  # the worker found nothing and is now waiting on LISTEN
         enqueued = time.monotonic()
         task_id = _change_permissions(container, role_id)
         while _task_row(database_url, task_id)["status"] != "Completed":

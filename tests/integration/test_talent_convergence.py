@@ -170,7 +170,12 @@ def _reset(container: Container) -> None:
         conn.execute("DELETE FROM identity.companies")
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=100,
+    deadline=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
 @given(deliveries=_deliveries())
 def test_any_delivery_converges_on_the_newest_versions(
     replica: Container, deliveries: tuple[list[dict[str, Any]], list[list[dict[str, Any]]]]

@@ -30,7 +30,8 @@ class PostgresOutboxQueue:
         if self._conn is None or self._conn.closed:
             self._conn = self._database.dedicated(autocommit=True, name="pin-identity-outbox-relay")
             # Removing published rows need not wait for the WAL flush: a removal lost in a crash only
-            # sends those events once more, which at-least-once delivery allows.
+            # sends those events once more, which at-least-once delivery allows. (And custom plans: see the
+            # statement's comment.)
             self._conn.execute(query("relay_session_settings"))
             self._active = False
         return self._conn

@@ -461,7 +461,9 @@ COPY identity.outbox_events (event_id, topic, message_key, event_type, correlati
 FROM STDIN;
 
 -- name: relay_session_settings
-SET synchronous_commit = off;
+-- A custom plan per fetch: under a generic plan the in-flight id array (up to 20,000) is searched row by row,
+-- and one fetch took seconds with 18,000 in flight, holding up the relay's loop (and its session checks).
+SET synchronous_commit = off; SET plan_cache_mode = force_custom_plan;
 
 -- name: try_lock_outbox_relay
 SELECT pg_try_advisory_lock(hashtextextended('pin-identity:lock:outbox-relay', 0));
