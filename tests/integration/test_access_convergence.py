@@ -17,6 +17,7 @@ from tests.support.convergence import Background, CommitHold, assert_converged
 from tests.support.fanout import ManualClock, fanout_job
 from tests.support.kafka_tap import EventTap
 from tests.support.relay import publish_outbox
+from tests.support.waiting import wait_until
 
 
 @pytest.mark.parametrize("path", [FanOutPath.QUEUED, FanOutPath.INLINE])
@@ -40,14 +41,15 @@ def test_a_role_wide_snapshot_never_overtakes_a_point_revoke_that_commits_meanwh
                 container.transactions, identity.Context.fresh(), grants[1]
             )
         )
-        hold.wait_until(lambda: hold.waiting() >= 1)  # the revoke did its work and waits at COMMIT
+        # The revoke did its work and waits at COMMIT.
+        wait_until(lambda: hold.waiting() >= 1, "the revoke waits at its commit")
         if path is FanOutPath.QUEUED:
             job = fanout_job(container, ManualClock(datetime.now(UTC)), batch_size=50)
             writer = Background(lambda: job.work_once(threading.Event()))
         else:
             writer = Background(lambda: _set_permissions(container, role, policy))
         # The snapshot writer either waits for the revoke's user (the fix) or commits without it.
-        hold.wait_until(lambda: writer.done or hold.waiting() >= 2)
+        wait_until(lambda: writer.done or hold.waiting() >= 2, "the snapshot writer waits or is done")
     finally:
         hold.release()
     revoke.join()

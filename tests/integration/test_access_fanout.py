@@ -34,7 +34,7 @@ from pin_identity.operations import identity
 from tests.support import seed
 from tests.support.fanout import ManualClock, fanout_job, run_until_idle
 from tests.support.kafka_tap import ConsumedEvent, EventTap
-from tests.support.relay import publish_outbox
+from tests.support.relay import outbox_count, publish_outbox
 from tests.support.schemas import validate_event
 
 QUEUED = FanOutPolicy(inline_threshold=0)
@@ -310,9 +310,11 @@ def test_poison_task_fails_after_max_attempts_and_blocks_no_other_task(
     assert _task_row(database_url, poison_task)["status"] == "Completed"
 
 
-class StopAfterFirstBatch:
-    def __init__(self, queue: PostgresFanOutQueue, stop: threading.Event):
-        self._queue, self._stop = queue, stop
+class AfterEachBatch:
+    """The real queue, with a hook run right after each batch the worker committed."""
+
+    def __init__(self, queue: PostgresFanOutQueue):
+        self._queue = queue
 
     def __getattr__(self, name: str) -> object:
         return getattr(self._queue, name)
@@ -321,6 +323,18 @@ class StopAfterFirstBatch:
     def batch(self, task: FanOutTask, now: datetime, lease_until: datetime) -> Iterator[PostgresFanOutBatch]:
         with self._queue.batch(task, now, lease_until) as batch:
             yield batch
+        self.after(task)
+
+    def after(self, task: FanOutTask) -> None:
+        raise NotImplementedError
+
+
+class StopAfterFirstBatch(AfterEachBatch):
+    def __init__(self, queue: PostgresFanOutQueue, stop: threading.Event):
+        super().__init__(queue)
+        self._stop = stop
+
+    def after(self, task: FanOutTask) -> None:
         self._stop.set()  # SIGTERM arrives while the first batch commits
 
 
@@ -401,32 +415,20 @@ def test_a_paused_worker_whose_lease_expired_cannot_commit(
     assert _task_row(database_url, task_id)["processed_count"] == 40
 
 
-class HoldAfterFirstBatch:
+class HoldAfterFirstBatch(AfterEachBatch):
     """The real queue, except that the worker stops right after its first batch committed until the test
     lets it go: a pause between batches, holding no connection and no lock, its lease running."""
 
     def __init__(self, queue: PostgresFanOutQueue):
-        self._queue = queue
+        super().__init__(queue)
         self.held, self.resume = threading.Event(), threading.Event()
         self.claim_id: UUID | None = None
 
-    def __getattr__(self, name: str) -> object:
-        return getattr(self._queue, name)
-
-    @contextmanager
-    def batch(self, task: FanOutTask, now: datetime, lease_until: datetime) -> Iterator[PostgresFanOutBatch]:
-        with self._queue.batch(task, now, lease_until) as batch:
-            yield batch
+    def after(self, task: FanOutTask) -> None:
         if self.claim_id is None:
             self.claim_id = task.claim_id
             self.held.set()
             assert self.resume.wait(30), "the test never let the worker go"
-
-
-def _outbox_count(database_url: str) -> int:
-    with psycopg.connect(database_url) as conn:
-        row = conn.execute("SELECT count(*) FROM identity.outbox_events").fetchone()
-    return int(row[0]) if row else 0
 
 
 def test_a_paused_worker_cannot_write_while_the_worker_that_took_over_holds_the_task(
@@ -449,11 +451,11 @@ def test_a_paused_worker_cannot_write_while_the_worker_that_took_over_holds_the_
             clock.advance(301)
             taken_over = pool.submit(run_until_idle, taker)
             assert taker_queue.held.wait(30)  # the new holder committed a batch and goes on later
-            before = _outbox_count(database_url)
+            before = outbox_count(database_url)
 
             paused_queue.resume.set()
             assert paused_outcome.result(30) == TaskOutcome.LEASE_LOST
-            assert _outbox_count(database_url) == before
+            assert outbox_count(database_url) == before
             row = _task_row(database_url, task_id)
             assert (row["status"], row["lease_owner"]) == ("InProgress", taker_queue.claim_id)
             assert (row["cursor"], row["processed_count"]) == (users[19], 20)

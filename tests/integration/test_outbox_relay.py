@@ -6,7 +6,7 @@ import json
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -24,7 +24,9 @@ from pin_identity.domain.events import ACCESS_TOPIC, OutboxMessage, envelope
 from pin_identity.jobs.ports import RelayRole
 from pin_identity.observability import metrics
 from tests.support.kafka_tap import EventTap
+from tests.support.relay import outbox_count
 from tests.support.tcp_proxy import TcpProxy
+from tests.support.waiting import wait_until
 
 
 def _message(key: uuid.UUID, n: int, size: int = 0) -> OutboxMessage:
@@ -42,19 +44,6 @@ def _message(key: uuid.UUID, n: int, size: int = 0) -> OutboxMessage:
 def _write(database_url: str, messages: list[OutboxMessage]) -> None:
     with psycopg.connect(database_url) as conn:
         write_outbox(conn, messages)
-
-
-def _outbox_count(database_url: str, table: str = "outbox_events") -> int:
-    with psycopg.connect(database_url) as conn:
-        row = conn.execute(f"SELECT count(*) FROM identity.{table}").fetchone()
-    return int(row[0]) if row else 0
-
-
-def _wait_until(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting until {what}"
-        time.sleep(0.02)
 
 
 def _publish_errors() -> float:
@@ -86,7 +75,7 @@ def test_relay_publishes_in_order_per_key_and_deletes_what_was_acknowledged(
     for key in keys:
         sequence = [e.payload["n"] for e in events if e.key == str(key)]
         assert sequence == list(range(40))
-    assert _outbox_count(database_url) == 0
+    assert outbox_count(database_url) == 0
 
 
 def test_a_row_the_broker_rejects_goes_to_dead_letters_and_blocks_nothing(
@@ -98,7 +87,7 @@ def test_a_row_the_broker_rejects_goes_to_dead_letters_and_blocks_nothing(
 
     events = tap.wait_for(lambda e: e.key == str(key), 2)
     assert [e.payload["n"] for e in events] == [1, 3]
-    assert _outbox_count(database_url) == 0
+    assert outbox_count(database_url) == 0
     with psycopg.connect(database_url) as conn:
         [(error,)] = conn.execute("SELECT error FROM identity.outbox_dead_letters").fetchall()
     assert "MSG_SIZE_TOO_LARGE" in error
@@ -117,7 +106,7 @@ def test_a_row_that_commits_late_is_not_overtaken(
         )
         relay.start()
         assert tap.settle(lambda e: e.key == str(key), quiet_s=0.5) == []
-        assert _outbox_count(database_url) == 1
+        assert outbox_count(database_url) == 1
         late.commit()
     relay.join(30)
     assert not relay.is_alive()
@@ -207,8 +196,8 @@ def test_no_event_is_lost_while_the_broker_is_stopped_and_restarted(
         write_wave(2000)  # written while the broker is down: the relay keeps failing, nothing is lost
         # The broker comes back only once the producer gave up on a delivery (message.timeout.ms): what it
         # gave up on must still arrive.
-        _wait_until(lambda: _publish_errors() > failures, 30, "the relay felt the outage")
-        assert _outbox_count(database_url) >= 2000
+        wait_until(lambda: _publish_errors() > failures, "the relay felt the outage", timeout_s=30)
+        assert outbox_count(database_url) >= 2000
         restartable_broker["pid"] = start_broker(
             restartable_broker["port"], Path(settings.data_dir) / "b2.log"
         ).pid
@@ -220,7 +209,7 @@ def test_no_event_is_lost_while_the_broker_is_stopped_and_restarted(
         live.close()
         container.close()
     assert set(written) <= live.seen, f"lost {len(set(written) - live.seen)} events"
-    assert _outbox_count(database_url) == 0
+    assert outbox_count(database_url) == 0
 
 
 @dataclass
@@ -318,17 +307,17 @@ def test_a_broker_stopped_with_thousands_of_events_in_flight_loses_none(
     thread.start()
     try:
         _write_in_chunks(database_url, written[:FIRST_WAVE])
-        _wait_until(lambda: _outbox_count(database_url) == 0, 30, "the first wave was acknowledged")
+        wait_until(lambda: outbox_count(database_url) == 0, "the first wave was acknowledged", timeout_s=30)
         proxied_broker.proxy.stall(new_connections_too=False)  # the relay's connections, not the reader's
         _write_in_chunks(database_url, written[FIRST_WAVE:])
         # What the relay handed to the producer and has no answer for: what the stop hits.
-        _wait_until(lambda: len(relay._in_flight) == IN_FLIGHT, 30, "the second wave is in flight")
+        wait_until(lambda: len(relay._in_flight) == IN_FLIGHT, "the second wave is in flight", timeout_s=30)
         before_the_stop = _event_ids_in_log(proxied_broker.bootstrap)
         in_flight_at_the_stop = len(relay._in_flight)
         proxied_broker.stop()
         proxied_broker.restart()
         proxied_broker.proxy.restore()
-        _wait_until(lambda: _outbox_count(database_url) == 0, 45, "the relay emptied the outbox")
+        wait_until(lambda: outbox_count(database_url) == 0, "the relay emptied the outbox", timeout_s=45)
         after_the_restart = _event_ids_in_log(proxied_broker.bootstrap)
     finally:
         stop.set()
@@ -338,7 +327,7 @@ def test_a_broker_stopped_with_thousands_of_events_in_flight_loses_none(
     assert in_flight_at_the_stop == IN_FLIGHT
     lost = {str(m.event_id) for m in written} - before_the_stop - after_the_restart
     assert not lost, f"lost {len(lost)} events"
-    assert _outbox_count(database_url, "outbox_dead_letters") == 0
+    assert outbox_count(database_url, "outbox_dead_letters") == 0
 
 
 def _write_in_chunks(database_url: str, messages: list[OutboxMessage]) -> None:

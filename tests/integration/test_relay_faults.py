@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -23,7 +23,9 @@ from pin_identity.domain.events import ACCESS_TOPIC, PUBLISHED_TOPICS, OutboxMes
 from pin_identity.jobs.outbox_relay import RelaySettings
 from pin_identity.observability import metrics
 from tests.support.kafka_tap import ConsumedEvent, EventTap
+from tests.support.relay import outbox_count
 from tests.support.tcp_proxy import TcpProxy
+from tests.support.waiting import wait_until
 
 # A delivery timeout that an outage outlives in seconds (production keeps the default minute), requests that
 # time out inside it, and fast reconnects. Idempotence is off: with it, the embedded broker (Tansu) fences the
@@ -71,12 +73,6 @@ def _write_versions(database_url: str, keys: list[uuid.UUID], version: int) -> N
         write_outbox(conn, [_versioned(key, version) for key in keys])
 
 
-def _outbox_count(database_url: str) -> int:
-    with psycopg.connect(database_url) as conn:
-        row = conn.execute("SELECT count(*) FROM identity.outbox_events").fetchone()
-    return int(row[0]) if row else 0
-
-
 def _assert_versions_only_grow(events: list[ConsumedEvent], keys: list[uuid.UUID], *, last: int) -> None:
     """Per key, in topic order: versions never go back (a repeat is at-least-once), and the last is `last`."""
     versions: dict[str, list[int]] = {}
@@ -118,9 +114,9 @@ def test_one_keys_events_never_reorder_through_an_outage_longer_than_the_deliver
         proxied_broker.proxy.restore()
         events = tap.wait_for(lambda e: e.payload["version"] == 3, len(keys), timeout_s=60)
         deadline = time.monotonic() + 60
-        while _outbox_count(database_url) and time.monotonic() < deadline:
+        while outbox_count(database_url) and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert _outbox_count(database_url) == 0
+        assert outbox_count(database_url) == 0
         events = tap.settle(lambda e: True, quiet_s=1.0)
     finally:
         stop.set()
@@ -141,13 +137,6 @@ def _relay_lock_holder(database_url: str) -> int | None:
     return int(row[0]) if row else None
 
 
-def _wait_until(condition: Callable[[], bool], timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
-
-
 @pytest.mark.slow
 def test_a_relay_that_lost_its_session_lands_nothing_behind_the_relay_that_took_over(
     settings: Settings, database_url: str, proxied_broker: ProxiedBroker
@@ -166,21 +155,21 @@ def test_a_relay_that_lost_its_session_lands_nothing_behind_the_relay_that_took_
     tap: EventTap | None = None
     try:
         _write_versions(database_url, keys, 1)
-        _wait_until(lambda: _outbox_count(database_url) == 0)
+        wait_until(lambda: outbox_count(database_url) == 0, "version 1 is published", timeout_s=60)
         active = _relay_lock_holder(database_url)
         relays[1].start()  # stands by
         # The active relay's broker connections stall (a partition on its side only); it sends version 2
         # into the stall, then loses its database session, and with it the lock.
         proxied_broker.proxy.stall(new_connections_too=False)
         _write_versions(database_url, keys, 2)
-        _wait_until(lambda: proxied_broker.proxy.held_bytes() > 0)
+        wait_until(lambda: proxied_broker.proxy.held_bytes() > 0, "version 2 is sent into the stall")
         with psycopg.connect(database_url, autocommit=True) as conn:
             conn.execute("SELECT pg_terminate_backend(%s)", (active,))
-        _wait_until(lambda: _relay_lock_holder(database_url) not in (None, active))
+        wait_until(lambda: _relay_lock_holder(database_url) not in (None, active), "the standby took over")
         tap = EventTap(proxied_broker.bootstrap, [ACCESS_TOPIC])
-        _wait_until(lambda: _outbox_count(database_url) == 0)  # the new relay published version 2
+        wait_until(lambda: outbox_count(database_url) == 0, "the new relay published version 2", timeout_s=60)
         _write_versions(database_url, keys, 3)
-        _wait_until(lambda: _outbox_count(database_url) == 0)
+        wait_until(lambda: outbox_count(database_url) == 0, "version 3 is published", timeout_s=60)
         proxied_broker.proxy.restore()  # whatever the old relay's producer still held reaches the broker now
         events = tap.settle(lambda e: True, quiet_s=2.0)
     finally:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Iterable
 from uuid import UUID
 
@@ -72,12 +71,6 @@ class CommitHold:
             " AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()"
         ).fetchone()
         return int(row[0]) if row else 0
-
-    def wait_until(self, condition: Callable[[], bool], timeout_s: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout_s
-        while not condition():
-            assert time.monotonic() < deadline, "the interleaving did not happen in time"
-            time.sleep(0.01)
 
     def release(self) -> None:
         self._conn.execute("SELECT pg_advisory_unlock(%s)", (self.KEY,))

@@ -24,7 +24,12 @@ from pin_identity.domain.model import (
     UserType,
 )
 from pin_identity.domain.phone import InvalidPhoneError, normalize_phone
-from pin_identity.operations.ports import IdentityTransaction, IdentityTransactions, RoleRecord
+from pin_identity.operations.ports import (
+    AccessEventWriter,
+    IdentityTransaction,
+    IdentityTransactions,
+    RoleRecord,
+)
 
 
 @dataclass(frozen=True)
@@ -130,8 +135,8 @@ def _active_role(tx: IdentityTransaction, role_id: UUID, *, shared: bool = False
     return role
 
 
-def _notify_users(
-    tx: IdentityTransaction,
+def notify_access_changed(
+    tx: AccessEventWriter,
     ctx: Context,
     user_ids: Sequence[UUID],
     *,
@@ -140,6 +145,8 @@ def _notify_users(
     version: int | None = None,
 ) -> None:
     """UserAccessChanged with a full snapshot; version None means each user's point version."""
+    if not user_ids:
+        return
     snapshots = tx.access_snapshots(user_ids)
     point_versions = tx.access_versions(user_ids) if version is None else {}
     tx.add_events(
@@ -184,7 +191,9 @@ def grant_role_assignment(
             expires_at=expires_at,
             version=version,
         )
-        _notify_users(tx, ctx, [user_id], reason=AccessChangeReason.ROLE_ASSIGNED, changed_role_id=role_id)
+        notify_access_changed(
+            tx, ctx, [user_id], reason=AccessChangeReason.ROLE_ASSIGNED, changed_role_id=role_id
+        )
         tx.commit()
     return assignment_id
 
@@ -199,7 +208,7 @@ def revoke_role_assignment(transactions: IdentityTransactions, ctx: Context, ass
         if current is None or not current.active:
             return  # already revoked: revoking again changes nothing and announces nothing
         tx.revoke_assignment(assignment_id, tx.next_assignment_version(found.user_id))
-        _notify_users(
+        notify_access_changed(
             tx, ctx, [found.user_id], reason=AccessChangeReason.ROLE_REVOKED, changed_role_id=found.role_id
         )
         tx.commit()
@@ -212,7 +221,9 @@ def archive_role(transactions: IdentityTransactions, ctx: Context, role_id: UUID
         tx.lock_users_of_role(role_id)
         tx.archive_role(role_id, role.version + 1)
         affected = sorted(set(tx.revoke_role_assignments(role_id)))
-        _notify_users(tx, ctx, affected, reason=AccessChangeReason.ROLE_ARCHIVED, changed_role_id=role_id)
+        notify_access_changed(
+            tx, ctx, affected, reason=AccessChangeReason.ROLE_ARCHIVED, changed_role_id=role_id
+        )
         tx.commit()
     return len(affected)
 
@@ -246,7 +257,7 @@ def set_role_permissions(
             # Locked before their snapshots are read: a point change committing meanwhile is either
             # announced before these events or waits for them (CONTRACTS section 4, convergence).
             users = tx.lock_active_users(role_id)
-            _notify_users(
+            notify_access_changed(
                 tx,
                 ctx,
                 users,

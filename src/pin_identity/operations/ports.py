@@ -29,6 +29,14 @@ class AssignmentRecord:
     active: bool
 
 
+class AccessEventWriter(Protocol):
+    """What writing UserAccessChanged events takes, inside any transaction that changed access."""
+
+    def access_snapshots(self, user_ids: Sequence[UUID]) -> list[UserAccessSnapshot]: ...
+    def access_versions(self, user_ids: Sequence[UUID]) -> dict[UUID, int]: ...
+    def add_events(self, messages: Sequence[OutboxMessage]) -> None: ...
+
+
 class IdentityTransaction(Protocol):
     """One open transaction; nothing is visible to others until commit()."""
 

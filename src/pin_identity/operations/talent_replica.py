@@ -41,7 +41,7 @@ from pin_identity.domain.talent import (
     parse_tenant,
     parse_user,
 )
-from pin_identity.operations.identity import Context
+from pin_identity.operations.identity import Context, notify_access_changed
 from pin_identity.operations.ports import (
     DefaultGrant,
     DryRunMemory,
@@ -419,28 +419,11 @@ class _ManagersFollow:
         ]
         self._tx.grant_default_role(role, grants)
         granted = sorted(g.user_id for g in grants)
-        self._tx.add_events(
-            self._access_events(revoked, AccessChangeReason.ROLE_REVOKED, role)
-            + self._access_events(granted, AccessChangeReason.ROLE_ASSIGNED, role)
-        )
-
-    def _access_events(
-        self, users: list[UUID], reason: AccessChangeReason, role: RoleRecord
-    ) -> list[OutboxMessage]:
-        if not users:
-            return []
-        versions = self._tx.access_versions(users)
-        return [
-            events.user_access_changed(
-                snapshot,
-                reason=reason,
-                version=versions[snapshot.user_id],
-                changed_role_id=role.role_id,
-                correlation_id=self._ctx.correlation_id,
-                occurred_at=self._ctx.now,
-            )
-            for snapshot in self._tx.access_snapshots(users)
-        ]
+        for users, reason in (
+            (revoked, AccessChangeReason.ROLE_REVOKED),
+            (granted, AccessChangeReason.ROLE_ASSIGNED),
+        ):
+            notify_access_changed(self._tx, self._ctx, users, reason=reason, changed_role_id=role.role_id)
 
 
 class _UserWrite:
