@@ -72,6 +72,14 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 @pytest.fixture
+def own_broker(tmp_path: Path) -> Iterator[str]:
+    """A broker of the test's own, for what reads a whole topic (the audit, the demo)."""
+    process = start_broker(free_port(), tmp_path / "own-broker.log")
+    yield process.bootstrap_servers
+    stop_broker(process.pid)
+
+
+@pytest.fixture
 def settings(database_url: str, broker: str, tmp_path: Path) -> Settings:
     return Settings(
         database_url=database_url,

@@ -5,25 +5,16 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import psycopg
 import pytest
 
-from pin_identity.adapters.kafka.embedded import free_port, start_broker, stop_broker
 from pin_identity.composition import Container
 from pin_identity.config import Settings
 from pin_identity.operations import identity
 from tests.acceptance.test_cli import run_cli
 from tests.support import seed
 from tests.support.relay import publish_outbox
-
-
-@pytest.fixture
-def own_broker(tmp_path: Path) -> Iterator[str]:
-    broker = start_broker(free_port(), tmp_path / "broker.log")
-    yield broker.bootstrap_servers
-    stop_broker(broker.pid)
 
 
 @pytest.fixture

@@ -496,6 +496,8 @@ def _fuzz_operation(operation: Any, mode: schemathesis.GenerationMode, examples:
     @settings(
         max_examples=examples,
         deadline=None,
+        # No example database: every CI run starts from a clean clone, so a saved example would never be
+        # replayed there; a failure prints its blob (`@reproduce_failure`) instead, which replays anywhere.
         database=None,
         print_blob=True,
         suppress_health_check=list(HealthCheck),

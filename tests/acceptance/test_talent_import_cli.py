@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -17,6 +16,7 @@ from tests.acceptance.test_cli import CLI, run_cli
 from tests.conftest import TalentTopics
 from tests.support import talent
 from tests.support.talent_import import TalentWorld
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -44,11 +44,12 @@ def _rows(container: Container, sql: Any, params: Any = None) -> list[tuple[Any,
         return conn.execute(sql, params).fetchall()
 
 
-def _wait_for(condition: Callable[[], bool], timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.05)
+def _hold_once(world: TalentWorld, condition: Callable[[], bool]) -> None:
+    """When `condition` holds, stop Talent answering, and wait until the run is waiting on it: whatever the
+    test does next (kill, cancel, SIGTERM) lands in the middle of the run, however fast the machine."""
+    wait_until(condition, "the run reached the point under test", timeout_s=60)
+    world.api.hold_after(0)
+    wait_until(lambda: world.api.held >= 1, "the run waits on Talent", timeout_s=60)
 
 
 def _done_pages(container: Container, stage: str) -> int:
@@ -76,12 +77,13 @@ def test_a_run_prints_the_result_and_a_second_run_meanwhile_is_refused_with_3(
     env: dict[str, str], api_world: TalentWorld
 ) -> None:
     api_world.publish(generate_dataset(10, 40, seed=31))
-    api_world.api.delay_s = 0.1
+    api_world.api.hold_after(6)  # health, count, then planning and reading: the run holds the lock
     first = _start(env, "talent-import", "run", "--mode", "api-pull", "--page-size", "4", "--json")
-    _wait_for(lambda: _done_pages(api_world.container, "Tenants") >= 1)
+    wait_until(lambda: api_world.api.held >= 1, "the first run waits on Talent", timeout_s=60)
 
     second = run_cli(env, "talent-import", "run", "--mode", "api-pull", "--page-size", "4")
     status = run_cli(env, "talent-import", "status", "--json")
+    api_world.api.release()
     out, err = first.communicate(timeout=120)
 
     assert second.returncode == 3
@@ -129,19 +131,22 @@ def test_an_unavailable_or_rejecting_source_exits_4_before_writing(
 def test_a_killed_run_resumes_only_with_the_same_options_and_ends_as_an_uninterrupted_one(
     env: dict[str, str], api_world: TalentWorld, another_database: Callable[[], str]
 ) -> None:
-    dataset = generate_dataset(12, 60, seed=32)
+    dataset = generate_dataset(30, 60, seed=32)
     api_world.publish(dataset)
-    api_world.api.delay_s = 0.1
     crashing = {**env, "PIN_IDENTITY_IMPORT_PAGE_LEASE_S": "1"}
     args = ("talent-import", "run", "--mode", "api-pull", "--page-size", "3", "--json")
 
     for stage in ("Tenants", "Users"):  # SIGKILL once in each stage
         runner = _start(crashing, *args)
         before = _done_pages(api_world.container, stage)
-        _wait_for(lambda stage=stage, before=before: _done_pages(api_world.container, stage) > before)
+        _hold_once(
+            api_world, lambda stage=stage, before=before: _done_pages(api_world.container, stage) > before
+        )
+        assert _done_pages(api_world.container, stage) < 10  # the stage (10 pages each) is not over
         runner.send_signal(signal.SIGKILL)
         runner.wait(timeout=10)
-        _wait_for(lambda: api_world.container.run_lock().holder() is None)  # the dead session is gone
+        api_world.api.release()
+        wait_until(lambda: api_world.container.run_lock().holder() is None, "the dead session is gone")
         if stage == "Tenants":
             mismatch = run_cli(env, "talent-import", "run", "--mode", "topic-replay")
             assert mismatch.returncode == 2
@@ -149,12 +154,11 @@ def test_a_killed_run_resumes_only_with_the_same_options_and_ends_as_an_uninterr
     done_before = _rows(
         api_world.container, "SELECT id, updated_at FROM identity.talent_import_pages WHERE status = 'Done'"
     )
-    api_world.api.delay_s = 0
     final = run_cli(env, *args, timeout=120)
 
     assert final.returncode == 0, final.stderr[-2000:]
     result = json.loads(final.stdout)
-    assert (result["companies"]["applied"], result["users"]["applied"]) == (12, 60)
+    assert (result["companies"]["applied"], result["users"]["applied"]) == (30, 60)
     after = dict(_rows(api_world.container, "SELECT id, updated_at FROM identity.talent_import_pages"))
     assert all(after[page] == updated for page, updated in done_before)  # Done pages were not applied again
     reference = TalentWorld(
@@ -176,7 +180,7 @@ def test_two_workers_and_the_runner_apply_every_page_exactly_once(
     api_world.api.delay_s = 0.05
     connected = _pool_connections(api_world.container)
     workers = [_start(env, "worker", "--jobs", "talent-import") for _ in range(2)]
-    _wait_for(lambda: _pool_connections(api_world.container) >= connected + 2)  # both workers are up
+    wait_until(lambda: _pool_connections(api_world.container) >= connected + 2, "both workers are up")
     try:
         runner = run_cli(
             env, "talent-import", "run", "--mode", "api-pull", "--page-size", "5", "--json", timeout=180
@@ -204,21 +208,22 @@ def test_cancel_and_sigterm_stop_after_the_current_page_with_exit_5(
     env: dict[str, str], api_world: TalentWorld
 ) -> None:
     api_world.publish(generate_dataset(30, 0, seed=34))
-    api_world.api.delay_s = 0.1
     args = ("talent-import", "run", "--mode", "api-pull", "--page-size", "2", "--json")
 
     runner = _start(env, *args)
-    _wait_for(lambda: _done_pages(api_world.container, "Tenants") >= 1)
+    _hold_once(api_world, lambda: _done_pages(api_world.container, "Tenants") >= 1)
     [(run_id,)] = _rows(
         api_world.container, "SELECT id FROM identity.talent_import_runs WHERE status = 'Running'"
     )
     cancelled = run_cli(env, "talent-import", "cancel", str(run_id))
+    api_world.api.release()
     out, _ = runner.communicate(timeout=60)
     assert (cancelled.returncode, runner.returncode, json.loads(out)["status"]) == (0, 5, "Cancelled")
 
     second = _start(env, *args)
-    _wait_for(lambda: _done_pages(api_world.container, "Tenants") >= 3)
+    _hold_once(api_world, lambda: _done_pages(api_world.container, "Tenants") >= 3)
     second.send_signal(signal.SIGTERM)
+    api_world.api.release()
     out, _ = second.communicate(timeout=60)
     assert (second.returncode, json.loads(out)["status"]) == (5, "Cancelled")
     done = _rows(

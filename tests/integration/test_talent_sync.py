@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Sequence
+from datetime import datetime, timedelta
 from typing import Any
 
 from confluent_kafka import Producer
@@ -100,18 +101,17 @@ def test_a_consumer_killed_between_database_and_offset_commit_replays_safely(
 def test_a_user_before_its_tenant_is_retried_with_backoff(
     container: Container, talent_topics: TalentTopics
 ) -> None:
+    """Retried 1 s after its first deferral and 2 s after its second (retry_base_s = 1, doubling)."""
     clock = ManualClock()
     company = talent.tenant()
     manager = talent.user(company["tenantId"])
-    job = talent.sync_job(container, talent_topics, clock=clock)
     talent.produce(container, talent_topics, TalentDataset([], [manager]))
-    talent.run_until_caught_up(job)
-    deferred = _rows(
-        container,
-        "SELECT error_code, attempt_count, next_attempt_at FROM identity.talent_import_failed_items",
-    )
-    assert [(code, attempts) for code, attempts, _ in deferred] == [("IDENTITY_SYNC_COMPANY_NOT_FOUND", 1)]
-    assert deferred[0][2] is not None
+    talent.run_until_caught_up(talent.sync_job(container, talent_topics, clock=clock))
+    assert _deferral(container) == ("IDENTITY_SYNC_COMPANY_NOT_FOUND", 1, clock.now + timedelta(seconds=1))
+
+    clock.advance(1)
+    talent.run_until_caught_up(talent.sync_job(container, talent_topics, clock=clock))
+    assert _deferral(container) == ("IDENTITY_SYNC_COMPANY_NOT_FOUND", 2, clock.now + timedelta(seconds=2))
 
     job = talent.sync_job(container, talent_topics, clock=clock)
     talent.produce(container, talent_topics, TalentDataset([company], []))
@@ -122,6 +122,14 @@ def test_a_user_before_its_tenant_is_retried_with_backoff(
 
     assert [str(r[0]) for r in _replica(container)] == [manager["userId"]]
     assert _rows(container, "SELECT count(*) FROM identity.talent_import_failed_items") == [(0,)]
+
+
+def _deferral(container: Container) -> tuple[str, int, datetime]:
+    [row] = _rows(
+        container,
+        "SELECT error_code, attempt_count, next_attempt_at FROM identity.talent_import_failed_items",
+    )
+    return row
 
 
 def test_poison_records_on_the_topic_are_quarantined_and_the_partition_moves_on(

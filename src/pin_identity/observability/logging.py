@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import logging
+import re
 import sys
+import traceback
+from collections.abc import MutableMapping
 from typing import Any, Literal
 
 import structlog
+
+from pin_identity.domain.phone import mask_phone
 
 LogFormat = Literal["console", "json"]
 
@@ -23,7 +28,7 @@ def configure_logging(log_format: LogFormat | None = None, *, level: int = loggi
             structlog.contextvars.merge_contextvars,
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
-            structlog.processors.format_exc_info,
+            render_exception_without_values,
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(level),
@@ -38,8 +43,54 @@ def get_logger(component: str) -> Any:
     return structlog.get_logger(component=component)
 
 
+# A run of 10+ digits with separators between (not a date): any written phone, and tax ids, no safer.
+_DIGIT_RUN = re.compile(r"(?!\d{4}-\d\d-\d\d)\+?\d(?:[ ()-]{0,2}\d){9,}")
+_EMAIL = re.compile(r"[^\s@\"'<>(),;:]+@[^\s@\"'<>(),;:]+\.[A-Za-z]{2,}")
+
+
 def describe_error(exc: BaseException, *, limit: int = 300) -> str:
     """An exception for a log line or an error column: its class and first line only, at most `limit`
-    characters. A database error's detail lines quote the row it refused (phones, names): no PII goes out."""
-    first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    characters. A database error's detail lines quote the row it refused (phones, names), so they are dropped;
+    a first line may still quote a value (`invalid input syntax ...: "<value>"`, a trigger's message), so
+    phones there are masked and e-mails replaced."""
+    text = str(exc).strip()
+    first_line = scrub_contacts(text.splitlines()[0]) if text else ""
     return f"{type(exc).__name__}: {first_line}"[:limit] if first_line else type(exc).__name__
+
+
+def scrub_contacts(text: str) -> str:
+    masked = _DIGIT_RUN.sub(lambda run: mask_phone(re.sub(r"\D", "", run.group())), text)
+    return _EMAIL.sub("<e-mail>", masked)
+
+
+def render_exception_without_values(
+    _logger: Any, _method: str, event: MutableMapping[str, Any]
+) -> MutableMapping[str, Any]:
+    """`log.exception(...)`: the traceback's frames, and each exception of the chain as `describe_error` puts
+    it. The standard rendering prints whole messages, whose detail lines quote the refused row."""
+    exc = _exception_of(event.pop("exc_info", None))
+    if exc is not None:
+        event["exception"] = "".join(_traceback_lines(exc))
+    return event
+
+
+def _exception_of(exc_info: Any) -> BaseException | None:
+    if isinstance(exc_info, BaseException):
+        return exc_info
+    if isinstance(exc_info, tuple):
+        return exc_info[1] if isinstance(exc_info[1], BaseException) else None
+    return sys.exc_info()[1] if exc_info else None
+
+
+def _traceback_lines(exc: BaseException) -> list[str]:
+    chain: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and current not in chain:
+        chain.append(current)
+        current = current.__cause__ or (None if current.__suppress_context__ else current.__context__)
+    lines: list[str] = []
+    for link in reversed(chain):
+        lines.append("Traceback (most recent call last):\n")
+        lines.extend(traceback.format_tb(link.__traceback__))
+        lines.append(describe_error(link, limit=1000) + "\n")
+    return lines

@@ -144,6 +144,8 @@ def _written_phone(national: int, form: int) -> str:
     return forms[form % len(forms)]
 
 
+_LONGEST_HOLD_S = 120.0  # a test that forgets to release does not hang its server thread for ever
+
 # What the simulated API answers one GET: the status, the JSON body and any headers beyond the usual ones.
 _Answer = tuple[int, object, dict[str, str]]
 _CHALLENGE = {"WWW-Authenticate": "Bearer"}
@@ -177,6 +179,9 @@ class SimulatedTalentApi:
         self.reject_token = False  # 401 everywhere, whatever the token
         self._address = (host, port)
         self._lock = threading.Lock()
+        self._hold_from: int | None = None  # list requests from this number on wait for `release()`
+        self._released = threading.Event()
+        self._held = 0
         self._requests = 0
         self._in_flight = 0
         self._max_concurrent = 0
@@ -202,6 +207,24 @@ class SimulatedTalentApi:
         """The most list requests seen in flight at once."""
         with self._lock:
             return self._max_concurrent
+
+    @property
+    def held(self) -> int:
+        """List requests waiting for `release()` now."""
+        with self._lock:
+            return self._held
+
+    def hold_after(self, answered: int) -> None:
+        """Let `answered` more list requests through, then hold every later one until `release()`: a test
+        stops a client in the middle of its work on a signal instead of hoping the source is slow enough."""
+        with self._lock:
+            self._released.clear()
+            self._hold_from = self._requests + answered + 1
+
+    def release(self) -> None:
+        with self._lock:
+            self._hold_from = None
+        self._released.set()
 
     def start(self) -> Self:
         if self._server is None:
@@ -249,6 +272,7 @@ class SimulatedTalentApi:
     def _answer_list(self, path: str, query: dict[str, list[str]], authorization: str | None) -> _Answer:
         number = self._list_request_began()
         try:
+            self._wait_if_held(number)
             if self.delay_s > 0:
                 time.sleep(self.delay_s)
             if not self._authorised(authorization):
@@ -277,6 +301,15 @@ class SimulatedTalentApi:
             self._in_flight += 1
             self._max_concurrent = max(self._max_concurrent, self._in_flight)
             return self._requests
+
+    def _wait_if_held(self, number: int) -> None:
+        with self._lock:
+            held = self._hold_from is not None and number >= self._hold_from
+            self._held += held
+        if held:
+            self._released.wait(_LONGEST_HOLD_S)
+            with self._lock:
+                self._held -= 1
 
     def _list_request_ended(self) -> None:
         with self._lock:
