@@ -4,7 +4,18 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test tools lint bench clean alerts
+
+# Tools the tests run from Debian packages: promtool (package prometheus) for the alert rule tests, chromium for
+# the web console's browser tests. `make tools` installs them with apt when one is missing and it runs as root
+# (CI: a fresh Debian machine); anyone else needs them on PATH already.
+TEST_TOOLS := promtool chromium
+TEST_PACKAGES := prometheus chromium
+APT_GET := DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300
+# Only promtool is wanted from the package. Where its server got started (systemd, or an init script on a machine
+# without policy-rc.d), stop it and keep it from starting at boot: nothing of it stays on port 9090.
+STOP_PACKAGED_PROMETHEUS := if [ -d /run/systemd/system ]; then systemctl disable --now prometheus.service; \
+	elif [ -x /etc/init.d/prometheus ]; then /etc/init.d/prometheus stop; fi >/dev/null 2>&1 || true
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,7 +32,29 @@ lint: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-test: $(STAMP) lint
+tools:
+	@missing=""; for tool in $(TEST_TOOLS); do command -v $$tool >/dev/null 2>&1 || missing="$$missing $$tool"; done; \
+	if [ -z "$$missing" ]; then exit 0; fi; \
+	if [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then \
+		echo "error: missing test tool(s):$$missing. Install the Debian packages '$(TEST_PACKAGES)'" \
+			"(as root: apt-get install --no-install-recommends $(TEST_PACKAGES)) or put the tools on PATH." >&2; \
+		exit 1; \
+	fi; \
+	echo "installing$$missing with apt ($(TEST_PACKAGES))"; \
+	$(APT_GET) update -qq && $(APT_GET) install -y -qq --no-install-recommends $(TEST_PACKAGES) >/dev/null || exit 1; \
+	$(STOP_PACKAGED_PROMETHEUS); \
+	for tool in $$missing; do command -v $$tool >/dev/null || { echo "error: $$tool still missing" >&2; exit 1; }; done
+
+# The alert rules for one installation, their runbook links made absolute (deploy/README.md, "Runbook links"):
+#   make alerts RUNBOOK_BASE_URL=https://git.example.com/pin/identity/-/blob/main/docs/runbooks.md
+RUNBOOK_BASE_URL ?=
+alerts:
+	@mkdir -p build/prometheus
+	deploy/prometheus/render-alerts.sh "$(RUNBOOK_BASE_URL)" > build/prometheus/alerts.yml.tmp
+	@mv build/prometheus/alerts.yml.tmp build/prometheus/alerts.yml
+	@echo "wrote build/prometheus/alerts.yml"
+
+test: $(STAMP) tools lint
 	$(BIN)/pytest -p no:cacheprovider
 
 bench: $(STAMP)

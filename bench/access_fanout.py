@@ -1,6 +1,7 @@
 """Access fan-out end to end: enqueue -> every event acknowledged by the broker.
 
     .venv/bin/python bench/access_fanout.py [--sizes 50000 1000000] [--runs 3] [--pickups 50]
+        [--seed simple|realistic] [--floor-seconds S | --floor-output FILE]
 
 Starts its own embedded PostgreSQL (durable defaults) and embedded broker, and runs the product's own
 processes: `pin-identity worker --jobs access-fanout` and `pin-identity worker --jobs outbox-relay`
@@ -9,6 +10,22 @@ the outbox is empty (the relay deletes a row only once the broker acknowledged i
 time at the start and at the end of the role (from the worker's `fanout-batch-processed` log lines),
 and the fan-out worker's peak RSS. Pickup latency: enqueue commit -> the task's StartedAt, for small
 queued roles enqueued one at a time while the worker idles.
+
+Seeds (bench_database.SeedShape): `simple` (default; the role in one scope, a fifth of its users twice, a
+third also hold a second role) or `realistic` (about 2.5 assignment rows per user: a third hold the role in
+two scopes, expiring, Revoked and Expired rows mixed in, and former holders in `users`).
+
+The ratio to the floor: this machine's speed drifts from day to day, so targets are ratios to
+`../shared/bench/floor.py --quick` (a bare single-threaded loop doing the fan-out's work on the same kind of
+servers) run in the same sitting, before this script, not alongside it (they would share the 2 cores):
+
+    .venv/bin/python ../shared/bench/floor.py --quick --skip-verify | tee /tmp/floor.txt
+    .venv/bin/python bench/access_fanout.py --floor-output /tmp/floor.txt     # or --floor-seconds 3.21
+
+The script does not run the floor itself: the floor loads a million assignment rows and times five
+workloads three times, minutes of work that a rerun of this script with the same floor need not repeat.
+Each line then ends with `x_floor`: seconds / (floor * users / 50,000), the ratio to a floor scaled linearly
+from its 50,000-user time (target <= 0.8 at 50,000 and at 1,000,000 users).
 """
 
 from __future__ import annotations
@@ -18,20 +35,19 @@ import itertools
 import json
 import os
 import platform
-import random
+import re
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
 import psycopg
 
-from bench_database import fresh_database
+from bench_database import SeedShape, fresh_database, seed_role
 from pin_identity.adapters.kafka.embedded import free_port, start_broker, stop_broker
 from pin_identity.adapters.kafka.topics import TopicLayout, ensure_topics
 from pin_identity.adapters.postgres.database import ConnectionLimits, Database
@@ -42,49 +58,8 @@ from pin_identity.domain.fanout import FanOutPolicy
 from pin_identity.operations import identity
 
 CLI = [sys.executable, "-m", "pin_identity.entrypoints.cli", "worker"]
-_phones = itertools.count(9_000_000_000)
-
-
-def seed_role(url: str, users: int) -> uuid.UUID:
-    """A company, a role held by `users` users (a fifth of them twice, in two scopes), and a second role
-    held by a third of them, so snapshots carry several assignments."""
-    company_id, role_id, other_role = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
-    rng = random.Random(users)
-    with psycopg.connect(url) as conn, conn.cursor() as cur:
-        cur.execute(
-            "INSERT INTO identity.companies (id, name, company_type, status)"
-            " VALUES (%s, 'Bench', 'Developer', 'Active')",
-            (company_id,),
-        )
-        for rid, code in ((role_id, "sales-manager"), (other_role, "chessboard-viewer")):
-            cur.execute(
-                "INSERT INTO identity.role_definitions (id, code, name, company_id) VALUES (%s, %s, %s, %s)",
-                (rid, code, code, company_id),
-            )
-        user_ids = [uuid.uuid4() for _ in range(users)]
-        with cur.copy(
-            "COPY identity.users (id, company_id, type, status, phone, first_name, last_name) FROM STDIN"
-        ) as cp:
-            for user_id in user_ids:
-                cp.write_row(
-                    (user_id, company_id, "DeveloperManager", "Active", f"+7{next(_phones)}", "A", "B")
-                )
-        with cur.copy(
-            "COPY identity.role_assignments (id, role_id, user_id, company_id, scope_type,"
-            " scope_organization_id, scope_project_id) FROM STDIN"
-        ) as cp:
-            for user_id in user_ids:
-                cp.write_row((uuid.uuid4(), role_id, user_id, company_id, "Organization", company_id, None))
-                if rng.random() < 0.2:
-                    cp.write_row((uuid.uuid4(), role_id, user_id, company_id, "Project", None, uuid.uuid4()))
-                if rng.random() < 0.33:
-                    cp.write_row(
-                        (uuid.uuid4(), other_role, user_id, company_id, "Organization", company_id, None)
-                    )
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("VACUUM ANALYZE")
-        conn.execute("CHECKPOINT")  # the seeding's writes are flushed before the clock starts
-    return role_id
+FLOOR_USERS = 50_000  # the floor's --quick fan-out
+_FLOOR_LINE = re.compile(r"^end_to_end_floor\s+50,000\s+([0-9.]+)", re.MULTILINE)
 
 
 @dataclass
@@ -146,9 +121,11 @@ def wait_until_published(url: str, timeout_s: float) -> float:
     raise TimeoutError("the fan-out did not finish in time")
 
 
-def run_fanout(admin_url: str, bootstrap: str, workdir: Path, users: int, run: int) -> dict[str, float]:
+def run_fanout(
+    admin_url: str, bootstrap: str, workdir: Path, users: int, run: int, shape: SeedShape
+) -> dict[str, float]:
     url = fresh_database(admin_url, f"bench_fanout_{users}_{run}")
-    role_id = seed_role(url, users)
+    role_id = seed_role(url, users, shape)
     workers = start_workers(url, bootstrap, workdir, f"{users}-{run}")
     database = Database(url, limits=ConnectionLimits()).open()
     try:
@@ -175,10 +152,14 @@ def run_fanout(admin_url: str, bootstrap: str, workdir: Path, users: int, run: i
         "seconds": elapsed,
         "task_done_s": task_seconds,  # the last batch committed; the rest is the relay catching up
         "users_per_s": users / elapsed,
-        "first_pages_ms": statistics.median(pages[:20]),
-        "last_pages_ms": statistics.median(pages[-20:]),
+        "first_pages_ms": _median(pages[:20]),
+        "last_pages_ms": _median(pages[-20:]),
         "peak_rss_mb": peak_kb / 1024,
     }
+
+
+def _median(values: list[float]) -> float:
+    return statistics.median(values) if values else float("nan")
 
 
 def pickup_latencies(admin_url: str, bootstrap: str, workdir: Path, count: int) -> list[float]:
@@ -207,33 +188,59 @@ def pickup_latencies(admin_url: str, bootstrap: str, workdir: Path, count: int) 
     return sorted(float(row[0]) for row in rows)
 
 
-def main() -> None:
+def floor_seconds(args: argparse.Namespace) -> float | None:
+    """The floor's end_to_end_floor median for 50,000 users, given or read from its saved output."""
+    if args.floor_output is None:
+        given: float | None = args.floor_seconds
+        return given
+    found = _FLOOR_LINE.search(Path(args.floor_output).read_text(encoding="utf-8"))
+    if found is None:
+        raise SystemExit(f"{args.floor_output}: no 'end_to_end_floor  50,000' row in the floor's output")
+    return float(found.group(1))
+
+
+def floor_ratio(seconds: float, users: int, floor: float | None) -> str:
+    """Against a linear floor: the floor's 50,000-user time scaled to this role's size (target <= 0.8)."""
+    if floor is None:
+        return ""
+    return f", x_floor {seconds / (floor * users / FLOOR_USERS):.2f}"
+
+
+def report(label: str, figures: dict[str, float], users: int, floor: float | None) -> None:
+    line = ", ".join(f"{k} {v:,.1f}" for k, v in figures.items())
+    print(f"{users:>9,} users {label}: {line}{floor_ratio(figures['seconds'], users, floor)}", flush=True)
+
+
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[50_000, 1_000_000])
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--pickups", type=int, default=50)
-    args = parser.parse_args()
+    parser.add_argument("--seed", type=SeedShape, choices=list(SeedShape), default=SeedShape.SIMPLE)
+    floor = parser.add_mutually_exclusive_group()
+    floor.add_argument("--floor-seconds", type=float, help="the floor's end_to_end_floor (50,000) median")
+    floor.add_argument("--floor-output", help="a file holding the floor's printed results, to read it from")
+    return parser.parse_args()
 
+
+def main() -> None:
+    args = parse_args()
+    floor = floor_seconds(args)
     workdir = Path(tempfile.mkdtemp(prefix="bench-fanout-"))
     admin_url = ensure_embedded_postgres(workdir, database="postgres")
     broker = start_broker(free_port(), workdir / "broker.log")
     ensure_topics({"bootstrap.servers": broker.bootstrap_servers}, PUBLISHED_TOPICS, TopicLayout(12, 1))
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, python {platform.python_version()}")
+    print(f"seed: {args.seed}; floor: " + (f"{floor:.2f} s for 50,000 users" if floor else "not given"))
     try:
         for users in args.sizes:
             results = []
             for run in range(args.runs):
-                results.append(run_fanout(admin_url, broker.bootstrap_servers, workdir, users, run))
-                print(
-                    f"{users:>9,} users run {run + 1}: "
-                    + ", ".join(f"{k} {v:,.1f}" for k, v in results[-1].items()),
-                    flush=True,
-                )
+                bootstrap = broker.bootstrap_servers
+                results.append(run_fanout(admin_url, bootstrap, workdir, users, run, args.seed))
+                report(f"run {run + 1}", results[-1], users, floor)
             medians = {key: statistics.median(r[key] for r in results) for key in results[0]}
-            print(
-                f"{users:>9,} users MEDIAN: " + ", ".join(f"{k} {v:,.1f}" for k, v in medians.items()),
-                flush=True,
-            )
+            report("MEDIAN", medians, users, floor)
         if args.pickups:
             latencies = pickup_latencies(admin_url, broker.bootstrap_servers, workdir, args.pickups)
             p99 = latencies[min(len(latencies) - 1, round(0.99 * (len(latencies) - 1)))]

@@ -45,7 +45,7 @@ def test_a_role_wide_snapshot_never_overtakes_a_point_revoke_that_commits_meanwh
         wait_until(lambda: hold.waiting() >= 1, "the revoke waits at its commit")
         if path is FanOutPath.QUEUED:
             job = fanout_job(container, ManualClock(datetime.now(UTC)), batch_size=50)
-            writer = Background(lambda: job.work_once(threading.Event()))
+            writer = Background(lambda: job.step(threading.Event()))
         else:
             writer = Background(lambda: _set_permissions(container, role, policy))
         # The snapshot writer either waits for the revoke's user (the fix) or commits without it.

@@ -17,8 +17,8 @@ from pin_identity.adapters.talent_http.client import (
     TalentApiClient,
     TalentPage,
     TalentSourceError,
-    TalentSourceRejected,
-    TalentSourceUnavailable,
+    TalentSourceRejectedError,
+    TalentSourceUnavailableError,
 )
 from pin_identity.simulation.talent import SimulatedTalentApi, TalentDataset, generate_dataset
 
@@ -100,7 +100,7 @@ def test_health_follows_the_source(api: SimulatedTalentApi, client: TalentApiCli
     client.health()
 
     api.healthy = False
-    with pytest.raises(TalentSourceUnavailable, match="HTTP 503"):
+    with pytest.raises(TalentSourceUnavailableError, match="HTTP 503"):
         client.health()
 
 
@@ -108,15 +108,15 @@ def test_a_stopped_source_is_unavailable(api: SimulatedTalentApi, client: Talent
     client.health()  # opens a keep-alive connection that the stop must cut
     api.stop()
 
-    with pytest.raises(TalentSourceUnavailable):
+    with pytest.raises(TalentSourceUnavailableError):
         client.health()
 
 
 def test_a_wrong_token_is_rejected_without_retry(api: SimulatedTalentApi) -> None:
     with TalentApiClient(api.url, "stolen-token", sleep=_no_sleep) as intruder:
-        with pytest.raises(TalentSourceRejected) as rejected:
+        with pytest.raises(TalentSourceRejectedError) as rejected:
             intruder.list_users(100)
-        with pytest.raises(TalentSourceRejected):
+        with pytest.raises(TalentSourceRejectedError):
             intruder.health()
 
     assert api.requests == 1
@@ -126,7 +126,7 @@ def test_a_wrong_token_is_rejected_without_retry(api: SimulatedTalentApi) -> Non
 def test_a_rejecting_source_fails_at_once(api: SimulatedTalentApi, client: TalentApiClient) -> None:
     api.reject_token = True
 
-    with pytest.raises(TalentSourceRejected):
+    with pytest.raises(TalentSourceRejectedError):
         client.list_tenants(100)
 
     assert api.requests == 1
@@ -151,7 +151,7 @@ def test_a_failing_source_gives_up_after_max_attempts(api: SimulatedTalentApi) -
     with client, pytest.raises(TalentSourceError, match="after 4 attempts: HTTP 503") as failed:
         client.list_users(100)
 
-    assert not isinstance(failed.value, TalentSourceUnavailable)
+    assert not isinstance(failed.value, TalentSourceUnavailableError)
     assert api.requests == 4
     assert len(sleeps) == 3
     assert all(0.05 * 2**n <= pause <= 0.1 * 2**n for n, pause in enumerate(sleeps))

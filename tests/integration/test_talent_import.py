@@ -21,6 +21,7 @@ from pin_identity.domain.talent_import import (
     PageStatus,
     RunStatus,
 )
+from pin_identity.entrypoints.talent_import_cli import exit_status
 from pin_identity.jobs.ports import SourceUnavailableError, TalentSource
 from pin_identity.jobs.talent_import import start_run
 from pin_identity.simulation.talent import TalentDataset, generate_dataset
@@ -203,7 +204,7 @@ def test_an_unavailable_source_is_refused_before_anything_is_written(world: Tale
         world.topics = type(world.topics)("missing.tenants", "missing.users", world.topics.group)
     with pytest.raises(ImportRefusedError) as refused:
         world.run()
-    assert (refused.value.code, refused.value.exit_status) == (ImportErrorCode.SOURCE_UNAVAILABLE, 4)
+    assert (refused.value.code, exit_status(refused.value)) == (ImportErrorCode.SOURCE_UNAVAILABLE, 4)
     assert _rows(world, "SELECT count(*) FROM identity.talent_import_runs") == [(0,)]
 
 
@@ -218,7 +219,7 @@ def test_a_source_listing_far_fewer_companies_than_the_replica_is_refused_unless
         world.run()
     forced = world.run(force=True)
 
-    assert (refused.value.code, refused.value.exit_status) == (ImportErrorCode.SOURCE_INCOMPLETE, 4)
+    assert (refused.value.code, exit_status(refused.value)) == (ImportErrorCode.SOURCE_INCOMPLETE, 4)
     assert forced.status is RunStatus.COMPLETED
 
 

@@ -1,6 +1,7 @@
 """Alerts and the dashboard as code (deploy/): every spec alert exists, every PromQL expression parses,
 and every metric it reads is one the code exports (src/pin_identity/observability/metrics.py, the single
-source of truth).
+source of truth). Environments stay apart: alerts aggregate by namespace, every dashboard selector filters on
+the namespace and job variables. Every panel says what it shows, in one unit.
 """
 
 from __future__ import annotations
@@ -47,14 +48,21 @@ EXPECTED_ALERTS = [
 # which only the Kafka exporter sees (spec alert "backlog топика pin.identity.access.v1 > 1000").
 EXTERNAL_METRICS = frozenset({"kafka_consumergroup_lag"})
 
-# Labels Prometheus attaches to every scraped series, usable on any metric in addition to its own labels.
-TARGET_LABELS = frozenset({"job", "instance"})
+# Labels a scrape attaches to every series, usable on any metric in addition to its own labels
+# (`namespace` comes from Kubernetes service discovery).
+TARGET_LABELS = frozenset({"job", "instance", "namespace"})
 
 # Grafana's built-in interval variables, replaced by a duration before parsing.
 GRAFANA_INTERVALS = {"$__rate_interval": "5m", "$__interval": "1m", "$__range": "6h"}
 
+# The dashboard's own variables, each selector's filter: this service's metrics on one environment's jobs,
+# the Kafka exporter's on the exporter job picked for that environment.
+SCOPE_OF_OWN_METRICS = {"job": "$job", "namespace": "$namespace"}
+SCOPE_OF_EXTERNAL_METRICS = {"job": "$kafka_job"}
+
 CAMEL_CASE = re.compile(r"^[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]*)+$")
-RUNBOOK_URL = re.compile(r"^docs/runbooks\.md#[a-z0-9]+(?:-[a-z0-9]+)*$")
+# The published address of docs/runbooks.md is filled in at install time (deploy/prometheus/render-alerts.sh).
+RUNBOOK_URL = re.compile(r"^\$\{RUNBOOK_BASE_URL\}#[a-z0-9]+(?:-[a-z0-9]+)*$")
 
 
 def _exported_names() -> dict[str, frozenset[str]]:
@@ -119,13 +127,24 @@ def _dashboard_exprs() -> list[tuple[str, str]]:
 
 RULES = _load_rules()
 DASHBOARD_EXPRS = _dashboard_exprs()
+PANELS = [panel for panel in _panels(_load_dashboard()["panels"]) if panel["type"] != "row"]
 
 
-def _selectors(expr: str) -> list[tuple[str, set[str]]]:
-    """(metric name, label names matched) of every vector selector in the expression's AST."""
-    found: list[tuple[str, set[str]]] = []
+def _nodes(expr: promql_parser.Expr) -> list[promql_parser.Expr]:
+    found: list[promql_parser.Expr] = []
 
     def visit(node: promql_parser.Expr) -> bool:
+        found.append(node)
+        return True
+
+    promql_parser.walk(expr, visit)
+    return found
+
+
+def _matchers(expr: str) -> list[tuple[str, dict[str, tuple[promql_parser.MatchOp, str]]]]:
+    """(metric name, {label: (op, value)}) of every vector selector in the expression's AST."""
+    found = []
+    for node in _nodes(promql_parser.parse(expr)):
         if isinstance(node, promql_parser.VectorSelector):
             matchers = list(node.matchers.matchers)
             for alternative in node.matchers.or_matchers:
@@ -135,11 +154,19 @@ def _selectors(expr: str) -> list[tuple[str, set[str]]]:
             ]
             names = {node.name} if node.name else set(by_name)
             assert len(names) == 1, f"selector without one literal metric name in {expr!r}: {node}"
-            found.append((names.pop(), {m.name for m in matchers if m.name != "__name__"}))
-        return True
-
-    promql_parser.walk(promql_parser.parse(expr), visit)
+            found.append((names.pop(), {m.name: (m.op, m.value) for m in matchers if m.name != "__name__"}))
     return found
+
+
+def _selectors(expr: str) -> list[tuple[str, set[str]]]:
+    """(metric name, label names matched) of every vector selector in the expression's AST."""
+    return [(name, set(matchers)) for name, matchers in _matchers(expr)]
+
+
+def _with_intervals(expr: str) -> str:
+    for variable, duration in GRAFANA_INTERVALS.items():
+        expr = expr.replace(variable, duration)
+    return expr
 
 
 def _check_expr(expr: str) -> set[str]:
@@ -165,6 +192,10 @@ def test_the_exported_name_set_is_derived_from_the_registry() -> None:
     assert {"identity_import_page_duration_ms_bucket", "identity_import_page_duration_ms_count"} <= set(
         EXPORTED
     )
+    assert {  # the base-unit twins of the spec's _ms histograms
+        "identity_import_page_duration_seconds_bucket",
+        "identity_access_fanout_task_duration_seconds_bucket",
+    } <= set(EXPORTED)
     assert "identity_import_pages" not in EXPORTED
     assert "identity_import_running_total" not in EXPORTED
     assert not EXTERNAL_METRICS & set(EXPORTED)
@@ -193,6 +224,42 @@ def test_an_alert_reads_only_exported_metrics(rule: dict[str, Any]) -> None:
     _check_expr(rule["expr"])
 
 
+def _loses_namespace(node: promql_parser.Expr) -> bool:
+    if isinstance(node, promql_parser.AggregateExpr):
+        modifier = node.modifier
+        if modifier is None:
+            return True
+        kept = modifier.type == promql_parser.AggModifierType.By
+        return ("namespace" in modifier.labels) != kept
+    if isinstance(node, promql_parser.BinaryExpr) and node.modifier and node.modifier.matching:
+        matching = node.modifier.matching
+        on = matching.type == promql_parser.LabelModifierType.Include
+        return ("namespace" in matching.labels) != on
+    return False
+
+
+@pytest.mark.parametrize("rule", RULES, ids=[str(rule.get("alert")) for rule in RULES])
+def test_an_alert_keeps_environments_apart(rule: dict[str, Any]) -> None:
+    """Every aggregation and vector match keeps `namespace`: environments never add up or mask each other."""
+    lost = [str(node) for node in _nodes(promql_parser.parse(rule["expr"])) if _loses_namespace(node)]
+    assert not lost, f"{rule['alert']}: drops namespace in {lost}"
+
+
+@pytest.mark.parametrize("rule", RULES, ids=[str(rule.get("alert")) for rule in RULES])
+def test_an_alert_prints_values_for_people(rule: dict[str, Any]) -> None:
+    """$value goes through humanize, humanizeDuration or printf: never "quarantined 1.0125 items"."""
+    for name, text in rule["annotations"].items():
+        for use in re.findall(r"\{\{[^}]*\$value[^}]*\}\}", text):
+            assert re.search(r"\|\s*(humanize|humanizeDuration|printf)\b", use), f"{name}: {use}"
+
+
+def test_an_alert_summing_environments_fails_the_check() -> None:
+    assert _loses_namespace(promql_parser.parse("sum(increase(identity_outbox_dead_letters_total[15m]))"))
+    assert _loses_namespace(promql_parser.parse("max by (le) (identity_outbox_backlog)"))
+    assert _loses_namespace(promql_parser.parse("identity_outbox_backlog and on () identity_import_running"))
+    assert not _loses_namespace(promql_parser.parse("max without (instance) (identity_outbox_backlog)"))
+
+
 def test_the_dashboard_is_identity_overview_on_a_datasource_variable() -> None:
     dashboard = _load_dashboard()
     assert dashboard["uid"] == "identity-overview"
@@ -213,10 +280,122 @@ def test_the_dashboard_is_identity_overview_on_a_datasource_variable() -> None:
 
 @pytest.mark.parametrize(("title", "expr"), DASHBOARD_EXPRS, ids=[title for title, _ in DASHBOARD_EXPRS])
 def test_a_dashboard_query_reads_only_exported_metrics(title: str, expr: str) -> None:
-    for variable, duration in GRAFANA_INTERVALS.items():
-        expr = expr.replace(variable, duration)
-    assert "$" not in expr, f"unknown Grafana variable in {title!r}: {expr!r}"
+    expr = _with_intervals(expr)
+    known = {*SCOPE_OF_OWN_METRICS.values(), *SCOPE_OF_EXTERNAL_METRICS.values()}
+    unknown = set(re.findall(r"\$\w+", expr)) - known
+    assert not unknown, f"unknown Grafana variable(s) {sorted(unknown)} in {title!r}: {expr!r}"
     _check_expr(expr)
+
+
+@pytest.mark.parametrize(("title", "expr"), DASHBOARD_EXPRS, ids=[title for title, _ in DASHBOARD_EXPRS])
+def test_a_dashboard_query_reads_one_environment(title: str, expr: str) -> None:
+    for name, matchers in _matchers(_with_intervals(expr)):
+        scope = SCOPE_OF_EXTERNAL_METRICS if name in EXTERNAL_METRICS else SCOPE_OF_OWN_METRICS
+        for label, variable in scope.items():
+            assert matchers.get(label) == (promql_parser.MatchOp.Re, variable), (
+                f'{name} in {title!r} does not filter on {label}=~"{variable}": {expr!r}'
+            )
+
+
+def test_the_dashboard_variables_pick_one_environment() -> None:
+    variables = {v["name"]: v for v in _load_dashboard()["templating"]["list"]}
+    for name, label in (("namespace", "namespace"), ("job", "job"), ("kafka_job", "job")):
+        variable = variables[name]
+        assert variable["type"] == "query", name
+        assert variable["datasource"] == {"type": "prometheus", "uid": "${datasource}"}, name
+        assert variable["description"].strip(), name
+        found = re.fullmatch(rf"label_values\((.+), {label}\)", variable["query"])
+        assert found, f"{name}: {variable['query']!r} is not label_values(<selector>, {label})"
+        _check_expr(found.group(1).replace("$namespace", ".*"))
+    # Environments never add up: one namespace at a time (jobs of that namespace may be several).
+    assert variables["namespace"]["multi"] is False
+    assert variables["namespace"]["includeAll"] is False
+
+
+# A Grafana unit, and what it measures.
+UNIT_DIMENSIONS = {"s": "time", "ms": "milliseconds", "ops": "rate", "short": "count", "none": "count"}
+COMPARISONS = frozenset({"==", "!=", ">", "<", ">=", "<="})
+
+
+def _dimension(node: promql_parser.Expr) -> str | None:
+    """What an expression's values measure (a UNIT_DIMENSIONS value); None for a bare number."""
+    if isinstance(node, promql_parser.NumberLiteral):
+        return None
+    if isinstance(node, promql_parser.ParenExpr | promql_parser.AggregateExpr):
+        return _dimension(node.expr)
+    if isinstance(node, promql_parser.MatrixSelector):
+        return _dimension(node.vector_selector)
+    if isinstance(node, promql_parser.VectorSelector):
+        return _dimension_of_metric(str(node.name))
+    if isinstance(node, promql_parser.Call):
+        return _dimension_of_call(node)
+    if isinstance(node, promql_parser.BinaryExpr):
+        return _dimension_of_operation(node)
+    raise AssertionError(f"no dimension rule for {node}")
+
+
+def _dimension_of_metric(name: str) -> str:
+    base = name.removesuffix("_bucket")
+    if base.endswith("_seconds"):  # durations, ages and timestamps
+        return "time"
+    if base.endswith("_ms"):
+        return "milliseconds"
+    return "count"
+
+
+def _dimension_of_call(call: promql_parser.Call) -> str | None:
+    name = call.func.name
+    if name == "time":
+        return "time"
+    if name in {"rate", "irate"}:
+        return "rate"
+    if name == "histogram_quantile":  # the unit of the observations, not of the bucket rates
+        buckets = [n for n in _nodes(call.args[1]) if isinstance(n, promql_parser.VectorSelector)]
+        return _dimension_of_metric(str(buckets[0].name))
+    return _dimension(call.args[0])  # increase(), *_over_time(): the argument's unit
+
+
+def _dimension_of_operation(operation: promql_parser.BinaryExpr) -> str | None:
+    op = str(operation.op)
+    lhs, rhs = _dimension(operation.lhs), _dimension(operation.rhs)
+    if op in COMPARISONS and operation.modifier is not None and operation.modifier.return_bool:
+        return "count"
+    if op in COMPARISONS | {"and", "unless"}:  # a filter: the left side's values
+        return lhs
+    if op in {"+", "-", "or"}:
+        assert lhs is None or rhs is None or lhs == rhs, f"{lhs} {op} {rhs}"
+        return lhs or rhs
+    raise AssertionError(f"no dimension rule for {op}")
+
+
+@pytest.mark.parametrize("panel", PANELS, ids=[panel["title"] for panel in PANELS])
+def test_a_panel_says_what_it_shows_and_in_which_unit(panel: dict[str, Any]) -> None:
+    assert panel.get("description", "").strip(), f"{panel['title']!r} has no description"
+    unit = panel["fieldConfig"]["defaults"].get("unit")
+    assert unit in UNIT_DIMENSIONS, f"{panel['title']!r}: unit {unit!r} (one of {sorted(UNIT_DIMENSIONS)})"
+
+
+@pytest.mark.parametrize("panel", PANELS, ids=[panel["title"] for panel in PANELS])
+def test_a_panel_plots_one_unit(panel: dict[str, Any]) -> None:
+    for override in panel["fieldConfig"].get("overrides", []):
+        assert all(prop["id"] != "unit" for prop in override["properties"]), panel["title"]
+    unit = panel["fieldConfig"]["defaults"]["unit"]
+    for target in panel["targets"]:
+        measured = _dimension(promql_parser.parse(_with_intervals(target["expr"])))
+        assert measured == UNIT_DIMENSIONS[unit], (
+            f"{panel['title']!r} ({unit}) plots {measured}: {target['expr']}"
+        )
+
+
+def test_a_panel_mixing_milliseconds_and_counts_fails_the_check() -> None:
+    duration = (
+        "histogram_quantile(0.99, sum by (le) (rate(identity_access_fanout_task_duration_ms_bucket[5m])))"
+    )
+    users = "histogram_quantile(0.99, sum by (le) (rate(identity_access_fanout_size_bucket[5m])))"
+    assert _dimension(promql_parser.parse(duration)) == "milliseconds"
+    assert _dimension(promql_parser.parse(users)) == "count"
+    age = "time() - max(identity_access_fanout_last_success_timestamp_seconds > 0)"
+    assert _dimension(promql_parser.parse(age)) == "time"
 
 
 def test_the_allow_list_holds_only_metrics_in_use() -> None:

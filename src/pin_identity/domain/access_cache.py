@@ -5,6 +5,10 @@ one user, because fan-out versions (RoleDefinition.Version) and point versions (
 are different scales. A lower version on the same (userId, changedRoleId, axis) is dropped; otherwise
 the event's full snapshot replaces the user's cached access. A version that cannot be read, or the same
 version carrying a different snapshot, invalidates the user's cache entirely (the safe fallback).
+
+Nothing in this service calls it: it is documentation for downstream teams, in code so that the tests
+(tests/unit/test_access_cache.py, tests/integration/test_access_fanout.py) hold it to the events we publish.
+Keep it when it looks unused.
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ from enum import StrEnum
 from typing import NamedTuple
 from uuid import UUID
 
+# The system role a Talent manager holds in its own organization (its row comes with the first migration).
 DEVELOPER_MANAGER_ROLE_CODE = "developer-manager"
 
 
@@ -55,12 +56,6 @@ class ScopeType(StrEnum):
     ORGANIZATION = "Organization"
     PROJECT_GROUP = "ProjectGroup"
     PROJECT = "Project"
-
-
-class AssignmentStatus(StrEnum):
-    ACTIVE = "Active"
-    REVOKED = "Revoked"
-    EXPIRED = "Expired"
 
 
 class AccessChangeReason(StrEnum):

@@ -25,7 +25,6 @@ from pin_identity.domain.phone import InvalidPhoneError, normalize_phone
 
 TENANTS_TOPIC = "talent.identity.tenants.v1"
 USERS_TOPIC = "talent.identity.users.v1"
-TALENT_SYNC_GROUP = "pin-identity-talent-sync"
 
 
 class SyncErrorCode(StrEnum):

@@ -58,27 +58,12 @@ class ImportErrorCode(StrEnum):
     PLANNING_FAILED = "IDENTITY_IMPORT_PLANNING_FAILED"
 
 
-# CONTRACTS section 2: the exit status each refusal or end maps to.
-EXIT_STATUS = {
-    ImportErrorCode.INVALID_REQUEST: 2,
-    ImportErrorCode.RESUME_MISMATCH: 2,
-    ImportErrorCode.ALREADY_RUNNING: 3,
-    ImportErrorCode.SOURCE_UNAVAILABLE: 4,
-    ImportErrorCode.SOURCE_INCOMPLETE: 4,
-}
-RUN_EXIT_STATUS = {RunStatus.COMPLETED: 0, RunStatus.FAILED: 1, RunStatus.CANCELLED: 5}
-
-
 class ImportRefusedError(Exception):
     """The import did not start (or resume): nothing was written."""
 
     def __init__(self, code: ImportErrorCode, message: str):
         super().__init__(f"{code.value}: {message}")
         self.code = code
-
-    @property
-    def exit_status(self) -> int:
-        return EXIT_STATUS.get(self.code, 1)
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from pin_identity.domain.model import FanOutTaskStatus
 from pin_identity.entrypoints import worker as worker_entry
 from pin_identity.entrypoints.access_cli import access_app
 from pin_identity.entrypoints.cli_common import JsonOption, container_from_env, emit, operator
+from pin_identity.entrypoints.embedded_cli import embedded_info
 from pin_identity.entrypoints.talent_import_cli import run_initial_import, talent_import_app
 from pin_identity.observability.logging import configure_logging, describe_error, get_logger
 from pin_identity.operations import identity
@@ -48,6 +49,7 @@ app.add_typer(kafka_app, name="kafka")
 app.add_typer(roles_app, name="roles")
 app.add_typer(fanout_app, name="fanout")
 app.add_typer(embedded_app, name="embedded")
+embedded_app.command("info")(embedded_info)
 app.add_typer(maintenance_app, name="maintenance")
 app.add_typer(talent_import_app, name="talent-import")
 app.add_typer(access_app, name="access")

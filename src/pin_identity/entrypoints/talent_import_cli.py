@@ -21,7 +21,6 @@ from pin_identity.domain.errors import ImportNotRunningError, InvalidInputError,
 from pin_identity.domain.events import now_utc
 from pin_identity.domain.talent import ImportStage
 from pin_identity.domain.talent_import import (
-    RUN_EXIT_STATUS,
     ImportErrorCode,
     ImportMode,
     ImportRefusedError,
@@ -39,6 +38,15 @@ from pin_identity.operations.talent_replica import replay_quarantined
 
 log = get_logger("cli")
 EXIT_BAD_INPUT = 2
+# CONTRACTS section 2: the exit status each refusal or end maps to.
+REFUSAL_EXIT_STATUS = {
+    ImportErrorCode.INVALID_REQUEST: 2,
+    ImportErrorCode.RESUME_MISMATCH: 2,
+    ImportErrorCode.ALREADY_RUNNING: 3,
+    ImportErrorCode.SOURCE_UNAVAILABLE: 4,
+    ImportErrorCode.SOURCE_INCOMPLETE: 4,
+}
+RUN_EXIT_STATUS = {RunStatus.COMPLETED: 0, RunStatus.FAILED: 1, RunStatus.CANCELLED: 5}
 
 talent_import_app = typer.Typer(
     help="The Talent initial import (bootstrap of the replica).", no_args_is_help=True
@@ -47,9 +55,13 @@ talent_import_app = typer.Typer(
 RunIdArgument = Annotated[UUID, typer.Argument(help="The import run.")]
 
 
+def exit_status(refusal: ImportRefusedError) -> int:
+    return REFUSAL_EXIT_STATUS.get(refusal.code, 1)
+
+
 def _refused(exc: ImportRefusedError) -> typer.Exit:
     typer.echo(f"error: {exc}", err=True)
-    return typer.Exit(exc.exit_status)
+    return typer.Exit(exit_status(exc))
 
 
 @talent_import_app.command("run")
@@ -104,7 +116,7 @@ def run_import(container: Container, request: ImportRequest, *, as_json: bool) -
     else:
         _print_result(result, final)
     if final.error_code == ImportErrorCode.SOURCE_UNAVAILABLE.value:
-        return 4
+        return REFUSAL_EXIT_STATUS[ImportErrorCode.SOURCE_UNAVAILABLE]
     return RUN_EXIT_STATUS.get(final.status, 1)
 
 

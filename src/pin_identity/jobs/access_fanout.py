@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 
 from pin_identity.domain import events
+from pin_identity.domain.backoff import Backoff
 from pin_identity.domain.model import AccessChangeReason
 from pin_identity.jobs.ports import FanOutQueue, FanOutTask, LeaseLostError, StopSignal, TaskWakeups
 from pin_identity.observability import metrics
@@ -40,8 +41,8 @@ class FanOutSettings:
         return timedelta(seconds=self.max_lease_s)
 
     def retry_delay(self, attempt: int) -> timedelta:
-        """After a failed attempt the task waits a little (doubling), never longer than a lease."""
-        return timedelta(seconds=min(self.max_lease_s, 2.0 ** min(attempt, 16)))
+        """After a failed attempt the task waits a little (2 s, doubling), never longer than a lease."""
+        return timedelta(seconds=Backoff(base_s=2.0, cap_s=self.max_lease_s).delay(attempt))
 
 
 class TaskOutcome(StrEnum):
@@ -63,7 +64,7 @@ class AccessFanOutJob:
         log.info("fanout-job-started", batch_size=self._settings.batch_size)
         try:
             while not stop.is_set():
-                if self.work_once(stop):
+                if self.step(stop):
                     continue
                 if once:
                     break
@@ -71,7 +72,7 @@ class AccessFanOutJob:
         finally:
             self._wakeups.close()
 
-    def work_once(self, stop: StopSignal) -> bool:
+    def step(self, stop: StopSignal) -> bool:
         """Claim and process one task; True when a task was taken."""
         try:
             task = self._claim()
@@ -127,7 +128,7 @@ class AccessFanOutJob:
             outcome = self._pages(task, stop)
             span.set_attribute("outcome", outcome.value)
         if outcome == TaskOutcome.COMPLETED:
-            metrics.fanout_task_duration_ms.observe((time.monotonic() - started) * 1000)
+            metrics.observe_fanout_task_duration(time.monotonic() - started)
         return outcome
 
     def _pages(self, task: FanOutTask, stop: StopSignal) -> TaskOutcome:

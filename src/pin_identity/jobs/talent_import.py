@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from uuid import UUID
 
+from pin_identity.domain.backoff import Backoff
 from pin_identity.domain.talent import ImportStage, ItemResult, RawSnapshot
 from pin_identity.domain.talent_import import (
     TRUNCATED_SOURCE_SHARE,
@@ -60,6 +61,11 @@ class ImportSettings:
     max_planning_failures: int = 8
     plan_ahead_pages: int = 8
     lock_retry_s: float = 5.0
+
+    @property
+    def backoff(self) -> Backoff:
+        """The wait after a failed page attempt or planning step."""
+        return Backoff(base_s=self.backoff_base_s, cap_s=self.backoff_max_s)
 
 
 def start_run(
@@ -291,9 +297,7 @@ class TalentImportJob:
         if self._planning.failures >= self.settings.max_planning_failures:
             self._end(run, RunStatus.FAILED, ImportErrorCode.PLANNING_FAILED, describe_error(exc))
             return True
-        delay = min(
-            self.settings.backoff_base_s * 2 ** (self._planning.failures - 1), self.settings.backoff_max_s
-        )
+        delay = self.settings.backoff.delay(self._planning.failures)
         self._planning.not_before = time.monotonic() + delay
         log.warning("import-planning-retry", run_id=str(run.run_id), error=describe_error(exc), delay_s=delay)
         return False
@@ -400,7 +404,7 @@ class TalentImportJob:
         return batch
 
     def _page_applied(self, run: ImportRun, page: ImportPage, batch: BatchOutcome, seconds: float) -> None:
-        metrics.import_page_duration_ms.observe(seconds * 1000)
+        metrics.observe_import_page_duration(seconds)
         metrics.import_pages_total.labels(stage=page.stage.value, status=PageStatus.DONE.value).inc()
         for outcome in batch.outcomes:
             record_outcome(outcome, metric=metrics.import_items_total, run_id=run.run_id)
@@ -420,7 +424,7 @@ class TalentImportJob:
 
     def _page_failed(self, run: ImportRun, page: ImportPage, exc: Exception) -> None:
         now = self.clock()
-        delay = min(self.settings.backoff_base_s * 2 ** (page.attempt - 1), self.settings.backoff_max_s)
+        delay = self.settings.backoff.delay(page.attempt)
         error = describe_error(exc)
         status = self.store.release_page(
             page,

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from uuid import UUID
 
+from pin_identity.domain.backoff import Backoff
 from pin_identity.domain.talent import (
     ImportStage,
     RawSnapshot,
@@ -49,6 +50,16 @@ class TalentSyncSettings:
     max_deferrals: int = 12  # then the item stays quarantined for the operator (about 20 min of retries)
     error_backoff_max_s: float = 30.0
 
+    @property
+    def retry_backoff(self) -> Backoff:
+        """When a deferred item (a user before its tenant) is tried again."""
+        return Backoff(base_s=self.retry_base_s, cap_s=self.retry_max_s)
+
+    @property
+    def error_backoff(self) -> Backoff:
+        """The pause after a batch that failed to apply (the database is away)."""
+        return Backoff(base_s=0.5, cap_s=self.error_backoff_max_s)
+
 
 class TalentSyncJob:
     def __init__(
@@ -73,7 +84,7 @@ class TalentSyncJob:
                     self._caught_up()
                     next_lag_report = time.monotonic() + _LAG_REPORT_S
                 if self._failures:
-                    stop.wait(min(2.0**self._failures / 4, self._settings.error_backoff_max_s))
+                    stop.wait(self._settings.error_backoff.delay(self._failures))
                 elif once and not busy and self._caught_up():
                     break
         finally:
@@ -157,8 +168,7 @@ class TalentSyncJob:
         def retry_at(attempt: int) -> datetime | None:
             if attempt > settings.max_deferrals:
                 return None
-            delay = min(settings.retry_base_s * 2 ** (attempt - 1), settings.retry_max_s)
-            return now + timedelta(seconds=delay)
+            return now + timedelta(seconds=settings.retry_backoff.delay(attempt))
 
         return ApplyOptions(run_id=None, retry_at=retry_at)
 

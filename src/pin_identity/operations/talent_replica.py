@@ -211,7 +211,7 @@ class _RoundWriter:
         self._tx.save_companies(created, updated, self._ctx.now)
         self._tx.add_events([self._company_event(c.state) for c in changes])
         if followed:
-            _ManagersFollow(self._tx, self._ctx, changes).run()
+            _ManagersFollow(self._tx, self._ctx, changes).apply()
 
     def _company_event(self, company: CompanyState) -> OutboxMessage:
         return events.company_upserted(
@@ -242,7 +242,7 @@ class _RoundWriter:
         if self._options.dry_run:
             self._remember_phones(changes)
         else:
-            _UserWrite(self._tx, self._ctx, changes, replica.blocked_companies).run()
+            _UserWrite(self._tx, self._ctx, changes, replica.blocked_companies).apply()
             self._forget_absent(absent_deletions)
         return outcomes
 
@@ -405,7 +405,7 @@ class _ManagersFollow:
         self._blocked = {c.state.company_id for c in changes if c.change is Change.BLOCKED}
         self._restored = {c.state.company_id for c in changes if c.change is Change.RESTORED}
 
-    def run(self) -> None:
+    def apply(self) -> None:
         role = self._tx.default_role()
         # Again after the update, which waited for every user round that had read these companies: a manager
         # such a round moved in meanwhile is among them now.
@@ -442,7 +442,7 @@ class _UserWrite:
             and c.state.company_id not in blocked_companies
         }
 
-    def run(self) -> None:
+    def apply(self) -> None:
         if not self._changes:
             return
         role = self._tx.default_role()

@@ -19,8 +19,9 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._config import ConfigResource
 
+from pin_identity.adapters.kafka.talent_stream import TALENT_SYNC_GROUP
 from pin_identity.adapters.talent_wire import decode_topic_value
-from pin_identity.domain.talent import TALENT_SYNC_GROUP, TENANTS_TOPIC, USERS_TOPIC, ImportStage, RawSnapshot
+from pin_identity.domain.talent import TENANTS_TOPIC, USERS_TOPIC, ImportStage, RawSnapshot
 from pin_identity.domain.talent_import import PlannedPage, PlanStep
 from pin_identity.jobs.ports import SourceUnavailableError
 from pin_identity.observability.logging import get_logger

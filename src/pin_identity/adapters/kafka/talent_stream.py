@@ -8,11 +8,14 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from pin_identity.adapters.talent_wire import decode_topic_value
-from pin_identity.domain.talent import TALENT_SYNC_GROUP, TENANTS_TOPIC, USERS_TOPIC, ImportStage
+from pin_identity.domain.talent import TENANTS_TOPIC, USERS_TOPIC, ImportStage
 from pin_identity.jobs.ports import TalentRecord
 from pin_identity.observability.logging import get_logger
 
 log = get_logger("talent-stream")
+
+# CONTRACTS section 5; PIN_IDENTITY_TALENT_SYNC_GROUP overrides it (staging clusters, tests).
+TALENT_SYNC_GROUP = "pin-identity-talent-sync"
 
 # Offsets are committed by hand after the database commit; a new group starts from the beginning, so a first
 # start (or a reset group) reads every compacted snapshot.

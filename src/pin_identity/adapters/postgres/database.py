@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
+from uuid import UUID
 
 import psycopg
 from psycopg_pool import ConnectionPool
 
 from pin_identity.adapters.postgres.catalogue import query
+from pin_identity.jobs.ports import LeaseLostError
 
 
 @dataclass(frozen=True)
@@ -24,6 +26,20 @@ class ConnectionLimits:
             f"-c idle_in_transaction_session_timeout={self.idle_in_transaction_timeout_ms} "
             "-c search_path=identity,public"
         )
+
+
+@dataclass(frozen=True)
+class Fence:
+    """The lease a transaction writes under: the named statement returns a row (and locks the leased row until
+    the transaction ends) only while the lease is still the caller's."""
+
+    statement: str
+    params: Mapping[str, Any]
+    leased_id: UUID
+
+    def hold(self, conn: psycopg.Connection) -> None:
+        if conn.execute(query(self.statement), self.params).fetchone() is None:
+            raise LeaseLostError(str(self.leased_id))
 
 
 class Database:
@@ -52,7 +68,7 @@ class Database:
     def close(self) -> None:
         self._pool.close()
 
-    def run(self, name: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+    def execute(self, name: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
         """One named statement in its own transaction; the rows it returned, if it returns any."""
         with self.connection() as conn:
             cursor = conn.execute(query(name), params)
@@ -62,6 +78,18 @@ class Database:
     def connection(self) -> Iterator[psycopg.Connection]:
         with self._pool.connection() as conn:
             yield conn
+
+    @contextmanager
+    def transaction(self, fence: Fence | None = None) -> Iterator[psycopg.Connection]:
+        """One transaction on a pooled connection: what the block leaves uncommitted is rolled back, so the
+        pool gets a clean connection. A fence is checked first: LeaseLostError when the lease is gone."""
+        with self.connection() as conn:
+            try:
+                if fence is not None:
+                    fence.hold(conn)
+                yield conn
+            finally:
+                conn.rollback()
 
     def dedicated(self, *, autocommit: bool = True, name: str = "pin-identity") -> psycopg.Connection:
         """A connection outside the pool, for a session-level advisory lock or LISTEN."""

@@ -12,7 +12,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from pin_identity.adapters.postgres.catalogue import query
-from pin_identity.adapters.postgres.database import Database
+from pin_identity.adapters.postgres.database import Database, Fence
 from pin_identity.adapters.postgres.outbox_writer import write_outbox
 from pin_identity.domain.errors import ConflictError, NotFoundError
 from pin_identity.domain.events import OutboxMessage
@@ -60,11 +60,13 @@ class PostgresFanOutQueue:
         self._database = database
 
     def fail_exhausted(self, now: datetime, max_attempts: int) -> list[PoisonedTask]:
-        rows = self._database.run("fail_exhausted_fanout_tasks", {"now": now, "max_attempts": max_attempts})
+        rows = self._database.execute(
+            "fail_exhausted_fanout_tasks", {"now": now, "max_attempts": max_attempts}
+        )
         return [PoisonedTask(*row) for row in rows]
 
     def claim(self, claim_id: UUID, now: datetime, lease_until: datetime) -> FanOutTask | None:
-        rows = self._database.run(
+        rows = self._database.execute(
             "claim_fanout_task", {"claim_id": claim_id, "now": now, "lease_until": lease_until}
         )
         if not rows:
@@ -76,20 +78,10 @@ class PostgresFanOutQueue:
 
     @contextmanager
     def batch(self, task: FanOutTask, now: datetime, lease_until: datetime) -> Iterator[PostgresFanOutBatch]:
-        with self._database.connection() as conn:
-            try:
-                params = {
-                    "task_id": task.task_id,
-                    "claim_id": task.claim_id,
-                    "now": now,
-                    "lease_until": lease_until,
-                }
-                # Locks the task row for the batch: the fence holds until commit.
-                if conn.execute(query("renew_fanout_lease"), params).fetchone() is None:
-                    raise LeaseLostError(str(task.task_id))
-                yield PostgresFanOutBatch(conn, task, now, lease_until)
-            finally:
-                conn.rollback()
+        params = {"task_id": task.task_id, "claim_id": task.claim_id, "now": now, "lease_until": lease_until}
+        # Locks the task row for the batch: the fence holds until commit.
+        with self._database.transaction(Fence("renew_fanout_lease", params, task.task_id)) as conn:
+            yield PostgresFanOutBatch(conn, task, now, lease_until)
 
     def release(
         self,
@@ -108,7 +100,7 @@ class PostgresFanOutQueue:
             "count_attempt": count_attempt,
             "error": error,
         }
-        self._database.run("release_fanout_task", params)
+        self._database.execute("release_fanout_task", params)
 
     def list_tasks(self, status: str | None, limit: int = 100) -> list[dict[str, Any]]:
         with self._database.connection() as conn, conn.cursor(row_factory=dict_row) as cursor:
@@ -117,19 +109,19 @@ class PostgresFanOutQueue:
     def replay(self, task_id: UUID, now: datetime) -> None:
         """Runbook: a Failed task goes back to Pending with fresh attempts, from its cursor."""
         try:
-            if self._database.run("replay_fanout_task", {"task_id": task_id, "now": now}):
+            if self._database.execute("replay_fanout_task", {"task_id": task_id, "now": now}):
                 return
         except psycopg.errors.UniqueViolation:
             raise ConflictError(
                 f"fan-out task {task_id}: its role already has a Pending task, which notifies every user"
             ) from None
-        status = self._database.run("fanout_task_status", {"task_id": task_id})
+        status = self._database.execute("fanout_task_status", {"task_id": task_id})
         if not status:
             raise NotFoundError(f"fan-out task {task_id} does not exist")
         raise ConflictError(f"fan-out task {task_id} is {status[0][0]}, only a Failed task can be replayed")
 
     def stats(self, now: datetime) -> QueueStats:
-        [(backlog, failed)] = self._database.run("fanout_queue_stats", {"now": now})
+        [(backlog, failed)] = self._database.execute("fanout_queue_stats", {"now": now})
         return QueueStats(int(backlog), int(failed))
 
 

@@ -184,9 +184,5 @@ class PostgresIdentityTransactions:
 
     @contextmanager
     def __call__(self) -> Iterator[PostgresIdentityTransaction]:
-        with self._database.connection() as conn:
-            try:
-                yield PostgresIdentityTransaction(conn)
-            finally:
-                # A block left without commit() discards its work; the pool gets a clean connection.
-                conn.rollback()
+        with self._database.transaction() as conn:
+            yield PostgresIdentityTransaction(conn)

@@ -14,7 +14,7 @@ from uuid import UUID
 import psycopg
 
 from pin_identity.adapters.postgres.catalogue import query
-from pin_identity.adapters.postgres.database import Database
+from pin_identity.adapters.postgres.database import Database, Fence
 from pin_identity.adapters.postgres.replica_store import PostgresReplicaTransaction
 from pin_identity.domain.talent import ImportStage
 from pin_identity.domain.talent_import import (
@@ -32,7 +32,7 @@ from pin_identity.domain.talent_import import (
 from pin_identity.jobs.ports import LeaseLostError
 
 
-def _run(row: Sequence[Any]) -> ImportRun:
+def _run_from_row(row: Sequence[Any]) -> ImportRun:
     return ImportRun(
         run_id=row[0],
         mode=ImportMode(row[1]),
@@ -93,14 +93,14 @@ class PostgresImportPageTransaction(PostgresReplicaTransaction):
             "failed": counters.failed,
             "count_planned": count_planned,
         }
-        if self._run("complete_import_page", params).fetchone() is None:
+        if self._execute("complete_import_page", params).fetchone() is None:
             raise LeaseLostError(str(page.page_id))
 
     def dry_run_memory(self, run_id: UUID) -> PostgresDryRunMemory:
         return PostgresDryRunMemory(self._conn, run_id)
 
     def talent_users_of_tenant(self, tenant_id: UUID, user_ids: Sequence[UUID]) -> set[UUID]:
-        rows = self._run("talent_users_of_tenant", {"tenant_id": tenant_id, "user_ids": list(user_ids)})
+        rows = self._execute("talent_users_of_tenant", {"tenant_id": tenant_id, "user_ids": list(user_ids)})
         return {row[0] for row in rows}
 
 
@@ -109,8 +109,8 @@ class PostgresImportStore:
         self._database = database
 
     def _one_run(self, run_id: UUID | None, *, running_only: bool) -> ImportRun | None:
-        rows = self._database.run("import_runs", {"run_id": run_id, "running_only": running_only})
-        return _run(rows[0]) if rows else None
+        rows = self._database.execute("import_runs", {"run_id": run_id, "running_only": running_only})
+        return _run_from_row(rows[0]) if rows else None
 
     def running_run(self) -> ImportRun | None:
         return self._one_run(None, running_only=True)
@@ -132,13 +132,13 @@ class PostgresImportStore:
             "correlation_id": correlation_id,
             "now": now,
         }
-        self._database.run("create_import_run", params)
+        self._database.execute("create_import_run", params)
         created = self.load_run(run_id)
         assert created is not None
         return created
 
     def replica_company_count(self, tenant_filter: UUID | None) -> int:
-        return int(self._database.run("replica_company_count", {"tenant_filter": tenant_filter})[0][0])
+        return int(self._database.execute("replica_company_count", {"tenant_filter": tenant_filter})[0][0])
 
     def add_planned_pages(self, run: ImportRun, stage: ImportStage, step: PlanStep) -> bool:
         params = {
@@ -163,13 +163,13 @@ class PostgresImportStore:
         return True
 
     def progress(self, run_id: UUID) -> PageProgress:
-        rows = self._database.run("import_page_progress", {"run_id": run_id})
+        rows = self._database.execute("import_page_progress", {"run_id": run_id})
         return PageProgress({(ImportStage(stage), PageStatus(status)): n for stage, status, n in rows})
 
     def page_cursors(self, run_id: UUID, stage: ImportStage) -> list[str | None]:
         return [
             row[0]
-            for row in self._database.run("import_page_cursors", {"run_id": run_id, "stage": stage.value})
+            for row in self._database.execute("import_page_cursors", {"run_id": run_id, "stage": stage.value})
         ]
 
     def finish_run(
@@ -188,14 +188,14 @@ class PostgresImportStore:
             "error_code": error_code,
             "error": error,
         }
-        return bool(self._database.run("finish_import_run", params))
+        return bool(self._database.execute("finish_import_run", params))
 
     def claim_page(
         self, claim_id: UUID, now: datetime, lease_until: datetime, max_attempts: int, run_id: UUID | None
     ) -> ImportPage | None:
-        self._database.run("fail_exhausted_import_pages", {"now": now, "max_attempts": max_attempts})
+        self._database.execute("fail_exhausted_import_pages", {"now": now, "max_attempts": max_attempts})
         params = {"claim_id": claim_id, "now": now, "lease_until": lease_until, "run_id": run_id}
-        rows = self._database.run("claim_import_page", params)
+        rows = self._database.execute("claim_import_page", params)
         if not rows:
             return None
         page_id, page_run_id, stage, page_no, cursor, attempt = rows[0]
@@ -205,19 +205,9 @@ class PostgresImportStore:
     def page_transaction(
         self, page: ImportPage, now: datetime, lease_until: datetime
     ) -> Iterator[PostgresImportPageTransaction]:
-        with self._database.connection() as conn:
-            try:
-                params = {
-                    "page_id": page.page_id,
-                    "claim_id": page.claim_id,
-                    "now": now,
-                    "lease_until": lease_until,
-                }
-                if conn.execute(query("fence_import_page"), params).fetchone() is None:
-                    raise LeaseLostError(str(page.page_id))
-                yield PostgresImportPageTransaction(conn)
-            finally:
-                conn.rollback()
+        params = {"page_id": page.page_id, "claim_id": page.claim_id, "now": now, "lease_until": lease_until}
+        with self._database.transaction(Fence("fence_import_page", params, page.page_id)) as conn:
+            yield PostgresImportPageTransaction(conn)
 
     def release_page(
         self, page: ImportPage, now: datetime, *, available_at: datetime, max_attempts: int, error: str
@@ -230,20 +220,20 @@ class PostgresImportStore:
             "max_attempts": max_attempts,
             "error": error,
         }
-        rows = self._database.run("release_import_page", params)
+        rows = self._database.execute("release_import_page", params)
         return PageStatus(rows[0][0]) if rows else None
 
     # ---------------------------------------------------------------- operator commands
 
     def request_cancel(self, run_id: UUID) -> bool:
         """Running -> Cancelled; pages already claimed still finish (their claims stay valid)."""
-        return bool(self._database.run("request_import_cancel", {"run_id": run_id}))
+        return bool(self._database.execute("request_import_cancel", {"run_id": run_id}))
 
     def reset_leases(self, run_id: UUID) -> int:
-        return len(self._database.run("reset_import_leases", {"run_id": run_id}))
+        return len(self._database.execute("reset_import_leases", {"run_id": run_id}))
 
     def failed_items(self, run_id: UUID | None) -> list[dict[str, Any]]:
-        rows = self._database.run("import_failed_items", {"run_id": run_id})
+        rows = self._database.execute("import_failed_items", {"run_id": run_id})
         names = ("id", "stage", "externalId", "errorCode", "reason", "attempts", "createdAt", "updatedAt")
         return [dict(zip(names, row, strict=True)) for row in rows]
 

@@ -45,10 +45,6 @@ FOR NO KEY UPDATE;
 -- A grant only needs the role to stay Active until it commits; grants of one role do not wait for each other.
 SELECT id, code, company_id, status, version FROM identity.role_definitions WHERE id = %(role_id)s FOR SHARE;
 
--- name: role_by_code
-SELECT id, code, company_id, status, version FROM identity.role_definitions
-WHERE code = %(code)s AND company_id IS NOT DISTINCT FROM %(company_id)s;
-
 -- name: delete_role_permissions
 DELETE FROM identity.role_permissions WHERE role_id = %(role_id)s;
 
@@ -62,9 +58,6 @@ UPDATE identity.role_definitions SET version = %(version)s, updated_at = now() W
 -- name: archive_role
 UPDATE identity.role_definitions SET status = 'Archived', version = %(version)s, updated_at = now()
 WHERE id = %(role_id)s;
-
--- name: role_permission_codes
-SELECT permission_code FROM identity.role_permissions WHERE role_id = %(role_id)s ORDER BY permission_code;
 
 -- ---------------------------------------------------------------- role assignments
 
@@ -199,20 +192,28 @@ RETURNING id;
 -- the order of a user's outbox rows is the order of the truths they carry. KEY SHARE lets other snapshot
 -- writers (another role's page) through. The snapshots are read by the next statement, which in READ
 -- COMMITTED takes a snapshot after the wait (this one's would still show what the waited-for change undid).
+-- The page's ids are gathered into an array first (an InitPlan over the (role_id, user_id) index), so the
+-- users are found through their primary key whatever the cost settings: as a join (`IN (subquery)`) the
+-- planner weighed a hash join over a sequential scan of every user against 500 index probes, and chose the
+-- scan for a 50,000-user role under the default random_page_cost: 5 ms a page instead of 0.6 ms
+-- (tests/integration/test_query_plans.py holds the shape).
 SELECT u.id FROM identity.users u
-WHERE u.id IN (
+WHERE u.id = ANY(ARRAY(
     SELECT DISTINCT ra.user_id FROM identity.role_assignments ra
     WHERE ra.role_id = %(role_id)s AND ra.status = 'Active' AND ra.user_id > %(cursor)s
     ORDER BY ra.user_id
     LIMIT %(limit)s
-)
+))
 ORDER BY u.id
 FOR KEY SHARE OF u;
 
 -- name: rendered_access_snapshots
 -- Each user's full access snapshot, rendered as the event's activeAssignments array (CONTRACTS section 4;
 -- the same fields and order as pin_identity.domain.events.user_access_changed, which a test holds this to).
-SELECT u.id, u.company_id,
+-- Driven by the given (distinct) ids: each user is one primary-key probe (OFFSET 0 keeps the lookup a
+-- parameterised subquery, so it cannot become a hash join over all users) and each user's assignments one
+-- probe of ix_role_assignments_user_active, however small a share of the table the ids are.
+SELECT page.user_id, u.company_id,
        COALESCE((
            SELECT json_agg(json_build_object(
                       'assignmentId', ra.id, 'roleId', ra.role_id, 'roleCode', rd.code,
@@ -222,11 +223,11 @@ SELECT u.id, u.company_id,
                   ) ORDER BY ra.id)
            FROM identity.role_assignments ra
            JOIN identity.role_definitions rd ON rd.id = ra.role_id
-           WHERE ra.user_id = u.id AND ra.status = 'Active'
+           WHERE ra.user_id = page.user_id AND ra.status = 'Active'
        ), '[]'::json)::text
-FROM identity.users u
-WHERE u.id = ANY(%(user_ids)s::uuid[])
-ORDER BY u.id;
+FROM unnest(%(user_ids)s::uuid[]) AS page(user_id)
+CROSS JOIN LATERAL (SELECT u.company_id FROM identity.users u WHERE u.id = page.user_id OFFSET 0) AS u
+ORDER BY page.user_id;
 
 -- name: advance_fanout_task
 -- A committed batch renews the lease and resets the attempts: only leases without progress count.
@@ -336,8 +337,9 @@ FOR UPDATE;
 SELECT phone, id FROM identity.users WHERE phone = ANY(%(phones)s::text[]);
 
 -- name: default_role
+-- The system role every Talent manager holds in its organization (created by the first migration).
 SELECT id, code, company_id, status, version FROM identity.role_definitions
-WHERE code = 'developer-manager' AND company_id IS NULL;
+WHERE code = %(code)s AND company_id IS NULL;
 
 -- name: talent_deleted_versions
 SELECT external_id, version FROM identity.talent_deletions
@@ -481,14 +483,26 @@ RETURNING before.clean;
 UPDATE identity.outbox_relay_handover SET clean = true, updated_at = now()
 WHERE id = 1 AND holder = %(holder)s;
 
+-- name: outbox_id_horizon
+-- The outbox's id sequence as it stands, and every transaction holding the sequence's lock (a transaction
+-- that takes an id keeps it until it ends): IdHorizon in outbox_queue.py turns them into the id up to which
+-- every row is final. The cache size must be 1: ids cached by a session would be handed out after this read.
+SELECT CASE WHEN s.is_called THEN s.last_value ELSE 0 END,
+       ARRAY(SELECT l.virtualtransaction FROM pg_locks l
+             WHERE l.locktype = 'relation'
+               AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+               AND l.relation = 'identity.outbox_events_id_seq'::regclass
+               AND l.pid IS DISTINCT FROM pg_backend_pid()),
+       (SELECT seqcache FROM pg_sequence WHERE seqrelid = 'identity.outbox_events_id_seq'::regclass)
+FROM identity.outbox_events_id_seq s;
+
 -- name: fetch_ready_outbox_events
--- Only rows of transactions older than every running one: a row that commits late is never skipped,
--- and rows of one aggregate leave in the order their transactions wrote them. Rows already in flight are left
--- out (the relay itself holds back the later rows of a key that has one in flight).
+-- The next rows after the last one the relay read, never past the id up to which every row is final, so a
+-- row that commits late is never stepped over, and rows of one aggregate leave in the order their
+-- transactions wrote them. The relay itself holds back the later rows of a key that has one in flight.
 SELECT id, topic, message_key, convert_to(value, 'UTF8'), event_type, correlation_id::text, traceparent
 FROM identity.outbox_events
-WHERE tx_id < pg_snapshot_xmin(pg_current_snapshot())
-  AND NOT (id = ANY(%(in_flight)b::bigint[]))
+WHERE id > %(after)s AND id <= %(final)s
 ORDER BY id
 LIMIT %(limit)s;
 
@@ -510,23 +524,7 @@ SELECT count(*), COALESCE(EXTRACT(EPOCH FROM now() - min(created_at)), 0)::float
 -- name: ping
 SELECT 1;
 
--- ---------------------------------------------------------------- demo data
-
--- name: demo_insert_users
--- Demo only: `count` managers of one company, in one statement.
-INSERT INTO identity.users (id, company_id, type, status, phone, first_name, last_name, contacts_managed_by)
-SELECT gen_random_uuid(), %(company_id)s, 'DeveloperManager', 'Active',
-       '+7' || (%(phone_base)s::bigint + n)::text, 'Demo', 'Manager ' || n, 'User'
-FROM generate_series(1, %(count)s) AS n
-RETURNING id;
-
--- name: demo_grant_role
-INSERT INTO identity.role_assignments (id, role_id, user_id, company_id, scope_type, scope_organization_id)
-SELECT gen_random_uuid(), %(role_id)s, user_id, %(company_id)s, 'Organization', %(company_id)s
-FROM unnest(%(user_ids)s::uuid[]) AS user_id;
-
--- name: count_users
-SELECT count(*) FROM identity.users;
+-- ---------------------------------------------------------------- demo checks
 
 -- name: fanout_task_progress
 SELECT status, processed_count FROM identity.access_fanout_tasks WHERE id = %(task_id)s;
@@ -544,8 +542,8 @@ VALUES (%(id)s, %(mode)s, 'Running', %(tenant_filter)s, %(page_size)s, %(dry_run
         %(now)s, %(now)s);
 
 -- name: import_runs
--- Every run query returns these columns in this order; the WHERE clause is appended by the caller's choice
--- of block below.
+-- The one read of runs: by id, the Running one, or the latest (both parameters null or false). The columns,
+-- in this order, are what import_store._run_from_row reads.
 SELECT id, mode, status, talent_tenant_id_filter, page_size, dry_run, correlation_id, started_at, finished_at,
        companies_planned, companies_applied, companies_skipped, companies_failed,
        users_planned, users_applied, users_skipped, users_failed,
@@ -751,6 +749,6 @@ RETURNING id;
 SELECT count(*) FROM identity.users u
 WHERE u.sync_source = 'TalentIdentity' AND u.status <> 'Blocked'
   AND (SELECT count(*) FROM identity.role_assignments ra
-       JOIN identity.role_definitions rd ON rd.id = ra.role_id AND rd.code = 'developer-manager'
+       JOIN identity.role_definitions rd ON rd.id = ra.role_id AND rd.code = %(code)s
        WHERE ra.user_id = u.id AND ra.status = 'Active'
          AND ra.scope_type = 'Organization' AND ra.scope_organization_id = u.company_id) = 1;

@@ -18,7 +18,7 @@ from pin_identity.adapters.postgres.catalogue import query
 from pin_identity.adapters.postgres.database import Database
 from pin_identity.adapters.postgres.identity_store import PostgresIdentityTransaction
 from pin_identity.domain.events import CompanyState, UserState
-from pin_identity.domain.model import RoleStatus
+from pin_identity.domain.model import DEVELOPER_MANAGER_ROLE_CODE, RoleStatus
 from pin_identity.domain.talent import Undecodable
 from pin_identity.observability.logging import get_logger
 from pin_identity.operations.ports import DefaultGrant, QuarantineEntry, RoleRecord, StoreConflictError
@@ -100,7 +100,7 @@ class PostgresReplicaTransaction(PostgresIdentityTransaction):
         super().__init__(conn)
         self._conn = conn
 
-    def _run(self, name: str, params: dict[str, Any]) -> psycopg.Cursor[Any]:
+    def _execute(self, name: str, params: dict[str, Any]) -> psycopg.Cursor[Any]:
         return self._conn.execute(query(name), params)
 
     @contextmanager
@@ -120,7 +120,7 @@ class PostgresReplicaTransaction(PostgresIdentityTransaction):
 
     def lock_talent_ids(self, stage: str, talent_ids: Sequence[UUID]) -> None:
         if talent_ids:
-            self._run("lock_talent_ids", {"namespace": _LOCK_NAMESPACES[stage], "ids": list(talent_ids)})
+            self._execute("lock_talent_ids", {"namespace": _LOCK_NAMESPACES[stage], "ids": list(talent_ids)})
 
     def companies_by_tenant(
         self, tenant_ids: Sequence[UUID], *, shared: bool = False
@@ -128,18 +128,18 @@ class PostgresReplicaTransaction(PostgresIdentityTransaction):
         if not tenant_ids:
             return {}
         name = "share_companies_by_tenant" if shared else "companies_by_tenant"
-        rows = self._run(name, {"tenant_ids": list(tenant_ids)})
+        rows = self._execute(name, {"tenant_ids": list(tenant_ids)})
         return {row[6]: CompanyState(*row) for row in rows}
 
     def lock_managers(self, company_ids: Sequence[UUID]) -> dict[UUID, UUID]:
         if not company_ids:
             return {}
         talent_ids = sorted(
-            row[0] for row in self._run("company_managers", {"company_ids": list(company_ids)})
+            row[0] for row in self._execute("company_managers", {"company_ids": list(company_ids)})
         )
         # The same per-user lock every writer of a Talent user takes, then the rows (id order).
         self.lock_talent_ids("Users", talent_ids)
-        rows = self._run("lock_managers", {"talent_ids": talent_ids, "company_ids": list(company_ids)})
+        rows = self._execute("lock_managers", {"talent_ids": talent_ids, "company_ids": list(company_ids)})
         return {row[0]: row[1] for row in rows}
 
     def managers_without_default_role(
@@ -147,59 +147,63 @@ class PostgresReplicaTransaction(PostgresIdentityTransaction):
     ) -> list[tuple[UUID, UUID]]:
         if not user_ids:
             return []
-        rows = self._run("managers_without_default_role", {"user_ids": list(user_ids), "role_id": role_id})
+        rows = self._execute(
+            "managers_without_default_role", {"user_ids": list(user_ids), "role_id": role_id}
+        )
         return [(row[0], row[1]) for row in rows]
 
     def users_by_talent_id(self, talent_ids: Sequence[UUID], *, lock: bool) -> dict[UUID, UserState]:
         if not talent_ids:
             return {}
         name = "lock_users_by_talent_id" if lock else "users_by_talent_id"
-        return {row[11]: UserState(*row) for row in self._run(name, {"talent_ids": list(talent_ids)})}
+        return {row[11]: UserState(*row) for row in self._execute(name, {"talent_ids": list(talent_ids)})}
 
     def phone_owners(self, phones: Sequence[str]) -> dict[str, UUID]:
         if not phones:
             return {}
-        return {row[0]: row[1] for row in self._run("phone_owners", {"phones": list(phones)})}
+        return {row[0]: row[1] for row in self._execute("phone_owners", {"phones": list(phones)})}
 
     def default_role(self) -> RoleRecord:
-        row = self._run("default_role", {}).fetchone()
+        row = self._execute("default_role", {"code": DEVELOPER_MANAGER_ROLE_CODE}).fetchone()
         if row is None:
-            raise RuntimeError("the developer-manager system role is missing: run `pin-identity db upgrade`")
+            raise RuntimeError(
+                f"the {DEVELOPER_MANAGER_ROLE_CODE} system role is missing: run `pin-identity db upgrade`"
+            )
         return RoleRecord(row[0], row[1], row[2], RoleStatus(row[3]), int(row[4]))
 
     def deleted_versions(self, stage: str, talent_ids: Sequence[UUID]) -> dict[UUID, int]:
         if not talent_ids:
             return {}
-        rows = self._run("talent_deleted_versions", {"stage": stage, "talent_ids": list(talent_ids)})
+        rows = self._execute("talent_deleted_versions", {"stage": stage, "talent_ids": list(talent_ids)})
         return {row[0]: int(row[1]) for row in rows}
 
     def remember_deletions(self, stage: str, versions: Mapping[UUID, int]) -> None:
         if versions:
             params = {"stage": stage, "talent_ids": list(versions), "versions": list(versions.values())}
-            self._run("remember_talent_deletions", params)
+            self._execute("remember_talent_deletions", params)
 
     def save_companies(
         self, created: Sequence[CompanyState], updated: Sequence[CompanyState], synced_at: datetime
     ) -> None:
         if created:
-            self._run("insert_replica_companies", {**_company_columns(created), "synced_at": synced_at})
+            self._execute("insert_replica_companies", {**_company_columns(created), "synced_at": synced_at})
         if updated:
             columns = _company_columns(updated)
             del columns["types"], columns["external_ids"]
-            self._run("update_replica_companies", {**columns, "synced_at": synced_at})
+            self._execute("update_replica_companies", {**columns, "synced_at": synced_at})
 
     def save_users(
         self, created: Sequence[UserState], updated: Sequence[UserState], synced_at: datetime
     ) -> None:
         if created:
-            self._run("insert_replica_users", {**_user_columns(created), "synced_at": synced_at})
+            self._execute("insert_replica_users", {**_user_columns(created), "synced_at": synced_at})
         if updated:
-            self._run("update_replica_users", {**_user_columns(updated), "synced_at": synced_at})
+            self._execute("update_replica_users", {**_user_columns(updated), "synced_at": synced_at})
 
     def revoke_user_assignments(
         self, user_ids: Sequence[UUID], role_id: UUID | None
     ) -> list[tuple[UUID, UUID]]:
-        rows = self._run("revoke_user_assignments", {"user_ids": list(user_ids), "role_id": role_id})
+        rows = self._execute("revoke_user_assignments", {"user_ids": list(user_ids), "role_id": role_id})
         return [(row[0], row[1]) for row in rows]
 
     def grant_default_role(self, role: RoleRecord, grants: Sequence[DefaultGrant]) -> None:
@@ -212,7 +216,7 @@ class PostgresReplicaTransaction(PostgresIdentityTransaction):
             "user_ids": [g.user_id for g in grants],
             "company_ids": [g.company_id for g in grants],
         }
-        self._run("grant_default_role", params)
+        self._execute("grant_default_role", params)
 
     def quarantine(self, entries: Sequence[QuarantineEntry]) -> None:
         """Never fails its batch for what the entries hold: should the schema still refuse a payload, the
@@ -225,23 +229,23 @@ class PostgresReplicaTransaction(PostgresIdentityTransaction):
             self._write_quarantine({**_quarantine_columns(entries), "payloads": [None] * len(entries)})
 
     def _write_quarantine(self, columns: dict[str, list[Any]]) -> None:
-        self._run("update_quarantined", columns)
-        self._run("insert_quarantined", columns)
+        self._execute("update_quarantined", columns)
+        self._execute("insert_quarantined", columns)
 
     def due_quarantined(self, now: datetime, limit: int) -> list[QuarantineEntry]:
-        return _entries(self._run("due_quarantined", {"now": now, "limit": limit}), None)
+        return _entries(self._execute("due_quarantined", {"now": now, "limit": limit}), None)
 
     def quarantined_for_replay(
         self, run_id: UUID | None, entry_ids: Sequence[UUID] | None
     ) -> list[QuarantineEntry]:
         params = {"run_id": run_id, "all": entry_ids is None, "ids": list(entry_ids or [])}
-        return _entries(self._run("import_failed_items_for_replay", params), run_id)
+        return _entries(self._execute("import_failed_items_for_replay", params), run_id)
 
     def release_quarantined(self, entry_ids: Sequence[UUID]) -> None:
-        self._run("release_quarantined", {"ids": list(entry_ids)})
+        self._execute("release_quarantined", {"ids": list(entry_ids)})
 
     def discard_deferred(self, stage: str, talent_ids: Sequence[UUID]) -> None:
-        self._run("discard_deferred", {"stage": stage, "talent_ids": list(talent_ids)})
+        self._execute("discard_deferred", {"stage": stage, "talent_ids": list(talent_ids)})
 
 
 class PostgresReplicaTransactions:
@@ -252,8 +256,5 @@ class PostgresReplicaTransactions:
 
     @contextmanager
     def __call__(self) -> Iterator[PostgresReplicaTransaction]:
-        with self._database.connection() as conn:
-            try:
-                yield PostgresReplicaTransaction(conn)
-            finally:
-                conn.rollback()
+        with self._database.transaction() as conn:
+            yield PostgresReplicaTransaction(conn)

@@ -7,13 +7,19 @@ from datetime import datetime
 from pin_identity.adapters.postgres.catalogue import query
 from pin_identity.adapters.postgres.database import Database
 
+_PRUNES = {
+    "fanout_tasks": "prune_fanout_tasks",
+    "import_runs": "prune_import_runs",
+    "quarantine_payloads": "prune_quarantine_payloads",
+}
+
 
 def prune(database: Database, cutoff: datetime) -> dict[str, int]:
     """One transaction: finished fan-out tasks, finished import runs with their pages, quarantine payloads."""
     with database.connection() as conn:
         pruned = {
-            name: len(conn.execute(query(f"prune_{name}"), {"cutoff": cutoff}).fetchall())
-            for name in ("fanout_tasks", "import_runs", "quarantine_payloads")
+            what: len(conn.execute(query(statement), {"cutoff": cutoff}).fetchall())
+            for what, statement in _PRUNES.items()
         }
         conn.commit()
     return pruned

@@ -16,6 +16,7 @@ from uuid import UUID
 import httpx
 
 from pin_identity.adapters.talent_wire import decode_page
+from pin_identity.domain.backoff import Backoff
 from pin_identity.domain.talent import Undecodable
 from pin_identity.observability.logging import get_logger
 
@@ -33,11 +34,11 @@ class TalentSourceError(Exception):
     """Talent gave no usable answer, even after the retries. The reason is one line without PII."""
 
 
-class TalentSourceUnavailable(TalentSourceError):  # noqa: N818 - the name the importer expects
+class TalentSourceUnavailableError(TalentSourceError):
     """Talent is not usable now (the health probe failed)."""
 
 
-class TalentSourceRejected(TalentSourceUnavailable):
+class TalentSourceRejectedError(TalentSourceUnavailableError):
     """Talent refused our credentials: retrying cannot help, the run must fail with a clear error."""
 
 
@@ -93,11 +94,11 @@ class TalentApiClient:
         )
         self._call_slots = threading.BoundedSemaphore(max_concurrent_calls)
         self._max_attempts = max_attempts
-        self._backoff_base_s = backoff_base_s
-        self._backoff_max_s = backoff_max_s
+        # Jitter keeps the threads that failed together from retrying together.
+        self._backoff = Backoff(base_s=backoff_base_s, cap_s=backoff_max_s, jitter=0.5)
         self._retry_after_max_s = retry_after_max_s
         self._sleep = sleep
-        self._jitter = random.Random()
+        self._rng = random.Random()
 
     def close(self) -> None:
         self._http.close()
@@ -114,11 +115,11 @@ class TalentApiClient:
         self.close()
 
     def health(self) -> None:
-        """A probe, so no retries: raises TalentSourceUnavailable (or Rejected) unless Talent answers 200."""
+        """A probe, so no retries: unless Talent answers 200, raises TalentSourceUnavailableError."""
         try:
             self._send(HEALTH_PATH, {})
         except _AttemptError as failure:
-            raise TalentSourceUnavailable(f"GET {HEALTH_PATH} failed: {failure}") from None
+            raise TalentSourceUnavailableError(f"GET {HEALTH_PATH} failed: {failure}") from None
 
     def list_tenants(
         self, limit: int, cursor: str | None = None, tenant_id: UUID | None = None
@@ -150,7 +151,7 @@ class TalentApiClient:
             except httpx.RequestError as exc:
                 raise _AttemptError(type(exc).__name__) from None
         if response.status_code in _REJECTED_STATUSES:
-            raise TalentSourceRejected(
+            raise TalentSourceRejectedError(
                 f"Talent refused the credentials (HTTP {response.status_code} on GET {path}); "
                 "check the Talent API token"
             )
@@ -163,16 +164,11 @@ class TalentApiClient:
 
     def _pause(self, path: str, reason: str, attempt: int, retry_after_s: float | None) -> None:
         """Talent's Retry-After, bounded; never shorter than our own backoff, which spreads the threads."""
-        pause_s = self._backoff_s(attempt)
+        pause_s = self._backoff.delay(attempt, self._rng)
         if retry_after_s is not None:
             pause_s = max(pause_s, min(retry_after_s, self._retry_after_max_s))
         log.warning("talent-api-retry", path=path, reason=reason, attempt=attempt, pause_s=round(pause_s, 3))
         self._sleep(pause_s)
-
-    def _backoff_s(self, attempt: int) -> float:
-        ceiling = min(self._backoff_max_s, self._backoff_base_s * 2.0 ** (attempt - 1))
-        # Jitter keeps the threads that failed together from retrying together.
-        return ceiling * self._jitter.uniform(0.5, 1.0)
 
 
 def _retry_after_s(value: str | None) -> float | None:

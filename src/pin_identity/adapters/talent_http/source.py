@@ -10,7 +10,7 @@ from pin_identity.adapters.talent_http.client import (
     TalentApiClient,
     TalentPage,
     TalentSourceError,
-    TalentSourceRejected,
+    TalentSourceRejectedError,
 )
 from pin_identity.domain.talent import ImportStage, RawSnapshot
 from pin_identity.domain.talent_import import MAX_PAGE_SIZE, PlannedPage, PlanStep
@@ -18,7 +18,7 @@ from pin_identity.jobs.ports import SourceRejectedError, SourceUnavailableError
 
 
 def _translated(exc: TalentSourceError) -> SourceUnavailableError:
-    if isinstance(exc, TalentSourceRejected):
+    if isinstance(exc, TalentSourceRejectedError):
         return SourceRejectedError(f"Talent API rejected the token: {exc}")
     return SourceUnavailableError(f"Talent API: {exc}")
 

@@ -1,0 +1,161 @@
+"""The fan-out's page statements reach users and assignments through indexes, on any server.
+
+The plans are taken with the planner's default costs (random_page_cost = 4, as on a server nobody tuned; the
+embedded server runs with 1.1), as custom plans for real pages and as the generic plan a prepared statement
+falls back to. No node may scan `users` or `role_assignments` whole, nor any table bigger than a few pages:
+a page costs what its 500 users cost, not what the tables hold.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+import pytest
+
+from pin_identity.adapters.postgres.catalogue import query
+from pin_identity.jobs.access_fanout import FanOutSettings
+
+PAGE_STATEMENTS = ("lock_fanout_page", "rendered_access_snapshots")
+ALWAYS_INDEXED = frozenset({"users", "role_assignments"})
+SMALL_TABLE_PAGES = 8  # a table this small may be read whole: one or two reads, whatever the plan
+NIL_UUID = uuid.UUID(int=0)
+PAGE = FanOutSettings().batch_size
+USER_COLUMNS = "id, company_id, type, status, phone, first_name, last_name"
+ASSIGNMENT_COLUMNS = (
+    "id, user_id, company_id, role_id, scope_type, scope_organization_id, scope_project_id,"
+    " status, expires_at"
+)
+
+Plan = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class SeededRole:
+    url: str
+    role_id: uuid.UUID
+
+
+@pytest.fixture
+def seeded_role(database_url: str) -> SeededRole:
+    """5,000 users in random id order: 3,500 hold the role (a third of them in two scopes), 1,500 only
+    another role; revoked, expired and expiring rows mixed in; then ANALYZE, as autovacuum would."""
+    role_id = _seed(database_url, holders=3_500, others=1_500, rng=random.Random(13))
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute("ANALYZE")
+    return SeededRole(database_url, role_id)
+
+
+@pytest.mark.parametrize("statement", PAGE_STATEMENTS)
+def test_a_fanout_page_never_scans_a_whole_table_under_default_costs(
+    statement: str, seeded_role: SeededRole
+) -> None:
+    with psycopg.connect(seeded_role.url) as conn:
+        conn.execute("SET random_page_cost = 4")
+        large = _large_tables(conn)
+        assert large >= ALWAYS_INDEXED, "the seed must make the tables too big to read whole per page"
+        for kind, plan in _plans(conn, statement, seeded_role.role_id):
+            scans = sorted(_whole_table_scans(plan, large))
+            assert not scans, f"{statement} ({kind} plan) scans {scans} whole:\n{json.dumps(plan, indent=1)}"
+
+
+def _plans(conn: psycopg.Connection, statement: str, role_id: uuid.UUID) -> Iterator[tuple[str, Plan]]:
+    """The generic plan, then custom plans for the first page and for one in the middle of the role."""
+    yield "generic", _explain(conn, f"EXPLAIN (GENERIC_PLAN, FORMAT JSON) {_positional(query(statement))}")
+    first = _page(conn, role_id, NIL_UUID)
+    for label, cursor in (("first page", NIL_UUID), ("middle page", first[-1])):
+        params: dict[str, Any] = {"role_id": role_id, "cursor": cursor, "limit": PAGE}
+        if statement == "rendered_access_snapshots":
+            params = {"user_ids": _page(conn, role_id, cursor)}
+        yield label, _explain(conn, f"EXPLAIN (FORMAT JSON) {query(statement)}", params)
+
+
+def _explain(conn: psycopg.Connection, sql: str, params: dict[str, Any] | None = None) -> Plan:
+    row = conn.execute(sql, params).fetchone()
+    conn.rollback()
+    assert row is not None
+    plan: Plan = row[0][0]["Plan"]
+    return plan
+
+
+def _page(conn: psycopg.Connection, role_id: uuid.UUID, cursor: uuid.UUID) -> list[uuid.UUID]:
+    params = {"role_id": role_id, "cursor": cursor, "limit": PAGE}
+    ids = [row[0] for row in conn.execute(query("lock_fanout_page"), params)]
+    conn.rollback()
+    assert len(ids) == PAGE
+    return ids
+
+
+def _positional(sql: str) -> str:
+    """%(name)s placeholders as $1, $2, ... in order of first use: the form EXPLAIN (GENERIC_PLAN) takes."""
+    names: list[str] = []
+    for name in re.findall(r"%\((\w+)\)s", sql):
+        if name not in names:
+            names.append(name)
+    for number, name in enumerate(names, start=1):
+        sql = sql.replace(f"%({name})s", f"${number}")
+    return sql
+
+
+def _large_tables(conn: psycopg.Connection) -> frozenset[str]:
+    rows = conn.execute(
+        "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+        " WHERE n.nspname = 'identity' AND c.relkind = 'r' AND c.relpages > %s",
+        (SMALL_TABLE_PAGES,),
+    ).fetchall()
+    return frozenset(row[0] for row in rows)
+
+
+def _whole_table_scans(plan: Plan, large: frozenset[str]) -> Iterator[str]:
+    if plan["Node Type"] == "Seq Scan" and plan["Relation Name"] in large:
+        yield plan["Relation Name"]
+    for child in plan.get("Plans", []):
+        yield from _whole_table_scans(child, large)
+
+
+def _seed(url: str, *, holders: int, others: int, rng: random.Random) -> uuid.UUID:
+    company_id, role_id, other_role = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+    users = [uuid.uuid4() for _ in range(holders + others)]  # random ids, written in this (random) order
+    with psycopg.connect(url) as conn, conn.cursor() as cur:
+        cur.execute(
+            "INSERT INTO identity.companies (id, name, company_type, status)"
+            " VALUES (%s, 'Plans', 'Developer', 'Active')",
+            (company_id,),
+        )
+        for rid, code in ((role_id, "sales-manager"), (other_role, "chessboard-viewer")):
+            cur.execute(
+                "INSERT INTO identity.role_definitions (id, code, name, company_id) VALUES (%s, %s, %s, %s)",
+                (rid, code, code, company_id),
+            )
+        with cur.copy(f"COPY identity.users ({USER_COLUMNS}) FROM STDIN") as cp:
+            for number, user_id in enumerate(users):
+                phone = f"+7955{number:07d}"
+                cp.write_row((user_id, company_id, "DeveloperManager", "Active", phone, "A", "B"))
+        with cur.copy(f"COPY identity.role_assignments ({ASSIGNMENT_COLUMNS}) FROM STDIN") as cp:
+            for number, user_id in enumerate(users):
+                held = role_id if number < holders else other_role
+                for row in _assignments(held, other_role, company_id, rng):
+                    cp.write_row((uuid.uuid4(), user_id, company_id, *row))
+    return role_id
+
+
+def _assignments(
+    role_id: uuid.UUID, other_role: uuid.UUID, company_id: uuid.UUID, rng: random.Random
+) -> list[tuple[Any, ...]]:
+    """(role, scope_type, organization, project, status, expires_at) rows of one user: two or so."""
+    soon = datetime.now(UTC) + timedelta(days=30)
+    rows: list[tuple[Any, ...]] = [(role_id, "Organization", company_id, None, "Active", None)]
+    if rng.random() < 1 / 3:
+        rows.append((role_id, "Project", None, uuid.uuid4(), "Active", soon if rng.random() < 0.3 else None))
+    if rng.random() < 0.5 and role_id != other_role:
+        rows.append((other_role, "Organization", company_id, None, "Active", None))
+    if rng.random() < 0.4:
+        rows.append((role_id, "Project", None, uuid.uuid4(), rng.choice(("Revoked", "Expired")), None))
+    return rows
