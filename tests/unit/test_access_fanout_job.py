@@ -12,6 +12,7 @@ from uuid import UUID
 from pin_identity.domain.events import OutboxMessage
 from pin_identity.domain.model import RenderedAccessSnapshot
 from pin_identity.jobs.access_fanout import AccessFanOutJob, FanOutSettings, TaskOutcome
+from pin_identity.jobs.access_fanout_observer import FanOutObserver
 from pin_identity.jobs.ports import FanOutTask, LeaseLostError, PoisonedTask, QueueStats
 from tests.support.fanout import ManualClock, NoWakeups
 
@@ -151,3 +152,57 @@ def test_a_span_per_task_and_per_batch() -> None:
     assert all(s.parent is not None and s.parent.span_id == task_span.context.span_id for s in spans[:2])
     # With tracing on, the events carry the batch span's W3C traceparent.
     assert all(m.traceparent and m.traceparent.startswith("00-") for m in queue.events)
+
+
+class RecordingObserver(FanOutObserver):
+    """The hooks the job called, in order: what operators see, and what tests can wait on."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def dequeued(self, task: FanOutTask) -> None:
+        self.calls.append("dequeued")
+
+    def batch_committed(self, task: FanOutTask, rows: int, cursor: object) -> None:
+        self.calls.append(f"batch {rows}")
+
+    def completed(self, task: FanOutTask, processed: int, lag_s: float, duration_s: float) -> None:
+        self.calls.append(f"completed {processed}")
+
+    def attempt_failed(self, task: FanOutTask, exc: Exception) -> str:
+        self.calls.append(f"failed {exc}")
+        return "described"
+
+    def lease_lost(self, task: FanOutTask) -> None:
+        self.calls.append("lease lost")
+
+
+def _observed(queue: MemoryFanOutQueue) -> tuple[AccessFanOutJob, RecordingObserver]:
+    observer = RecordingObserver()
+    settings = FanOutSettings(polling_interval_s=0, batch_size=10)
+    return AccessFanOutJob(queue, NoWakeups(), settings, ManualClock(), observer), observer
+
+
+def test_the_observer_hears_each_batch_and_the_end_once() -> None:
+    queue = MemoryFanOutQueue(15)
+    job, observer = _observed(queue)
+    job.process(_task(), threading.Event())
+    assert observer.calls == ["dequeued", "batch 10", "batch 5", "completed 15"]
+
+
+def test_the_observer_describes_a_failure_and_the_release_records_its_words() -> None:
+    queue = MemoryFanOutQueue(15)
+    queue.fail_pages = True
+    job, observer = _observed(queue)
+    job.process(_task(), threading.Event())
+    assert observer.calls == ["dequeued", "failed database went away"]
+    assert [(counted, error) for counted, error, _ in queue.releases] == [(True, "described")]
+
+
+def test_the_observer_hears_a_lost_lease_and_nothing_is_released() -> None:
+    queue = MemoryFanOutQueue(30)
+    queue.lease_lost_after = 1
+    job, observer = _observed(queue)
+    assert job.process(_task(), threading.Event()) == TaskOutcome.LEASE_LOST
+    assert observer.calls == ["dequeued", "batch 10", "lease lost"]
+    assert queue.releases == []

@@ -16,12 +16,10 @@ from enum import StrEnum
 from pin_identity.domain import events
 from pin_identity.domain.backoff import Backoff
 from pin_identity.domain.model import AccessChangeReason
+from pin_identity.jobs.access_fanout_observer import FanOutObserver
 from pin_identity.jobs.ports import FanOutQueue, FanOutTask, LeaseLostError, StopSignal, TaskWakeups
-from pin_identity.observability import metrics
-from pin_identity.observability.logging import describe_error, get_logger
 from pin_identity.observability.tracing import current_traceparent, tracer
 
-log = get_logger("access-fanout")
 _tracer = tracer("access-fanout")
 
 Clock = Callable[[], datetime]
@@ -53,21 +51,30 @@ class TaskOutcome(StrEnum):
 
 
 class AccessFanOutJob:
-    def __init__(self, queue: FanOutQueue, wakeups: TaskWakeups, settings: FanOutSettings, clock: Clock):
+    def __init__(
+        self,
+        queue: FanOutQueue,
+        wakeups: TaskWakeups,
+        settings: FanOutSettings,
+        clock: Clock,
+        observer: FanOutObserver | None = None,
+    ):
         self._queue = queue
         self._wakeups = wakeups
         self._settings = settings
         self._clock = clock
+        self._observer = observer or FanOutObserver()
 
     def run(self, stop: StopSignal, *, once: bool = False) -> None:
         """Take tasks until stopped; with `once`, until no task is claimable."""
-        log.info("fanout-job-started", batch_size=self._settings.batch_size)
+        self._observer.started(self._settings.batch_size)
         try:
             while not stop.is_set():
                 if self.step(stop):
                     continue
                 if once:
                     break
+                self._observer.idle()
                 self._await_task(stop)
         finally:
             self._wakeups.close()
@@ -77,8 +84,7 @@ class AccessFanOutJob:
         try:
             task = self._claim()
         except Exception as exc:  # the database is away: the caller waits a polling interval
-            metrics.fanout_errors_total.inc()
-            log.warning("fanout-claim-failed", error=type(exc).__name__)
+            self._observer.claim_failed(exc)
             return False
         if task is None:
             return False
@@ -95,30 +101,13 @@ class AccessFanOutJob:
     def _claim(self) -> FanOutTask | None:
         now = self._clock()
         for poisoned in self._queue.fail_exhausted(now, self._settings.max_attempts):
-            metrics.fanout_tasks_total.labels(result="failed").inc()
-            log.error(
-                "fanout-task-failed",
-                task_id=str(poisoned.task_id),
-                role_id=str(poisoned.role_id),
-                attempt=poisoned.attempts,
-                final=True,
-                exception=poisoned.last_error,
-            )
-        stats = self._queue.stats(now)
-        metrics.fanout_queue_backlog.set(stats.backlog)
-        metrics.fanout_failed_tasks.set(stats.failed)
+            self._observer.exhausted(poisoned)
+        self._observer.queue_stats(self._queue.stats(now))
         return self._queue.claim(uuid.uuid4(), now, now + self._settings.lease)
 
     def process(self, task: FanOutTask, stop: StopSignal) -> TaskOutcome:
         """Pages until the role is done, the lease is lost, the worker stops, or a batch fails."""
-        log.info(
-            "fanout-task-dequeued",
-            task_id=str(task.task_id),
-            role_id=str(task.role_id),
-            attempt=task.attempt,
-            job_run_id=str(task.claim_id),
-        )
-        started = time.monotonic()
+        self._observer.dequeued(task)
         attributes = {
             "jobRunId": str(task.claim_id),
             "taskId": str(task.task_id),
@@ -127,12 +116,10 @@ class AccessFanOutJob:
         with _tracer.start_as_current_span("access-fanout.task", attributes=attributes) as span:
             outcome = self._pages(task, stop)
             span.set_attribute("outcome", outcome.value)
-        if outcome == TaskOutcome.COMPLETED:
-            metrics.observe_fanout_task_duration(time.monotonic() - started)
         return outcome
 
     def _pages(self, task: FanOutTask, stop: StopSignal) -> TaskOutcome:
-        cursor, processed = task.cursor, task.processed_count
+        cursor, processed, started = task.cursor, task.processed_count, time.monotonic()
         while True:
             if stop.is_set():
                 self._release(task, count_attempt=False, error=None)
@@ -140,14 +127,15 @@ class AccessFanOutJob:
             try:
                 page_size, cursor = self._batch(task, cursor)
             except LeaseLostError:
-                log.warning("fanout-lease-lost", task_id=str(task.task_id), job_run_id=str(task.claim_id))
+                self._observer.lease_lost(task)
                 return TaskOutcome.LEASE_LOST
             except Exception as exc:
-                self._fail_attempt(task, exc)
+                self._release(task, count_attempt=True, error=self._observer.attempt_failed(task, exc))
                 return TaskOutcome.ERROR
             processed += page_size
             if page_size < self._settings.batch_size:
-                self._completed(task, processed)
+                lag_s = (self._clock() - task.created_at).total_seconds()
+                self._observer.completed(task, processed, lag_s, time.monotonic() - started)
                 return TaskOutcome.COMPLETED
 
     def _batch(self, task: FanOutTask, cursor: uuid.UUID | None) -> tuple[int, uuid.UUID | None]:
@@ -174,45 +162,8 @@ class AccessFanOutJob:
             batch.advance(cursor=next_cursor, processed=len(snapshots), completed=len(snapshots) < size)
             batch.commit()
             span.set_attribute("processedCount", len(snapshots))
-        metrics.fanout_batches_total.inc()
-        metrics.fanout_users_total.inc(len(snapshots))
-        log.info(
-            "fanout-batch-processed",
-            role_id=str(task.role_id),
-            rows=len(snapshots),
-            cursor=str(next_cursor) if next_cursor else None,
-            job_run_id=str(task.claim_id),
-        )
+        self._observer.batch_committed(task, len(snapshots), next_cursor)
         return len(snapshots), next_cursor
-
-    def _completed(self, task: FanOutTask, processed: int) -> None:
-        lag = (self._clock() - task.created_at).total_seconds()
-        metrics.fanout_tasks_total.labels(result="completed").inc()
-        metrics.fanout_task_lag_seconds.observe(max(lag, 0.0))
-        metrics.fanout_size.observe(processed)
-        metrics.fanout_last_success.set(time.time())
-        log.info(
-            "fanout-task-completed",
-            task_id=str(task.task_id),
-            role_id=str(task.role_id),
-            processed_count=processed,
-            lag_s=round(lag, 3),
-            job_run_id=str(task.claim_id),
-        )
-
-    def _fail_attempt(self, task: FanOutTask, exc: Exception) -> None:
-        metrics.fanout_errors_total.inc()
-        error = describe_error(exc, limit=500)
-        log.warning(
-            "fanout-task-failed",
-            task_id=str(task.task_id),
-            role_id=str(task.role_id),
-            attempt=task.attempt,
-            final=False,
-            exception=error,
-            job_run_id=str(task.claim_id),
-        )
-        self._release(task, count_attempt=True, error=error)
 
     def _release(self, task: FanOutTask, *, count_attempt: bool, error: str | None) -> None:
         """Hand the lease back now instead of letting it run out (a failed attempt waits a back-off)."""
@@ -223,4 +174,4 @@ class AccessFanOutJob:
                 task, now, available_at=available_at, count_attempt=count_attempt, error=error
             )
         except Exception as exc:  # the lease will simply expire
-            log.warning("fanout-release-failed", task_id=str(task.task_id), error=type(exc).__name__)
+            self._observer.release_failed(task, exc)

@@ -99,6 +99,12 @@ import_run_started = Gauge(
 )
 
 
+def record_fanout_queue(backlog: int, failed: int) -> None:
+    """The fan-out queue's gauges, as the worker sees them at each claim and `serve` at each scrape."""
+    fanout_queue_backlog.set(backlog)
+    fanout_failed_tasks.set(failed)
+
+
 def observe_fanout_task_duration(seconds: float) -> None:
     """A completed fan-out task, in the spec's milliseconds and in seconds."""
     fanout_task_duration_ms.observe(seconds * 1000)

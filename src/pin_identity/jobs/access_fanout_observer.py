@@ -1,0 +1,80 @@
+"""What the fan-out job tells operators: its log lines (stable `event` names) and its metrics, in one place.
+
+The job calls one hook per thing that happened; tests subclass the observer to wait on those hooks as
+signals instead of polling or sleeping.
+"""
+
+from __future__ import annotations
+
+import time
+
+from pin_identity.jobs.ports import FanOutTask, PoisonedTask, QueueStats
+from pin_identity.observability import metrics
+from pin_identity.observability.logging import describe_error, get_logger
+
+log = get_logger("access-fanout")
+
+
+class FanOutObserver:
+    def started(self, batch_size: int) -> None:
+        log.info("fanout-job-started", batch_size=batch_size)
+
+    def idle(self) -> None:
+        """No task was claimable: the job now waits for a wake-up or its polling interval."""
+
+    def claim_failed(self, exc: Exception) -> None:
+        metrics.fanout_errors_total.inc()
+        log.warning("fanout-claim-failed", error=type(exc).__name__)
+
+    def queue_stats(self, stats: QueueStats) -> None:
+        metrics.record_fanout_queue(stats.backlog, stats.failed)
+
+    def exhausted(self, task: PoisonedTask) -> None:
+        metrics.fanout_tasks_total.labels(result="failed").inc()
+        log.error(
+            "fanout-task-failed",
+            task_id=str(task.task_id),
+            role_id=str(task.role_id),
+            attempt=task.attempts,
+            final=True,
+            exception=task.last_error,
+        )
+
+    def dequeued(self, task: FanOutTask) -> None:
+        log.info("fanout-task-dequeued", attempt=task.attempt, **_ids(task))
+
+    def batch_committed(self, task: FanOutTask, rows: int, cursor: object) -> None:
+        metrics.fanout_batches_total.inc()
+        metrics.fanout_users_total.inc(rows)
+        log.info(
+            "fanout-batch-processed",
+            role_id=str(task.role_id),
+            rows=rows,
+            cursor=str(cursor) if cursor else None,
+            job_run_id=str(task.claim_id),
+        )
+
+    def completed(self, task: FanOutTask, processed: int, lag_s: float, duration_s: float) -> None:
+        metrics.fanout_tasks_total.labels(result="completed").inc()
+        metrics.fanout_task_lag_seconds.observe(max(lag_s, 0.0))
+        metrics.fanout_size.observe(processed)
+        metrics.fanout_last_success.set(time.time())
+        metrics.observe_fanout_task_duration(duration_s)
+        log.info("fanout-task-completed", processed_count=processed, lag_s=round(lag_s, 3), **_ids(task))
+
+    def attempt_failed(self, task: FanOutTask, exc: Exception) -> str:
+        """The failure as the task's last error records it (no contact data: `describe_error`)."""
+        metrics.fanout_errors_total.inc()
+        error = describe_error(exc, limit=500)
+        log.warning("fanout-task-failed", attempt=task.attempt, final=False, exception=error, **_ids(task))
+        return error
+
+    def lease_lost(self, task: FanOutTask) -> None:
+        log.warning("fanout-lease-lost", task_id=str(task.task_id), job_run_id=str(task.claim_id))
+
+    def release_failed(self, task: FanOutTask, exc: Exception) -> None:
+        log.warning("fanout-release-failed", task_id=str(task.task_id), error=type(exc).__name__)
+
+
+def _ids(task: FanOutTask) -> dict[str, str]:
+    return {"task_id": str(task.task_id), "role_id": str(task.role_id), "job_run_id": str(task.claim_id)}
