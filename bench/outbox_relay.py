@@ -3,12 +3,20 @@
     .venv/bin/python bench/outbox_relay.py [--events 50000] [--runs 5]
 
 Starts its own embedded PostgreSQL (durable defaults) and embedded broker in a temporary directory.
-Target (issue: foundation): relay events/s >= 50% of the raw producer's.
+Target (issue 13): relay events/s >= 70% of the raw producer's, in the same run.
+
+Both figures include the producer's start: a new idempotent producer first waits for its producer id,
+which took about half a second on the embedded broker (librdkafka retries the request on a 500 ms timer
+when the broker connection is not up yet), longer than sending 50,000 events. The raw producer queues all
+its events meanwhile; the relay reads at most its in-flight limit before the first acknowledgement.
+Each timing starts after a garbage collection: this process holds a million objects of sample events, and
+a full collection of them (about 0.1 s) landing in one timing or the other said nothing about either.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import platform
 import statistics
 import tempfile
@@ -65,6 +73,7 @@ def sample_messages(count: int) -> list[events.OutboxMessage]:
 
 
 def raw_producer_rate(bootstrap: str, messages: list[events.OutboxMessage]) -> float:
+    gc.collect()  # before the producer starts: an idle new producer takes longer to get its producer id
     producer = Producer(producer_config({"bootstrap.servers": bootstrap}))
     acked = 0
 
@@ -108,8 +117,10 @@ def relay_rate(admin_url: str, bootstrap: str, messages: list[events.OutboxMessa
         write_outbox(conn, messages)
     container = Container(Settings(database_url=url, kafka_bootstrap_servers=bootstrap, worker_http_port=0))
     try:
+        relay = container.outbox_relay()
+        gc.collect()
         started = time.perf_counter()
-        container.outbox_relay().run(threading.Event(), once=True)
+        relay.run(threading.Event(), once=True)
         elapsed = time.perf_counter() - started
         with psycopg.connect(url) as conn:
             left = conn.execute("SELECT count(*) FROM identity.outbox_events").fetchone()
@@ -144,7 +155,7 @@ def main() -> None:
     print(f"events per run: {args.events:,}, runs: {args.runs}")
     print(f"raw producer median: {raw_median:,.0f} events/s")
     print(f"outbox relay median: {relay_median:,.0f} events/s")
-    print(f"relay / raw: {relay_median / raw_median:.0%} (target >= 50%)")
+    print(f"relay / raw: {relay_median / raw_median:.0%} (target >= 70%)")
 
 
 if __name__ == "__main__":

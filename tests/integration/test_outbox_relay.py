@@ -113,6 +113,43 @@ def test_a_row_that_commits_late_is_not_overtaken(
     assert [e.payload["n"] for e in tap.wait_for(lambda e: e.key == str(key), 2)] == [1, 2]
 
 
+def test_a_row_that_commits_late_is_not_stepped_over_by_the_rows_after_it(
+    container: Container, tap: EventTap, database_url: str
+) -> None:
+    """The relay reads on from the last row it read, so it must never read past a row that may still
+    commit: here one of another key, whose id comes first."""
+    late_key, early_key = uuid.uuid4(), uuid.uuid4()
+    ours = {str(late_key), str(early_key)}
+    stop, relay = _run_relay(container)
+    try:
+        with psycopg.connect(database_url) as late:
+            write_outbox(late, [_message(late_key, 1)])  # the lower id, its transaction still open
+            _write(database_url, [_message(early_key, 2)])  # the higher id, committed
+            assert tap.settle(lambda e: e.key in ours, quiet_s=0.5) == []
+            late.commit()
+        wait_until(lambda: outbox_count(database_url) == 0, "both rows were published", timeout_s=30)
+    finally:
+        stop.set()
+        relay.join(30)
+    assert [e.key for e in tap.wait_for(lambda e: e.key in ours, 2)] == [str(late_key), str(early_key)]
+
+
+def test_the_backlog_is_counted_while_short_and_estimated_from_the_ids_when_long(
+    container: Container, database_url: str
+) -> None:
+    queue = PostgresOutboxQueue(container.database)
+    _write(database_url, [_message(uuid.uuid4(), n) for n in range(3)])
+    assert queue.backlog()[0] == 3
+    _write(database_url, [_message(uuid.uuid4(), n) for n in range(12_000)])
+    with psycopg.connect(database_url) as conn:  # rows acknowledged out of order leave holes
+        conn.execute("DELETE FROM identity.outbox_events WHERE id % 100 = 0")
+    waiting, oldest_age_s = queue.backlog()
+    queue.reset()
+    assert outbox_count(database_url) == 12_003 - 120
+    assert 12_003 - 120 <= waiting <= 12_003  # the id range, holes included
+    assert 0 <= oldest_age_s < 60
+
+
 def test_only_one_relay_is_active_and_a_standby_takes_over(container: Container, settings: Settings) -> None:
     first, second = PostgresOutboxQueue(container.database), PostgresOutboxQueue(Container(settings).database)
     assert first.try_become_active() is RelayRole.ACTIVE

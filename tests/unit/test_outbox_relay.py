@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
+from pin_identity.adapters.postgres.outbox_queue import IdHorizon
 from pin_identity.jobs.outbox_relay import OutboxRelay, RelaySettings
 from pin_identity.jobs.ports import PendingEvent, PublishReport, RelayRole
 
@@ -29,8 +30,8 @@ class MemoryQueue:
             return RelayRole.ACTIVE if self.clean else RelayRole.TAKEN_OVER
         return RelayRole.ACTIVE
 
-    def fetch_ready(self, limit: int, in_flight: Collection[int]) -> list[PendingEvent]:
-        return [row for row in self.rows if row.outbox_id not in in_flight][:limit]
+    def fetch_ready(self, limit: int, after: int) -> list[PendingEvent]:
+        return [row for row in self.rows if row.outbox_id > after][:limit]
 
     def settle(self, delivered: Sequence[int], rejected: Mapping[int, str]) -> None:
         gone = set(delivered) | set(rejected)
@@ -165,3 +166,35 @@ def test_a_failing_queue_stands_down_discards_the_producer_and_retries_until_sto
     OutboxRelay(queue, publisher, FAST).run(stop)
     # Four failures (the fourth stops the relay), each followed by a stand-down, and the final one.
     assert queue.stood_down == 5 and publisher.discarded == 5
+
+
+def test_the_id_horizon_moves_only_past_ids_whose_writers_have_all_ended() -> None:
+    horizon = IdHorizon()
+    horizon.observe(10, [])
+    assert horizon.final == 0  # one reading says nothing yet: an id taken before it may still commit
+    horizon.observe(12, ["3/7"])  # 3/7 may hold an id up to 10 (read before it was seen)
+    horizon.observe(15, ["3/7", "4/2"])
+    assert horizon.final == 0
+    horizon.observe(15, ["4/2"])  # 3/7 ended; 4/2 came after the reading of 10
+    assert horizon.final == 10
+    horizon.observe(16, ["4/2", "5/1"])  # waits for 4/2, which may hold an id up to 15
+    assert horizon.final == 10
+    horizon.observe(16, [])
+    assert horizon.final == 16  # nobody writing: everything read one observation ago is final
+
+
+def test_the_id_horizon_never_moves_back() -> None:
+    horizon = IdHorizon()
+    for last_value in (5, 9, 9, 7):  # a sequence set back by hand
+        horizon.observe(last_value, [])
+    assert horizon.final == 9
+
+
+def test_the_id_horizon_stands_still_while_a_prepared_transaction_exists() -> None:
+    horizon = IdHorizon()
+    horizon.observe(10, [])
+    horizon.observe(11, ["3/7"])
+    horizon.observe(12, ["-1/900"], prepared=True)  # 3/7 prepared: its locks now go by another name
+    assert horizon.final == 0
+    horizon.observe(12, [])  # committed or rolled back: its rows are visible, or gone
+    assert horizon.final == 11  # the last value read before this reading

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections import deque
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from pin_identity.jobs.ports import (
@@ -45,7 +46,8 @@ class OutboxRelay:
 
     Ordering per key does not depend on the producer: at most one event of a key is in flight at a time,
     so an event the broker did not take (an error, a timeout, an outage of any length) is sent again
-    before anything newer of that key is handed to the producer. Rows leave the outbox only once the
+    before anything newer of that key is handed to the producer: the later rows of a key wait here, in
+    outbox order, until the one in flight is answered. Rows leave the outbox only once the
     broker acknowledged them (or rejected them for good). A relay that stops, fails or loses its lock
     first discards its producer, so nothing it handed out can land behind the next relay's events.
     """
@@ -57,6 +59,13 @@ class OutboxRelay:
         self._publisher = publisher
         self._settings = settings
         self._in_flight: dict[int, str] = {}  # outbox id -> key
+        self._keys_in_flight: set[str] = set()
+        self._held: dict[str, deque[PendingEvent]] = {}  # rows waiting for their key's event in flight
+        self._held_count = 0
+        self._released: list[PendingEvent] = []  # held rows whose key was just answered: sent next
+        # Every row up to this id has been read (and is in flight, held, or gone): the next read starts after
+        # it, so it never steps over rows in flight. Rewound to 0 after a retry or a stand-down.
+        self._read_upto = 0
         self._draining = False
         self._retry_reason = ""
         self._failures = 0
@@ -77,31 +86,36 @@ class OutboxRelay:
     def _loop(self, stop: StopSignal, *, once: bool, until: Callable[[], bool]) -> None:
         while not stop.is_set():
             try:
-                idle = self.step(stop)
-                if once and idle and until() and self._queue.is_drained():
-                    return
+                pause = self.step(stop)
+                if pause is None:
+                    continue
+                if once and until() and self._queue.is_drained():
+                    return  # before the pause: --once ends as soon as the outbox is empty
+                stop.wait(pause)
             except Exception as exc:  # any failure: stop the producer, drop the session, back off
                 log.warning("outbox-relay-failed", error=type(exc).__name__)
                 self._stand_down()
                 self._back_off(stop, reason=type(exc).__name__)
 
-    def step(self, stop: StopSignal) -> bool:
-        """Send a batch if there is room, settle the broker's answers; True when there is nothing to do."""
+    def step(self, stop: StopSignal) -> float | None:
+        """Send a batch if there is room, settle the broker's answers; how long to pause before the next
+        step when there is nothing to do (None while there is)."""
         role = self._queue.try_become_active()
         if role is RelayRole.STANDBY:
-            stop.wait(self._settings.standby_wait_s)
-            return True
+            return self._settings.standby_wait_s
         if role is RelayRole.TAKEN_OVER:
             log.warning("outbox-relay-took-over", grace_s=self._settings.takeover_grace_s)
             if stop.wait(self._settings.takeover_grace_s):
-                return True
-        self._keep_alive()
+                return None
         sent = self._send_next_batch()
-        self._settle(self._publisher.collect(0 if sent else self._settings.idle_wait_s))
+        self._keep_alive()  # after the first batch went: a new producer's start takes the longest
+        waiting = not sent and self._in_flight  # for the broker's first answer, not for nothing
+        self._settle(self._publisher.collect(self._settings.idle_wait_s if waiting else 0))
         if self._draining and not self._in_flight:
             self._draining = False
+            self._rewind()  # what was to be tried again is read again, first of its key
             self._back_off(stop, reason=self._retry_reason)
-        return sent == 0 and not self._in_flight
+        return self._settings.idle_wait_s if sent == 0 and not self._in_flight else None
 
     def _keep_alive(self) -> None:
         now = time.monotonic()
@@ -116,31 +130,63 @@ class OutboxRelay:
 
     def _send_next_batch(self) -> int | None:
         """How many rows were sent; None when there was no room to look (so nothing is known to be idle)."""
-        room = self._settings.max_in_flight - len(self._in_flight)
-        if self._draining or room < self._settings.batch_size:
+        if self._draining:
             return None
-        fetched = self._queue.fetch_ready(self._settings.batch_size, self._in_flight.keys())
-        ready = self._one_per_key(fetched, busy=set(self._in_flight.values()))
-        if ready:
-            self._in_flight.update((event.outbox_id, event.key) for event in ready)
-            self._settle(self._publisher.send(ready))
-        return len(ready)
+        ready, self._released = self._released, []
+        room = self._settings.max_in_flight - len(self._in_flight) - self._held_count - len(ready)
+        looked = room >= self._settings.batch_size
+        if looked:
+            fetched = self._queue.fetch_ready(self._settings.batch_size, self._read_upto)
+            if fetched:
+                self._read_upto = fetched[-1].outbox_id
+            ready.extend(self._one_per_key(fetched))
+        self._dispatch(ready)
+        return len(ready) if looked or ready else None
 
-    @staticmethod
-    def _one_per_key(rows: Sequence[PendingEvent], busy: set[str]) -> list[PendingEvent]:
-        """The oldest row of each key that has none in flight; the later ones wait for its acknowledgement."""
+    def _one_per_key(self, rows: Iterable[PendingEvent]) -> list[PendingEvent]:
+        """The oldest row of each key that has none in flight; the later ones wait for its answer."""
         chosen = []
+        busy = self._keys_in_flight
         for row in rows:
-            if row.key not in busy:
+            if row.key in busy or row.key in self._held:
+                self._held.setdefault(row.key, deque()).append(row)
+                self._held_count += 1
+            else:
                 busy.add(row.key)
                 chosen.append(row)
         return chosen
 
+    def _dispatch(self, ready: list[PendingEvent]) -> None:
+        """Hand rows to the producer (its at-once answers are settled like any others)."""
+        if not ready:
+            return
+        for event in ready:
+            self._in_flight[event.outbox_id] = event.key
+            self._keys_in_flight.add(event.key)
+        self._settle(self._publisher.send(ready))
+
+    def _answered(self, outbox_ids: Iterable[int]) -> None:
+        """Forget events in flight; the next held row of each one's key goes with the next batch."""
+        in_flight, held = self._in_flight, self._held  # once per answer: kept lean
+        for outbox_id in outbox_ids:
+            key = in_flight.pop(outbox_id, None)
+            if key is None:
+                continue
+            if key not in held:
+                self._keys_in_flight.discard(key)
+                continue
+            waiting = held[key]
+            self._released.append(waiting.popleft())  # its key stays in flight
+            self._held_count -= 1
+            if not waiting:
+                del held[key]
+
     def _settle(self, report: PublishReport) -> None:
+        """Record the broker's answers; a held row whose key they free goes with the next batch."""
         if report.delivered or report.rejected:
             self._queue.settle(report.delivered, report.rejected)
-            for outbox_id in (*report.delivered, *report.rejected):
-                self._in_flight.pop(outbox_id, None)
+            self._answered(report.delivered)
+            self._answered(report.rejected)
         if report.delivered and not self._draining:
             self._failures = 0
         if report.rejected:
@@ -156,15 +202,24 @@ class OutboxRelay:
         """On stop: give what is in flight a grace period; what stays unanswered is sent again later."""
         deadline = time.monotonic() + self._settings.stop_grace_s
         while self._in_flight and time.monotonic() < deadline:
-            self._settle(self._publisher.collect(0.2))
+            self._settle(self._publisher.collect(0.2))  # the held rows stay in the outbox for later
 
     def _stand_down(self) -> None:
         """Discard the producer (what it still holds stays in the outbox), then hand the lock over."""
         self._publisher.discard()
         self._in_flight.clear()
+        self._rewind()
         self._draining = False
         self._heartbeat_due = 0.0
         self._queue.stand_down()
+
+    def _rewind(self) -> None:
+        """Forget what was read but not sent: reading starts again at the oldest row of the outbox."""
+        self._keys_in_flight = set(self._in_flight.values())
+        self._held.clear()
+        self._held_count = 0
+        self._released.clear()
+        self._read_upto = 0
 
     def _back_off(self, stop: StopSignal, *, reason: str) -> None:
         self._failures += 1

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Collection, Mapping, Sequence
+from contextlib import ExitStack, suppress
+from typing import Any, LiteralString
 
 import psycopg
 
@@ -13,81 +15,174 @@ from pin_identity.adapters.postgres.database import Database
 from pin_identity.jobs.ports import PendingEvent, RelayRole
 
 
+class IdHorizon:
+    """The outbox id up to which every row is final: committed and visible to every later statement, or
+    rolled back. The relay reads rows only up to it, so it never steps over a row that commits late, and
+    never has to look below the last row it read.
+
+    Why it holds. A transaction that takes an outbox id (the identity sequence's nextval) holds the
+    sequence's lock from before it takes the id until it ends. So:
+    1. a statement A reads the sequence's last value V: every id <= V was taken before A;
+    2. a later statement B lists the transactions holding the sequence's lock (its writers): a transaction
+       that took an id <= V has either ended before B or is one of them;
+    3. once a statement C after B finds none of B's writers holding the lock any more, all of them have ended.
+       A commit is visible to new snapshots before the transaction's locks go, so every statement after C
+       sees every row with an id <= V that will ever exist, and no such row can appear later.
+    Statements of one session run one after another, so "later" is the order of `observe` calls, and a
+    fetch bounded by `final` runs after the call that set it. A writer is known by its virtual transaction
+    id, which a transaction keeps until it ends unless it is prepared (two-phase commit): while any prepared
+    transaction exists, a reading moves nothing. A sequence cache above 1 would break step 1 (a session
+    hands out its cached ids after the read), so the queue refuses one.
+    """
+
+    def __init__(self) -> None:
+        self.final = 0
+        self._last_read: int | None = None  # the sequence's last value, as the previous observation read it
+        self._waiting_for: tuple[int, frozenset[str]] | None = None  # an id, and writers that may hold one
+
+    def observe(self, last_value: int, writers: Collection[str], *, prepared: bool = False) -> None:
+        """One reading (step 1 for the next call; steps 2 and 3 for earlier ones)."""
+        if prepared:
+            return  # a writer may have changed its name: wait until no prepared transaction is left
+        now_writing = frozenset(writers)
+        if self._waiting_for is not None and not self._waiting_for[1] & now_writing:
+            self.final = max(self.final, self._waiting_for[0])
+            self._waiting_for = None
+        if self._waiting_for is None and self._last_read is not None:
+            if now_writing:
+                self._waiting_for = (self._last_read, now_writing)
+            else:
+                self.final = max(self.final, self._last_read)
+        self._last_read = last_value
+
+
 class PostgresOutboxQueue:
     """The advisory lock lives with the session: when the session dies, a standby relay takes over.
 
     `identity.outbox_relay_handover` says whether the last active relay stood down cleanly (its producer
     discarded before the lock went); a relay taking over from one that did not waits a grace period.
+
+    The session runs in pipeline mode. The rows acknowledged since the last read are removed by one
+    statement sent right after the next read, not waited for: the server deletes while the relay hands
+    the batch to the producer (fewer, larger deletes, and no round trip of their own). Every statement
+    that answers something sends the pending removals first and is followed by a sync, which commits what
+    was sent before it and raises its errors.
     """
 
     def __init__(self, database: Database):
         self._database = database
         self._conn: psycopg.Connection | None = None
+        self._pipeline_mode = ExitStack()
+        self._pipeline: psycopg.Pipeline | None = None
         self._active = False
+        self._horizon = IdHorizon()
+        # Removed with the next statement sent; kept across a new session (they were acknowledged).
+        self._acknowledged: list[int] = []
         self._holder = f"{socket.gethostname()}:{os.getpid()}:{id(self):x}"
 
     def _session(self) -> psycopg.Connection:
         if self._conn is None or self._conn.closed:
-            self._conn = self._database.dedicated(autocommit=True, name="pin-identity-outbox-relay")
+            conn = self._database.dedicated(autocommit=True, name="pin-identity-outbox-relay")
             # Removing published rows need not wait for the WAL flush: a removal lost in a crash only
             # sends those events once more, which at-least-once delivery allows. (And custom plans: see the
-            # statement's comment.)
-            self._conn.execute(query("relay_session_settings"))
+            # statement's comment.) Two statements in one: before pipeline mode, which allows one.
+            conn.execute(query("relay_session_settings"))
+            self._pipeline_mode = ExitStack()
+            self._pipeline = self._pipeline_mode.enter_context(conn.pipeline())
+            self._conn = conn
             self._active = False
+            self._horizon = IdHorizon()
+            self._observe_horizon()
         return self._conn
 
+    def _ask(self, statement: LiteralString, params: Mapping[str, Any] | None = None) -> tuple[Any, ...]:
+        """The row of a statement that answers with one, after a sync (one round trip)."""
+        self._send_removals()
+        cursor = self._session().execute(statement, params)
+        self._sync()
+        return cursor.fetchone() or ()
+
+    def _sync(self) -> None:
+        if self._pipeline is not None:
+            self._pipeline.sync()
+
     def try_become_active(self) -> RelayRole:
-        conn = self._session()
+        self._session()
         if self._active:
             return RelayRole.ACTIVE
-        row = conn.execute(query("try_lock_outbox_relay")).fetchone()
-        if not (row and row[0]):
+        if not self._ask(query("try_lock_outbox_relay"))[0]:
             return RelayRole.STANDBY
         self._active = True
-        previous = conn.execute(query("take_outbox_relay_handover"), {"holder": self._holder}).fetchone()
+        previous = self._ask(query("take_outbox_relay_handover"), {"holder": self._holder})
         return RelayRole.ACTIVE if previous and previous[0] else RelayRole.TAKEN_OVER
 
-    def fetch_ready(self, limit: int, in_flight: Collection[int]) -> list[PendingEvent]:
+    def fetch_ready(self, limit: int, after: int) -> list[PendingEvent]:
+        conn = self._session()
+        if self._horizon.final - after < limit:  # what is known final may not fill the batch: look again
+            self._observe_horizon()
+        if self._horizon.final <= after:
+            return []
         # Binary transfer: the batch is megabytes of event values, and text parsing is the slow part.
-        with self._session().cursor(binary=True) as cursor:
-            params = {"limit": limit, "in_flight": list(in_flight)}
+        with conn.cursor(binary=True) as cursor:
+            params = {"after": after, "final": self._horizon.final, "limit": limit}
             cursor.execute(query("fetch_ready_outbox_events"), params)
-            return [PendingEvent(*row) for row in cursor]
+            self._sync()
+            rows = list(map(PendingEvent._make, cursor.fetchall()))
+        self._send_removals()  # the server deletes while the relay hands this batch to the producer
+        return rows
+
+    def _observe_horizon(self) -> None:
+        row = self._ask(query("outbox_id_horizon"))
+        last_value, writers, cache, prepared = row
+        if cache != 1:
+            raise RuntimeError(f"the outbox id sequence caches {cache} ids; the relay needs a cache of 1")
+        self._horizon.observe(int(last_value), writers, prepared=bool(prepared))
 
     def settle(self, delivered: Sequence[int], rejected: Mapping[int, str]) -> None:
-        conn = self._session()
-        with conn.transaction():
-            if delivered:
-                conn.execute(query("delete_outbox_events"), {"ids": list(delivered)})
+        """Acknowledged rows are removed with the next statement sent (fewer, larger deletes, none waited
+        for on its own); rejected ones move to the dead letters at once."""
+        self._acknowledged.extend(delivered)
+        if rejected:
+            conn = self._session()
             for outbox_id, error in rejected.items():
                 conn.execute(query("dead_letter_outbox_event"), {"id": outbox_id, "error": error[:2000]})
 
+    def _send_removals(self) -> None:
+        if self._acknowledged:
+            ids, self._acknowledged = self._acknowledged, []
+            self._session().execute(query("delete_outbox_events"), {"ids": ids})
+
     def backlog(self) -> tuple[int, float]:
-        row = self._session().execute(query("outbox_backlog")).fetchone()
-        return (int(row[0]), float(row[1])) if row else (0, 0.0)
+        row = self._ask(query("outbox_backlog"))
+        return int(row[0]), float(row[1])
 
     def is_drained(self) -> bool:
-        row = self._session().execute(query("outbox_is_empty")).fetchone()
-        return bool(row and row[0])
+        return bool(self._ask(query("outbox_is_empty"))[0])
 
     def heartbeat(self) -> None:
-        self._session().execute(query("ping"))
+        self._ask(query("ping"))
 
     def stand_down(self) -> None:
         if self._conn is None:
             return
         try:
             if self._active and not self._conn.closed:
+                self._send_removals()
                 self._conn.execute(query("stand_down_outbox_relay"), {"holder": self._holder})
+                self._sync()
         except psycopg.Error:
             pass  # the session is gone, and the lock with it: the next relay waits its grace period
         finally:
             self.reset()
 
     def reset(self) -> None:
+        """Close the session (after syncing what was sent, when it still can)."""
         if self._conn is not None:
             try:
+                with suppress(psycopg.Error):  # a session already gone has nothing to sync
+                    self._pipeline_mode.close()
                 self._conn.close()
             finally:
                 self._conn = None
+                self._pipeline = None
                 self._active = False
