@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
+from pathlib import Path
 from typing import Any
 
 import psycopg
 
+from pin_identity.adapters.embedded_state import (
+    EmbeddedServer,
+    embedded_broker_state,
+    embedded_postgres_state,
+)
 from pin_identity.adapters.kafka import embedded as embedded_kafka
 from pin_identity.adapters.kafka.access_log import KafkaAccessLog
 from pin_identity.adapters.kafka.publisher import KafkaEventPublisher
+from pin_identity.adapters.kafka.reader import TopicReader
 from pin_identity.adapters.kafka.replay_source import TopicReplaySource
 from pin_identity.adapters.kafka.talent_stream import KafkaTalentStream
 from pin_identity.adapters.kafka.topics import (
@@ -30,11 +37,13 @@ from pin_identity.adapters.postgres import embedded as embedded_postgres
 from pin_identity.adapters.postgres import migrate
 from pin_identity.adapters.postgres.access_truth import PostgresAccessTruth
 from pin_identity.adapters.postgres.database import ConnectionLimits, Database
+from pin_identity.adapters.postgres.demo_data import PostgresDemoReads
 from pin_identity.adapters.postgres.fanout_queue import PostgresFanOutQueue, PostgresTaskWakeups
 from pin_identity.adapters.postgres.identity_store import PostgresIdentityTransactions
 from pin_identity.adapters.postgres.import_store import PostgresImportStore, PostgresRunLock
 from pin_identity.adapters.postgres.outbox_queue import PostgresOutboxQueue
 from pin_identity.adapters.postgres.replica_store import PostgresReplicaTransactions
+from pin_identity.adapters.postgres.retention import PostgresRetention
 from pin_identity.adapters.talent_http.client import TalentApiClient
 from pin_identity.adapters.talent_http.source import ApiPullSource
 from pin_identity.config import ConfigurationError, Settings
@@ -44,10 +53,14 @@ from pin_identity.domain.fanout import FanOutPolicy
 from pin_identity.domain.talent_import import ImportMode
 from pin_identity.jobs.access_fanout import AccessFanOutJob, FanOutSettings
 from pin_identity.jobs.outbox_relay import OutboxRelay, RelaySettings
-from pin_identity.jobs.ports import SourceNotConfiguredError, TalentSource
+from pin_identity.jobs.ports import RunLock, SourceNotConfiguredError, SourceUnavailableError, TalentSource
 from pin_identity.jobs.talent_import import ImportSettings, TalentImportJob
 from pin_identity.jobs.talent_sync import TalentSyncJob, TalentSyncSettings
 from pin_identity.operations.access_audit import Progress, audit_access
+from pin_identity.operations.fanout_admin import FanOutAdmin
+from pin_identity.operations.imports import ImportOperations
+from pin_identity.operations.retention import RetentionAdmin
+from pin_identity.operations.roles import RoleAdmin
 
 # A command that needs the broker waits this long for it at start (a healthy one answers in milliseconds).
 BROKER_START_TIMEOUT_S = 5.0
@@ -224,10 +237,54 @@ class Container:
         except ConfigurationError as exc:
             raise SourceNotConfiguredError(str(exc)) from None
 
-    def talent_import(self, lock: PostgresRunLock | None = None) -> TalentImportJob:
+    def talent_import(self, lock: RunLock | None = None) -> TalentImportJob:
         return TalentImportJob(
             self.import_store, lock or self.run_lock(), self._import_source, self.import_settings, now_utc
         )
+
+    def _operator_source(self, mode: ImportMode) -> TalentSource:
+        """A source for starting a run: TopicReplay's is the broker, so an unreachable one is said in seconds
+        and one line rather than after librdkafka's retries and log lines."""
+        if mode is ImportMode.TOPIC_REPLAY:
+            try:
+                self.require_broker()
+            except ConfigurationError as exc:
+                raise SourceUnavailableError(str(exc)) from None
+        return self._import_source(mode)
+
+    # ---------------------------------------------------------------- operator actions (CLI and HTTP API)
+
+    @cached_property
+    def imports(self) -> ImportOperations:
+        return ImportOperations(
+            self.import_store, self.run_lock, self._operator_source, self.replica_transactions, now_utc
+        )
+
+    @cached_property
+    def fanout_admin(self) -> FanOutAdmin:
+        return FanOutAdmin(self.fanout_queue, now_utc)
+
+    @cached_property
+    def role_admin(self) -> RoleAdmin:
+        return RoleAdmin(self.transactions, self.fanout_policy)
+
+    @cached_property
+    def retention(self) -> RetentionAdmin:
+        return RetentionAdmin(PostgresRetention(self.database), now_utc)
+
+    def outbox_backlog_reader(self) -> PostgresOutboxQueue:
+        """A session of its own for reading the outbox backlog (`/metrics`); `reset()` closes it."""
+        return PostgresOutboxQueue(self.database)
+
+    # ---------------------------------------------------------------- the demo's own reads
+
+    @cached_property
+    def demo_reads(self) -> PostgresDemoReads:
+        return PostgresDemoReads(self.database)
+
+    def topic_reader(self, topics: Iterable[str]) -> TopicReader:
+        """Reads what is published to `topics` from now on (the demo reads its events back)."""
+        return TopicReader(self.kafka_client_config, topics)
 
     def access_audit(self, progress: Progress) -> AuditReport:
         truth = PostgresAccessTruth(self.database)
@@ -238,6 +295,23 @@ class Container:
         for close in reversed(self._closers):
             close()
         self._closers.clear()
+
+
+# ---------------------------------------------------------------- the embedded servers (`embedded info/stop`)
+
+
+def embedded_servers(settings: Settings) -> tuple[EmbeddedServer, EmbeddedServer]:
+    """The embedded PostgreSQL and broker under the data dir, as they are: nothing is started."""
+    data_dir = settings.data_dir.resolve()
+    return (
+        embedded_postgres_state(data_dir, in_use=not settings.database_url),
+        embedded_broker_state(data_dir, in_use=not settings.kafka_bootstrap_servers),
+    )
+
+
+def stop_embedded_servers(data_dir: Path) -> tuple[bool, bool]:
+    """Stop the embedded broker, then PostgreSQL; whether each was running."""
+    return embedded_kafka.stop_embedded_kafka(data_dir), embedded_postgres.stop_embedded_postgres(data_dir)
 
 
 # ---------------------------------------------------------------- failures that name a variable

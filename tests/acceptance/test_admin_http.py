@@ -537,7 +537,7 @@ def test_schemathesis_finds_no_server_error(
             fuzzed = _fuzz(app, examples=25)
     finally:
         container.close()
-    assert len(fuzzed) == 12  # every operation of the document
+    assert len(fuzzed) == 19  # every operation of the document
 
 
 # ---------------------------------------------------------------- the `serve` command

@@ -26,7 +26,7 @@ from pin_identity.adapters.kafka.embedded import free_port
 from pin_identity.composition import Container
 from pin_identity.domain.events import now_utc
 from pin_identity.domain.talent_import import ImportMode, ImportRequest, RunStatus
-from pin_identity.entrypoints import cli
+from pin_identity.entrypoints import cli, operator_cli
 from tests.acceptance.test_cli import run_cli
 
 BOUND_S = 15.0  # README "Command line": every failure is reported within this
@@ -275,7 +275,9 @@ def _held_port() -> Iterator[int]:
 
 
 def _command_raises(monkeypatch: pytest.MonkeyPatch, raised: Exception) -> None:
+    """`fanout list` (of operator_cli) fails as it builds its container."""
+
     def container_from_env() -> None:
         raise raised
 
-    monkeypatch.setattr(cli, "container_from_env", container_from_env)
+    monkeypatch.setattr(operator_cli, "container_from_env", container_from_env)

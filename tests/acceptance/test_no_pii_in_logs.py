@@ -246,7 +246,7 @@ def test_the_fanout_worker_and_serve_log_no_contact_data_even_failing(
     tasks = _ok(run_cli(env, "fanout", "list", "--json"))
     task = json.loads(tasks.stdout)[0]
     if task["status"] == "Failed":
-        _ok(run_cli(env, "fanout", "replay", task["task_id"]))
+        _ok(run_cli(env, "fanout", "replay", task["taskId"]))
     healed = _ok(run_cli(env, "worker", "--jobs", "access-fanout,outbox-relay", "--once", timeout=120))
 
     assert answers == [401, 422, 422, 422, 500]

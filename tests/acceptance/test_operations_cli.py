@@ -38,7 +38,7 @@ def test_replaying_quarantined_items_after_fixing_their_cause(
     env = _env(subprocess_env, api_world)
     run = json.loads(run_cli(env, "talent-import", "run", "--mode", "api-pull", "--json").stdout)
     items = json.loads(run_cli(env, "talent-import", "failed-items", run["runId"], "--json").stdout)
-    by_code = {item["errorCode"]: item["id"] for item in items}
+    by_code = {item["errorCode"]: item["itemId"] for item in items}
     assert set(by_code) == {"IDENTITY_SYNC_PHONE_CONFLICT", "IDENTITY_SYNC_COMPANY_NOT_FOUND"}
 
     # The runbook's manual merge: the investor's account gets another number, then the item is replayed.
@@ -59,7 +59,7 @@ def test_replaying_quarantined_items_after_fixing_their_cause(
     assert json.loads(fixed.stdout) == {"applied": 1, "skipped": 0, "failed": 0}
     assert json.loads(unfixed.stdout) == {"applied": 0, "skipped": 0, "failed": 1}
     remaining = json.loads(run_cli(env, "talent-import", "failed-items", run["runId"], "--json").stdout)
-    assert [(i["id"], i["errorCode"], i["attempts"]) for i in remaining] == [
+    assert [(i["itemId"], i["errorCode"], i["attempts"]) for i in remaining] == [
         (by_code["IDENTITY_SYNC_COMPANY_NOT_FOUND"], "IDENTITY_SYNC_COMPANY_NOT_FOUND", 2)
     ]
     assert [u[0] for u in talent.replica_state(api_world.container)["users"]] == [conflicting["userId"]]
@@ -79,8 +79,8 @@ def test_prune_removes_finished_work_and_quarantine_payloads(
     pruned = run_cli(env, "maintenance", "prune", "--older-than", "0s", "--json")
     bad = run_cli(env, "maintenance", "prune", "--older-than", "soon")
 
-    assert json.loads(kept.stdout) == {"fanout_tasks": 0, "import_runs": 0, "quarantine_payloads": 0}
-    assert json.loads(pruned.stdout) == {"fanout_tasks": 0, "import_runs": 1, "quarantine_payloads": 1}
+    assert json.loads(kept.stdout) == {"fanoutTasks": 0, "importRuns": 0, "quarantinePayloads": 0}
+    assert json.loads(pruned.stdout) == {"fanoutTasks": 0, "importRuns": 1, "quarantinePayloads": 1}
     assert _rows(api_world, "SELECT payload FROM identity.talent_import_failed_items") == [(None,)]
     assert bad.returncode == 2 and bad.stderr.strip().startswith("error: ")
 

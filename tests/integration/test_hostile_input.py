@@ -19,10 +19,9 @@ import psycopg
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pin_identity.adapters.talent_http.source import page_item as api_item
-from pin_identity.adapters.talent_wire import decode_page, decode_topic_value
+from pin_identity.adapters.talent_wire import api_item, decode_page, topic_item
 from pin_identity.composition import Container
-from pin_identity.domain.talent import ImportStage, ItemResult, RawSnapshot, SyncErrorCode
+from pin_identity.domain.talent import ImportStage, ItemResult, SyncErrorCode, TalentItem
 from pin_identity.jobs.ports import TalentRecord
 from pin_identity.jobs.talent_sync import TalentSyncJob, TalentSyncSettings
 from pin_identity.operations.identity import Context
@@ -142,8 +141,7 @@ def test_a_topic_record_is_applied_or_quarantined_whatever_it_holds(
     container: Container, batch: list[Item]
 ) -> None:
     """TopicReplay (and the consumer) decode a record's value on its own."""
-    raws = [RawSnapshot(item.key, decode_topic_value(item.text)) for item in batch]
-    _apply(container, raws)
+    _apply(container, [topic_item(ImportStage.TENANTS, item.key, item.text) for item in batch])
     _check(container, batch)
 
 
@@ -156,17 +154,15 @@ def test_an_api_page_item_is_applied_or_quarantined_whatever_it_holds(
     text at all would break the page itself (a page failure the run retries), so they travel as strings."""
     texts = [item.text if item.json_text else json.dumps(item.text.hex()).encode() for item in batch]
     page = decode_page(b'{"items": [' + b", ".join(texts) + b'], "nextCursor": null}')
-    raws = [api_item(value, ImportStage.TENANTS) for value in page["items"]]
+    items = [api_item(ImportStage.TENANTS, value) for value in page["items"]]
     before = _quarantine_size(container)
-    _apply(container, raws)
+    _apply(container, items)
     _check(container, batch, quarantined_before=before)
 
 
-def _apply(container: Container, raws: list[RawSnapshot]) -> None:
+def _apply(container: Container, items: list[TalentItem]) -> None:
     with container.replica_transactions() as tx:
-        outcome = apply_snapshots(
-            tx, ImportStage.TENANTS, [SourceItem(raw) for raw in raws], Context.fresh(), ApplyOptions()
-        )
+        outcome = apply_snapshots(tx, [SourceItem(item) for item in items], Context.fresh(), ApplyOptions())
         tx.commit()
     assert all(o.result in (ItemResult.APPLIED, ItemResult.FAILED) for o in outcome.outcomes)
 
@@ -201,7 +197,7 @@ def test_the_consumer_applies_or_quarantines_every_record_and_its_offsets_advanc
     container: Container, batch: list[Item]
 ) -> None:
     records = [
-        TalentRecord(ImportStage.TENANTS, "tenants", 0, offset, item.key, decode_topic_value(item.text))
+        TalentRecord("tenants", 0, offset, topic_item(ImportStage.TENANTS, item.key.encode(), item.text))
         for offset, item in enumerate(batch)
     ]
     stream = MemoryStream(records)
@@ -220,7 +216,7 @@ def test_quarantined_payloads_are_valid_json_with_what_postgresql_refuses_replac
     text = '{"tenantId": "KEY", "version": 1, "name": "\\ud800 a\\u0000b", "note": "\\udfff"}'.replace(
         "KEY", key
     )
-    _apply(container, [RawSnapshot(key, decode_topic_value(text.encode()))])
+    _apply(container, [topic_item(ImportStage.TENANTS, key, text.encode())])
     with psycopg.connect(database_url) as conn:
         [(payload,)] = conn.execute(
             "SELECT payload FROM identity.talent_import_failed_items WHERE external_id = %s", (key,)

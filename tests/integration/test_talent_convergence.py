@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from pin_identity.composition import Container
 from pin_identity.domain.events import now_utc
-from pin_identity.domain.talent import ImportStage, ItemResult, RawSnapshot
+from pin_identity.domain.talent import ItemResult
 from pin_identity.operations.identity import Context
 from pin_identity.operations.talent_replica import ApplyOptions, BatchOutcome, SourceItem, apply_snapshots
 from tests.support import talent
@@ -82,27 +82,18 @@ def _live_first(arrivals: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def _consume(container: Container, batch: list[dict[str, Any]]) -> list[BatchOutcome]:
     ctx = Context.fresh()
     options = ApplyOptions(retry_at=lambda attempt: ctx.now)
-    stages = {ImportStage.TENANTS: [], ImportStage.USERS: []}  # type: dict[ImportStage, list[SourceItem]]
-    for snapshot in batch:
-        stage = ImportStage.USERS if "userId" in snapshot else ImportStage.TENANTS
-        stages[stage].append(SourceItem(talent.raw(snapshot)))
+    items = [SourceItem(talent.raw(snapshot)) for snapshot in batch]
     with container.replica_transactions() as tx:
-        outcomes = [apply_snapshots(tx, stage, items, ctx, options) for stage, items in stages.items()]
+        outcome = apply_snapshots(tx, items, ctx, options)  # the batch's tenants before its users
         tx.commit()
-    return outcomes + _retry_deferred(container)
+    return [outcome, *_retry_deferred(container)]
 
 
 def _retry_deferred(container: Container) -> list[BatchOutcome]:
     ctx = Context(uuid.uuid4(), now_utc() + timedelta(days=1))
     with container.replica_transactions() as tx:
         due = tx.due_quarantined(ctx.now, 100)
-        items = [
-            SourceItem(
-                RawSnapshot(str(e.external_id), e.payload), quarantine_id=e.entry_id, attempts=e.attempt_count
-            )
-            for e in due
-        ]
-        outcome = apply_snapshots(tx, ImportStage.USERS, items, ctx, ApplyOptions(retry_at=lambda _: ctx.now))
+        outcome = apply_snapshots(tx, due, ctx, ApplyOptions(retry_at=lambda _: ctx.now))
         tx.commit()
     return [outcome]
 

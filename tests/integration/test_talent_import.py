@@ -27,6 +27,7 @@ from pin_identity.jobs.talent_import import start_run
 from pin_identity.simulation.talent import TalentDataset, generate_dataset
 from tests.support import talent
 from tests.support.talent_import import FAST, TalentWorld, job
+from tests.support.waiting import wait_until
 
 
 def _rows(world: TalentWorld, sql: Any, params: Any = None) -> list[tuple[Any, ...]]:
@@ -114,7 +115,7 @@ def test_poison_items_are_quarantined_and_the_run_still_completes(world: TalentW
     run = world.run(page_size=10)
 
     assert run.status is RunStatus.COMPLETED
-    codes = sorted(item["errorCode"] for item in world.container.import_store.failed_items(run.run_id))
+    codes = sorted(item.error_code for item in world.container.import_store.failed_items(run.run_id))
     assert codes == [
         "IDENTITY_SYNC_COMPANY_NOT_FOUND",  # the user of the quarantined tenant
         "IDENTITY_SYNC_INVALID_PAYLOAD",
@@ -390,7 +391,7 @@ def test_an_orchestrator_whose_lock_session_died_steps_down(api_world: TalentWor
         )
         conn.commit()
     successor = world.container.run_lock()
-    assert successor.try_acquire()
+    wait_until(successor.try_acquire, "the terminated session to release the lock")  # it exits asynchronously
 
     runner.step(run)
 
@@ -414,5 +415,5 @@ def test_hostile_items_are_quarantined_and_the_good_ones_around_them_apply(world
 
     assert run.status is RunStatus.COMPLETED
     failed = world.container.import_store.failed_items(run.run_id)
-    assert [item["errorCode"] for item in failed] == ["IDENTITY_SYNC_INVALID_PAYLOAD"] * 4
+    assert [item.error_code for item in failed] == ["IDENTITY_SYNC_INVALID_PAYLOAD"] * 4
     assert _counts(run.result(now_utc())) == ((5, 2, 0, 3), (2, 1, 0, 1))

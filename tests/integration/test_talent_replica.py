@@ -7,8 +7,9 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from pin_identity.adapters.talent_wire import read_item
 from pin_identity.composition import Container
-from pin_identity.domain.talent import ImportStage, ItemResult, RawSnapshot, SyncErrorCode
+from pin_identity.domain.talent import ImportStage, ItemResult, SyncErrorCode
 from pin_identity.operations.identity import Context
 from pin_identity.operations.talent_replica import ApplyOptions, SourceItem, apply_snapshots
 from tests.support import seed, talent
@@ -73,7 +74,7 @@ def test_poison_items_never_fail_their_batch(container: Container) -> None:
     records = [
         talent.raw(first),
         talent.raw(talent.user(company["tenantId"], phone="not-a-phone")),
-        RawSnapshot(None, "{not json"),
+        read_item(ImportStage.USERS, None, "{not json"),
         talent.raw(talent.user(company["tenantId"], phone=first["phone"])),
         talent.raw(talent.user(str(uuid.uuid4()))),
         talent.raw(second),
@@ -99,8 +100,12 @@ def test_tenant_rules_unknown_type_immutable_type_and_deletion(container: Contai
 
     unknown = talent.tenants(container, talent.tenant(company_type="Cooperative"))
     immutable = talent.tenants(container, {**company, "version": 2, "companyType": "Bank"})
-    deleted = talent.apply(container, ImportStage.TENANTS, [talent.tombstone(company["tenantId"])])
-    absent = talent.apply(container, ImportStage.TENANTS, [talent.tombstone(str(uuid.uuid4()))])
+    deleted = talent.apply(
+        container, ImportStage.TENANTS, [talent.tombstone(ImportStage.TENANTS, company["tenantId"])]
+    )
+    absent = talent.apply(
+        container, ImportStage.TENANTS, [talent.tombstone(ImportStage.TENANTS, str(uuid.uuid4()))]
+    )
 
     assert [o.error for o in unknown.outcomes] == [SyncErrorCode.UNKNOWN_COMPANY_TYPE]
     assert [o.error for o in immutable.outcomes] == [SyncErrorCode.COMPANY_TYPE_IMMUTABLE]
@@ -204,9 +209,7 @@ def test_the_same_failure_seen_twice_by_the_consumer_is_kept_once(container: Con
 def test_a_batch_is_one_transaction_even_with_its_savepoints(container: Container) -> None:
     company = talent.tenant()
     with container.replica_transactions() as tx:
-        apply_snapshots(
-            tx, ImportStage.TENANTS, [SourceItem(talent.raw(company))], Context.fresh(), ApplyOptions()
-        )
+        apply_snapshots(tx, [SourceItem(talent.raw(company))], Context.fresh(), ApplyOptions())
         # left without commit(): the consumer's failed batch, whose offsets are not committed either
     assert talent.replica_state(container) == {"companies": [], "users": []}
     assert _rows(container, "SELECT count(*) FROM identity.outbox_events") == [(0,)]

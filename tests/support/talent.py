@@ -20,7 +20,8 @@ from pin_identity.simulation.talent import TalentDataset, produce_to_topics
 
 if TYPE_CHECKING:
     from tests.conftest import TalentTopics
-from pin_identity.domain.talent import ImportStage, RawSnapshot
+from pin_identity.adapters.talent_wire import read_item
+from pin_identity.domain.talent import ImportStage, TalentItem
 from pin_identity.operations.identity import Context
 from pin_identity.operations.talent_replica import ApplyOptions, BatchOutcome, SourceItem, apply_snapshots
 
@@ -62,24 +63,27 @@ def user(tenant_id: str, user_id: UUID | None = None, *, version: int = 1, **fie
     return {**snapshot, **fields}
 
 
-def raw(snapshot: dict[str, Any]) -> RawSnapshot:
+def raw(snapshot: dict[str, Any]) -> TalentItem:
+    """A snapshot as a topic carries it (keyed by its id), read as the sources read it."""
+    stage = ImportStage.USERS if "userId" in snapshot else ImportStage.TENANTS
     key = snapshot.get("userId", snapshot.get("tenantId"))
-    return RawSnapshot(str(key), snapshot)
+    return read_item(stage, str(key), snapshot)
 
 
-def tombstone(entity_id: str) -> RawSnapshot:
-    return RawSnapshot(entity_id, None)
+def tombstone(stage: ImportStage, entity_id: str) -> TalentItem:
+    return read_item(stage, entity_id, None)
 
 
 def apply(
     container: Container,
     stage: ImportStage,
-    records: list[RawSnapshot],
+    records: list[TalentItem],
     options: ApplyOptions | None = None,
 ) -> BatchOutcome:
+    assert all(record.stage is stage for record in records)
     with container.replica_transactions() as tx:
         outcome = apply_snapshots(
-            tx, stage, [SourceItem(r) for r in records], Context.fresh(), options or ApplyOptions()
+            tx, [SourceItem(r) for r in records], Context.fresh(), options or ApplyOptions()
         )
         tx.commit()
     return outcome

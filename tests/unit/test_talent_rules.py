@@ -8,29 +8,44 @@ from typing import Any
 
 import pytest
 
+from pin_identity.adapters.talent_wire import read_item
 from pin_identity.domain.events import CompanyState, UserState
 from pin_identity.domain.talent import (
     Change,
     CompanyChange,
-    InvalidSnapshotError,
+    ImportStage,
+    InvalidSnapshot,
     Quarantine,
-    RawSnapshot,
     Skip,
     SyncErrorCode,
+    TenantSnapshot,
     UserChange,
     UserContext,
+    UserSnapshot,
     decide_tenant,
     decide_user,
-    parse_tenant,
-    parse_user,
 )
 
 TENANT_ID = uuid.uuid4()
 USER_ID = uuid.uuid4()
 COMPANY_ID = uuid.uuid4()
 
+Record = tuple[str | None, Any]  # a record as it comes: its key, and its decoded value (None: a tombstone)
 
-def _tenant(**fields: Any) -> RawSnapshot:
+
+def parse_tenant(record: Record) -> TenantSnapshot:
+    snapshot = read_item(ImportStage.TENANTS, *record).snapshot
+    assert isinstance(snapshot, TenantSnapshot), snapshot
+    return snapshot
+
+
+def parse_user(record: Record) -> UserSnapshot:
+    snapshot = read_item(ImportStage.USERS, *record).snapshot
+    assert isinstance(snapshot, UserSnapshot), snapshot
+    return snapshot
+
+
+def _tenant(**fields: Any) -> Record:
     payload = {
         "tenantId": str(TENANT_ID),
         "version": 2,
@@ -39,10 +54,10 @@ def _tenant(**fields: Any) -> RawSnapshot:
         "taxId": None,
         "isDeleted": False,
     }
-    return RawSnapshot(str(TENANT_ID), {**payload, **fields})
+    return (str(TENANT_ID), {**payload, **fields})
 
 
-def _user(**fields: Any) -> RawSnapshot:
+def _user(**fields: Any) -> Record:
     payload = {
         "userId": str(USER_ID),
         "tenantId": str(TENANT_ID),
@@ -54,7 +69,7 @@ def _user(**fields: Any) -> RawSnapshot:
         "middleName": None,
         "isDeleted": False,
     }
-    return RawSnapshot(str(USER_ID), {**payload, **fields})
+    return (str(USER_ID), {**payload, **fields})
 
 
 def _company(**fields: Any) -> CompanyState:
@@ -76,26 +91,24 @@ def _replica_user(**fields: Any) -> UserState:
 @pytest.mark.parametrize(
     "record",
     [
-        RawSnapshot(str(TENANT_ID), ["not", "an", "object"]),
-        RawSnapshot(str(uuid.uuid4()), _tenant().payload),  # key and tenantId disagree
+        (str(TENANT_ID), ["not", "an", "object"]),
+        (str(uuid.uuid4()), _tenant()[1]),  # key and tenantId disagree
         _tenant(version=0),
         _tenant(version="3"),
         _tenant(version=True),
         _tenant(name="  "),
         _tenant(tenantId="tenant-1"),
         _tenant(isDeleted="no"),
-        RawSnapshot("not-a-uuid", None),
+        ("not-a-uuid", None),
     ],
 )
-def test_malformed_tenant_records_are_invalid(record: RawSnapshot) -> None:
-    with pytest.raises(InvalidSnapshotError):
-        parse_tenant(record)
+def test_malformed_tenant_records_are_invalid(record: Record) -> None:
+    assert isinstance(read_item(ImportStage.TENANTS, *record).snapshot, InvalidSnapshot)
 
 
 @pytest.mark.parametrize("phone", ["not-a-phone", "12", "", None])
 def test_a_user_without_a_valid_phone_is_invalid(phone: object) -> None:
-    with pytest.raises(InvalidSnapshotError):
-        parse_user(_user(phone=phone))
+    assert isinstance(read_item(ImportStage.USERS, *_user(phone=phone)).snapshot, InvalidSnapshot)
 
 
 @pytest.mark.parametrize("written", ["+7 (912) 345-67-89", "8 912 345 67 89", "9123456789", "+79123456789"])
@@ -104,12 +117,12 @@ def test_phones_in_any_common_form_become_e164(written: str) -> None:
 
 
 def test_a_tombstone_is_a_deletion_without_a_version() -> None:
-    snapshot = parse_user(RawSnapshot(str(USER_ID), None))
+    snapshot = parse_user((str(USER_ID), None))
     assert (snapshot.user_id, snapshot.version, snapshot.is_deleted) == (USER_ID, None, True)
 
 
 def test_a_deleted_snapshot_needs_only_its_id_and_version() -> None:
-    snapshot = parse_tenant(RawSnapshot(None, {"tenantId": str(TENANT_ID), "version": 4, "isDeleted": True}))
+    snapshot = parse_tenant((None, {"tenantId": str(TENANT_ID), "version": 4, "isDeleted": True}))
     assert (snapshot.version, snapshot.is_deleted) == (4, True)
 
 
@@ -155,7 +168,7 @@ def test_a_changed_company_type_is_quarantined() -> None:
 
 
 def test_a_deleted_tenant_blocks_its_company() -> None:
-    deleted = parse_tenant(RawSnapshot(str(TENANT_ID), None))
+    deleted = parse_tenant((str(TENANT_ID), None))
     decision = decide_tenant(deleted, _company(), uuid.uuid4)
     assert isinstance(decision, CompanyChange)
     assert (decision.change, decision.state.status, decision.state.replica_version) == (
@@ -167,7 +180,7 @@ def test_a_deleted_tenant_blocks_its_company() -> None:
 
 @pytest.mark.parametrize("company", [None, _company(status="Blocked")])
 def test_deleting_an_absent_or_blocked_tenant_is_skipped(company: CompanyState | None) -> None:
-    deleted = parse_tenant(RawSnapshot(str(TENANT_ID), None))
+    deleted = parse_tenant((str(TENANT_ID), None))
     assert decide_tenant(deleted, company, uuid.uuid4) == Skip(stale=False)
 
 

@@ -6,7 +6,7 @@ import both decide through these functions, so they cannot disagree.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
@@ -21,7 +21,6 @@ from pin_identity.domain.model import (
     UserStatus,
     UserType,
 )
-from pin_identity.domain.phone import InvalidPhoneError, normalize_phone
 
 TENANTS_TOPIC = "talent.identity.tenants.v1"
 USERS_TOPIC = "talent.identity.users.v1"
@@ -49,28 +48,6 @@ class ItemResult(StrEnum):
 
 
 @dataclass(frozen=True)
-class RawSnapshot:
-    """One record as the source gave it. `key` is the id as text (the topic key, or the item's own id);
-    `payload` is the decoded JSON, None for a tombstone. Nothing is trusted yet."""
-
-    key: str | None
-    payload: Any
-
-
-@dataclass(frozen=True)
-class Undecodable:
-    """A record whose bytes are not a JSON value a snapshot could be read from (not UTF-8, not JSON, NaN,
-    a number of thousands of digits, nested too deeply). Quarantined with `reason`; `text` is what came."""
-
-    reason: str
-    text: str
-
-
-class InvalidSnapshotError(ValueError):
-    """The record is not a snapshot of the contract's shape."""
-
-
-@dataclass(frozen=True)
 class TenantSnapshot:
     tenant_id: UUID
     version: int | None  # None: a tombstone, which carries no version
@@ -93,130 +70,30 @@ class UserSnapshot:
     middle_name: str | None = None
 
 
-# ---------------------------------------------------------------- parsing
+@dataclass(frozen=True)
+class InvalidSnapshot:
+    """A record that is no snapshot of the contract's shape, and what is wrong with it (naming the field,
+    never quoting its value): quarantined as IDENTITY_SYNC_INVALID_PAYLOAD."""
+
+    reason: str
 
 
-def _uuid(value: Any, field: str) -> UUID:
-    try:
-        return UUID(str(value)) if value is not None else _missing(field)
-    except ValueError:
-        raise InvalidSnapshotError(f"{field} is not a uuid") from None
+@dataclass(frozen=True)
+class TalentItem:
+    """One of Talent's records, read once where it came in (adapters/talent_wire.py): nothing after that
+    reads the wire format. The ids are what could be read of it even when it is invalid: the quarantine keeps
+    a row under `talent_id`, a filtered import keeps its company's items by `tenant_id`."""
 
+    stage: ImportStage
+    talent_id: UUID | None  # the company's or the user's own id
+    tenant_id: UUID | None  # the company it belongs to (a company: itself); None when the record names none
+    snapshot: TenantSnapshot | UserSnapshot | InvalidSnapshot
+    payload: Any  # the value as it came, None for a tombstone: what the quarantine keeps
 
-def _missing(field: str) -> UUID:
-    raise InvalidSnapshotError(f"{field} is missing")
-
-
-# The longest value each text field may hold: beyond it a snapshot is not a plausible company or person (and
-# its event could not be published: a broker refuses records over about 1 MB).
-FIELD_LIMITS = {
-    "name": 500,
-    "companyType": 64,
-    "taxId": 64,
-    "phone": 64,
-    "email": 320,
-    "firstName": 200,
-    "lastName": 200,
-    "middleName": 200,
-}
-_MAX_VERSION = 2**63 - 1  # the replica keeps versions as bigint
-
-
-def _text(payload: Mapping[str, Any], field: str, *, optional: bool = False) -> str | None:
-    value = payload.get(field)
-    if value is None and optional:
-        return None
-    if not isinstance(value, str) or not value.strip():
-        raise InvalidSnapshotError(f"{field} must be a non-empty string")
-    if len(value) > FIELD_LIMITS[field]:
-        raise InvalidSnapshotError(f"{field} is longer than {FIELD_LIMITS[field]} characters")
-    if any(ord(char) < 32 or 0xD800 <= ord(char) <= 0xDFFF for char in value):
-        # Control characters and lone surrogates (valid JSON escapes) cannot be stored as text.
-        raise InvalidSnapshotError(f"{field} contains control characters or invalid Unicode")
-    return value.strip()
-
-
-def _version(payload: Mapping[str, Any]) -> int:
-    version = payload.get("version")
-    if isinstance(version, bool) or not isinstance(version, int) or not 1 <= version <= _MAX_VERSION:
-        raise InvalidSnapshotError("version must be an integer from 1 to 2^63-1")
-    return version
-
-
-def _is_deleted(payload: Mapping[str, Any]) -> bool:
-    flag = payload.get("isDeleted", False)
-    if not isinstance(flag, bool):
-        raise InvalidSnapshotError("isDeleted must be a boolean")
-    return flag
-
-
-def _payload_with_id(raw: RawSnapshot, id_field: str) -> tuple[UUID, Mapping[str, Any] | None]:
-    """The record's id, checked against the key, and its payload (None for a tombstone)."""
-    if raw.payload is None:
-        return _uuid(raw.key, "key"), None
-    if isinstance(raw.payload, Undecodable):
-        raise InvalidSnapshotError(raw.payload.reason)
-    if not isinstance(raw.payload, Mapping):
-        raise InvalidSnapshotError("the snapshot is not a JSON object")
-    entity_id = _uuid(raw.payload.get(id_field), id_field)
-    if raw.key is not None and _uuid(raw.key, "key") != entity_id:
-        raise InvalidSnapshotError(f"the record key does not match {id_field}")
-    return entity_id, raw.payload
-
-
-def parse_tenant(raw: RawSnapshot) -> TenantSnapshot:
-    tenant_id, payload = _payload_with_id(raw, "tenantId")
-    if payload is None:
-        return TenantSnapshot(tenant_id, None, is_deleted=True)
-    version, deleted = _version(payload), _is_deleted(payload)
-    if deleted:
-        return TenantSnapshot(tenant_id, version, is_deleted=True)
-    return TenantSnapshot(
-        tenant_id,
-        version,
-        is_deleted=False,
-        name=_text(payload, "name") or "",
-        company_type=_text(payload, "companyType") or "",
-        tax_id=_text(payload, "taxId", optional=True),
-    )
-
-
-def parse_user(raw: RawSnapshot) -> UserSnapshot:
-    user_id, payload = _payload_with_id(raw, "userId")
-    if payload is None:
-        return UserSnapshot(user_id, None, is_deleted=True)
-    version, deleted = _version(payload), _is_deleted(payload)
-    if deleted:
-        return UserSnapshot(user_id, version, is_deleted=True)
-    try:
-        phone = normalize_phone(_text(payload, "phone") or "")
-    except InvalidPhoneError as exc:
-        raise InvalidSnapshotError(f"phone: {exc}") from None
-    return UserSnapshot(
-        user_id,
-        version,
-        is_deleted=False,
-        tenant_id=_uuid(payload.get("tenantId"), "tenantId"),
-        phone=phone,
-        email=_text(payload, "email", optional=True),
-        first_name=_text(payload, "firstName") or "",
-        last_name=_text(payload, "lastName") or "",
-        middle_name=_text(payload, "middleName", optional=True),
-    )
-
-
-def external_id(raw: RawSnapshot, stage: ImportStage) -> UUID | None:
-    """The Talent id of a record, as far as it can be read: quarantine rows are found by it."""
-    id_field = "tenantId" if stage is ImportStage.TENANTS else "userId"
-    candidates = [raw.key]
-    if isinstance(raw.payload, Mapping):
-        candidates.append(raw.payload.get(id_field))
-    for candidate in candidates:
-        try:
-            return UUID(str(candidate)) if candidate is not None else None
-        except ValueError:
-            continue
-    return None
+    @property
+    def tombstone(self) -> bool:
+        """A deletion that carries no value (and so no version, nor a tenant)."""
+        return self.payload is None
 
 
 # ---------------------------------------------------------------- decisions

@@ -11,11 +11,11 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from pin_identity.domain.access_audit import AuditReport
-from pin_identity.entrypoints.cli_common import JsonOption, container_from_env
+from pin_identity.entrypoints.cli_common import JsonOption, command_group, container_from_env
 
 EXIT_DRIFT = 1
 
-access_app = typer.Typer(help="The access stream (pin.identity.access.v1).", no_args_is_help=True)
+access_app = command_group("The access stream (pin.identity.access.v1).")
 
 
 @access_app.command("audit")

@@ -2,7 +2,8 @@
 
 Every `/admin/` route needs `Authorization: Bearer $PIN_IDENTITY_ADMIN_TOKEN`, checked before the body is
 read, and takes a body of at most 1 MiB (AdminGate); every error is RFC 9457 problem+json with a `code`
-(admin_problems); every admin action writes one `admin-action` audit line.
+(admin_problems). A route parses, calls the operator service (operations/), and answers its read model as a
+document (entrypoints.documents); the service writes the action's `admin-action` audit line.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import socket
 import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Annotated, Any
+from typing import Annotated, Any, Protocol
 from uuid import UUID
 
 import psycopg
@@ -29,27 +30,16 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from pin_identity import __version__
-from pin_identity.adapters.postgres.outbox_queue import PostgresOutboxQueue
 from pin_identity.composition import Container
 from pin_identity.config import ConfigurationError
 from pin_identity.domain.events import now_utc
 from pin_identity.domain.model import FanOutTaskStatus
-from pin_identity.domain.talent_import import (
-    ImportErrorCode,
-    ImportMode,
-    ImportRefusedError,
-    ImportRequest,
-    ImportRun,
-    RunStatus,
-)
+from pin_identity.domain.talent_import import ImportErrorCode, RunStatus
+from pin_identity.entrypoints import admin_reads
+from pin_identity.entrypoints.admin_console import console
 from pin_identity.entrypoints.admin_models import (
-    FailedItem,
-    FanOutTask,
     Health,
-    ImportRunReport,
-    PermissionsChanged,
     ReplayRequest,
-    ReplayResult,
     RunAccepted,
     RunCancelled,
     SetRolePermissions,
@@ -64,14 +54,17 @@ from pin_identity.entrypoints.admin_problems import (
     problem_response,
     problem_responses,
 )
-from pin_identity.entrypoints.talent_import_cli import status_report
-from pin_identity.entrypoints.worker_http import ReadinessCache
-from pin_identity.jobs.ports import TalentSource
-from pin_identity.jobs.talent_import import start_run
+from pin_identity.entrypoints.documents import (
+    FailedItem,
+    FanOutTask,
+    ImportRunReport,
+    PermissionsChanged,
+    ReplayResult,
+)
+from pin_identity.entrypoints.probes import ReadinessCache
+from pin_identity.jobs.ports import SourceNotConfiguredError
 from pin_identity.observability import metrics
 from pin_identity.observability.logging import describe_error, get_logger
-from pin_identity.operations import identity
-from pin_identity.operations.talent_replica import replay_quarantined
 
 log = get_logger("admin-http")
 
@@ -220,41 +213,6 @@ def _admin_router(prefix: str, tag: str) -> APIRouter:
 imports = _admin_router("/admin/v1/talent-import", "talent-import")
 
 
-def _talent_source(container: Container, mode: ImportMode) -> TalentSource:
-    try:
-        return container.talent_source(mode)
-    except ConfigurationError as exc:  # e.g. no PIN_IDENTITY_TALENT_API_URL for api-pull
-        raise ProblemError(503, ImportErrorCode.SOURCE_UNAVAILABLE.value, str(exc)) from None
-
-
-def _start_run(container: Container, request: ImportRequest) -> ImportRun:
-    """Create the run under the run lock, then let go of the lock at once: a `worker` running the
-    `talent-import` job takes it and orchestrates the run. A Running run is never resumed from here."""
-    lock = container.run_lock()
-    if not lock.try_acquire():
-        raise ImportRefusedError(
-            ImportErrorCode.ALREADY_RUNNING, f"another run holds the lock ({lock.holder()})"
-        )
-    try:
-        running = container.import_store.running_run()
-        if running is not None:
-            raise ImportRefusedError(ImportErrorCode.ALREADY_RUNNING, f"run {running.run_id} is Running")
-        source = _talent_source(container, request.mode)
-        try:
-            return start_run(container.import_store, lock, source, request, now_utc())
-        finally:
-            source.close()
-    finally:
-        lock.release()
-
-
-def _load_run(container: Container, run_id: UUID) -> ImportRun:
-    run = container.import_store.load_run(run_id)
-    if run is None:
-        raise ProblemError(404, "IDENTITY_NOT_FOUND", f"import run {run_id} does not exist")
-    return run
-
-
 @imports.post(
     "/runs",
     status_code=202,
@@ -272,16 +230,10 @@ def start_import_run(
     `IDENTITY_IMPORT_SOURCE_UNAVAILABLE` when the source cannot be read or is not configured for the mode,
     503 with `IDENTITY_IMPORT_SOURCE_INCOMPLETE` when it lists far fewer companies than the replica
     holds (send `force` to override)."""
-    run = _start_run(container, body.to_request())
-    log.info(
-        "admin-action",
-        action="talent-import-start",
-        who=who,
-        run_id=str(run.run_id),
-        mode=run.mode.value,
-        dry_run=run.dry_run,
-        correlation_id=str(run.correlation_id),
-    )
+    try:
+        run = container.imports.start(body.to_request(), who=who)
+    except SourceNotConfiguredError as exc:  # e.g. no PIN_IDENTITY_TALENT_API_URL for api-pull
+        raise ProblemError(503, ImportErrorCode.SOURCE_UNAVAILABLE.value, str(exc)) from None
     response.headers["Location"] = f"{imports.prefix}/runs/{run.run_id}"
     return RunAccepted(run_id=run.run_id)
 
@@ -289,27 +241,20 @@ def start_import_run(
 @imports.get("/runs/{runId}", response_model=ImportRunReport, responses=problem_responses(404))
 def get_import_run(run_id: RunId, container: ContainerDep) -> ImportRunReport:
     """The run's counters (TalentInitialImportResult), pages by stage and status, an ETA, the lock holder."""
-    return ImportRunReport.model_validate(status_report(container, _load_run(container, run_id)))
+    return ImportRunReport.of(container.imports.report(run_id))
 
 
 @imports.post("/runs/{runId}/cancel", response_model=RunCancelled, responses=problem_responses(404, 409))
 def cancel_import_run(run_id: RunId, container: ContainerDep, who: Who) -> RunCancelled:
     """Cancel a Running run at once: pages already claimed finish, Done pages are kept."""
-    if not container.import_store.request_cancel(run_id):
-        run = _load_run(container, run_id)
-        raise ProblemError(
-            409, "IDENTITY_IMPORT_NOT_RUNNING", f"import run {run_id} is {run.status.value}, not Running"
-        )
-    log.info("admin-action", action="talent-import-cancel", who=who, run_id=str(run_id))
-    log.info("import-cancelled", run_id=str(run_id), by=who)
+    container.imports.cancel(run_id, who=who)
     return RunCancelled(run_id=run_id, status=RunStatus.CANCELLED)
 
 
 @imports.get("/runs/{runId}/failed-items", response_model=list[FailedItem], responses=problem_responses(404))
 def list_failed_items(run_id: RunId, container: ContainerDep) -> list[FailedItem]:
     """The run's quarantine, oldest first (payloads stay in the database: they hold PII)."""
-    _load_run(container, run_id)
-    return [FailedItem.from_store(item) for item in container.import_store.failed_items(run_id)]
+    return [FailedItem.of(item) for item in container.imports.failed_items(run_id)]
 
 
 # ---------------------------------------------------------------- access fan-out
@@ -324,15 +269,13 @@ def list_fanout_tasks(
     limit: Annotated[int, Query(ge=1, le=10_000)] = 100,
 ) -> list[FanOutTask]:
     """The newest fan-out tasks first."""
-    rows = container.fanout_queue.list_tasks(status.value if status else None, limit)
-    return [FanOutTask.from_store(row) for row in rows]
+    return [FanOutTask.of(task) for task in container.fanout_admin.tasks(status, limit)]
 
 
 @fanout.post("/tasks/{taskId}/replay", response_model=TaskReplayed, responses=problem_responses(404, 409))
 def replay_fanout_task(task_id: TaskId, container: ContainerDep, who: Who) -> TaskReplayed:
     """The runbook's replay: a Failed task goes back to Pending with AttemptCount = 0, from its cursor."""
-    container.fanout_queue.replay(task_id, now_utc())
-    log.info("admin-action", action="fanout-replay", who=who, task_id=str(task_id))
+    container.fanout_admin.replay(task_id, who=who)
     return TaskReplayed(task_id=task_id, status=FanOutTaskStatus.PENDING)
 
 
@@ -344,22 +287,13 @@ sync = _admin_router("/admin/v1/talent-sync", "talent-sync")
 @sync.get("/failed-items", response_model=list[FailedItem])
 def list_consumer_failed_items(container: ContainerDep) -> list[FailedItem]:
     """Items the continuous talent-sync consumer quarantined (run_id null), oldest first."""
-    return [FailedItem.from_store(item) for item in container.import_store.failed_items(None)]
+    return [FailedItem.of(item) for item in container.imports.failed_items(None)]
 
 
 @sync.post("/failed-items/replay", response_model=ReplayResult, responses=problem_responses(404, 422))
 def replay_consumer_failed_items(request: ReplayRequest, container: ContainerDep, who: Who) -> ReplayResult:
     """Apply quarantined items again after fixing their cause (all, or `itemIds`); those that apply leave."""
-    outcome = replay_quarantined(
-        container.replica_transactions, identity.Context.fresh(), run_id=None, item_ids=request.item_ids
-    )
-    log.info(
-        "admin-action",
-        action="talent-sync-replay-failed",
-        who=who,
-        items=[str(i) for i in request.item_ids or []],
-    )
-    return ReplayResult(applied=outcome.applied, skipped=outcome.skipped, failed=outcome.failed)
+    return ReplayResult.of(container.imports.replay_failed(None, request.item_ids, who=who))
 
 
 # ---------------------------------------------------------------- roles
@@ -375,31 +309,15 @@ def set_role_permissions(
 ) -> PermissionsChanged:
     """set-role-permissions: replace the set, bump the role's version, notify its users inline (role size
     <= PIN_IDENTITY_INLINE_FANOUT_THRESHOLD) or enqueue a fan-out task, in one transaction."""
-    change = identity.set_role_permissions(
-        container.transactions,
-        identity.Context.fresh(),
-        role_id=role_id,
-        permissions=body.permissions,
-        policy=container.fanout_policy,
-    )
-    log.info(
-        "admin-action",
-        action="set-role-permissions",
-        who=who,
-        role_id=str(role_id),
-        role_version=change.role_version,
-        task_id=str(change.task_id) if change.task_id else None,
-    )
-    return PermissionsChanged(
-        role_id=change.role_id,
-        role_version=change.role_version,
-        path=change.path,
-        users_notified_inline=change.users_notified_inline,
-        task_id=change.task_id,
-    )
+    return PermissionsChanged.of(container.role_admin.set_permissions(role_id, body.permissions, who=who))
 
 
 # ---------------------------------------------------------------- metrics and probes
+
+
+class OutboxBacklog(Protocol):
+    def backlog(self) -> tuple[int, float]: ...
+    def reset(self) -> None: ...
 
 
 class DatabaseGauges:
@@ -408,13 +326,13 @@ class DatabaseGauges:
 
     def __init__(self, container: Container):
         self._container = container
-        self._outbox: PostgresOutboxQueue | None = None
+        self._outbox: OutboxBacklog | None = None
         self._lock = threading.Lock()
 
     def _outbox_backlog(self) -> tuple[int, float]:
         with self._lock:
             if self._outbox is None:
-                self._outbox = PostgresOutboxQueue(self._container.database)
+                self._outbox = self._container.outbox_backlog_reader()
             try:
                 return self._outbox.backlog()
             except psycopg.Error:
@@ -430,14 +348,9 @@ class DatabaseGauges:
         except (psycopg.Error, PoolTimeout, ConfigurationError) as exc:
             log.warning("metrics-refresh-failed", error=describe_error(exc))
             return
-        metrics.outbox_backlog.set(backlog)
-        metrics.outbox_oldest_age_seconds.set(oldest_age_s)
-        metrics.fanout_queue_backlog.set(stats.backlog)
-        metrics.fanout_failed_tasks.set(stats.failed)
-        # As a worker orchestrating the run reports them, so that the import alerts read either process.
-        metrics.import_running.set(1 if running else 0)
-        if running is not None:
-            metrics.import_run_started.set(running.started_at.timestamp())
+        metrics.record_outbox_backlog(backlog, oldest_age_s)
+        metrics.record_fanout_queue(stats.backlog, stats.failed)
+        metrics.record_import_running(running.started_at if running else None)
 
     def close(self) -> None:
         with self._lock:
@@ -527,7 +440,7 @@ def create_app(container: Container) -> FastAPI:
     app.state.container = container
     app.state.gauges = DatabaseGauges(container)
     app.state.ready = ReadinessCache(lambda: _ready(container))
-    for router in (imports, sync, fanout, roles, probes):
+    for router in (imports, sync, fanout, roles, *admin_reads.routers, probes, console):
         app.include_router(router)
     app.add_exception_handler(StarletteHTTPException, handle_exception)
     app.add_exception_handler(RequestValidationError, handle_exception)

@@ -1,18 +1,14 @@
-"""Request and response bodies of the platform-admin HTTP API (CONTRACTS section 6), in the contract's
-camelCase. Python code builds them by their snake_case field names; JSON carries the camelCase aliases."""
+"""The bodies only the platform-admin HTTP API has (CONTRACTS section 6): requests, problems, the answers
+of its actions, in the contract's camelCase. What the CLI prints as well lives in entrypoints.documents."""
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
-from pydantic.alias_generators import to_camel
+from pydantic import Field, StringConstraints
 
-from pin_identity.domain.fanout import FanOutPath
 from pin_identity.domain.model import FanOutTaskStatus
-from pin_identity.domain.talent import ImportStage
 from pin_identity.domain.talent_import import (
     MAX_PAGE_SIZE,
     ImportMode,
@@ -20,15 +16,10 @@ from pin_identity.domain.talent_import import (
     RunStatus,
 )
 
-
-class ApiModel(BaseModel):
-    model_config = ConfigDict(
-        alias_generator=to_camel,
-        validate_by_name=True,
-        validate_by_alias=True,
-        serialize_by_alias=True,
-    )
-
+# The documents both the API and the CLI print, importable from here as well.
+from pin_identity.entrypoints.documents import ApiModel as ApiModel  # noqa: PLC0414
+from pin_identity.entrypoints.documents import ReplayResult as ReplayResult  # noqa: PLC0414
+from pin_identity.entrypoints.documents import StageCounts as StageCounts  # noqa: PLC0414
 
 # ---------------------------------------------------------------- errors (RFC 9457)
 
@@ -86,95 +77,15 @@ class RunAccepted(ApiModel):
     run_id: UUID
 
 
-class StageCounts(ApiModel):
-    planned: int
-    applied: int
-    skipped: int
-    failed: int
-
-
-class ImportRunReport(ApiModel):
-    """TalentInitialImportResult plus progress: what `talent-import status --json` prints."""
-
-    run_id: UUID
-    mode: ImportMode
-    status: RunStatus
-    dry_run: bool
-    companies: StageCounts
-    users: StageCounts
-    duration_ms: int
-    started_at: datetime
-    finished_at: datetime | None
-    planning: ImportStage | None = Field(description="The stage still being listed; null once both are.")
-    pages: dict[str, dict[str, int]] = Field(
-        description="Page counts by stage (`Tenants`, `Users`) and page status "
-        "(`Pending`, `InProgress`, `Done`, `Failed`)."
-    )
-    eta_seconds: float | None
-    lock_holder: str | None = Field(description="The session holding the single-run lock, if any.")
-    error_code: str | None
-    error: str | None
-
-
 class RunCancelled(ApiModel):
     run_id: UUID
     status: RunStatus
-
-
-class FailedItem(ApiModel):
-    """A quarantined item; its payload stays in the database (it holds PII)."""
-
-    item_id: UUID
-    stage: ImportStage
-    external_id: UUID | None = Field(description="The Talent tenant or user id.")
-    error_code: str
-    reason: str | None = Field(
-        description="What was wrong, in words: the field and the rule, never the value."
-    )
-    attempts: int
-    created_at: datetime
-    updated_at: datetime
-
-    @classmethod
-    def from_store(cls, row: dict[str, Any]) -> FailedItem:
-        return cls.model_validate({**row, "itemId": row["id"]})
-
-
-# ---------------------------------------------------------------- access fan-out
-
-
-class FanOutTask(ApiModel):
-    task_id: UUID
-    role_id: UUID
-    company_id: UUID | None
-    role_version: int
-    reason: str
-    status: FanOutTaskStatus
-    cursor: UUID | None
-    processed_count: int
-    attempt_count: int
-    lease_expires_at: datetime | None
-    created_at: datetime
-    started_at: datetime | None
-    completed_at: datetime | None
-    updated_at: datetime
-    last_error: str | None
-
-    @classmethod
-    def from_store(cls, row: dict[str, Any]) -> FanOutTask:
-        return cls.model_validate({**row, "task_id": row["id"]})
 
 
 class ReplayRequest(ApiModel):
     """Which quarantined items to apply again; all of them when `itemIds` is left out."""
 
     item_ids: list[UUID] | None = None
-
-
-class ReplayResult(ApiModel):
-    applied: int
-    skipped: int
-    failed: int
 
 
 class TaskReplayed(ApiModel):
@@ -194,14 +105,6 @@ class SetRolePermissions(ApiModel):
     permissions: list[PermissionCode] = Field(
         max_length=1000, description="The complete new permission set (may be empty)."
     )
-
-
-class PermissionsChanged(ApiModel):
-    role_id: UUID
-    role_version: int
-    path: FanOutPath = Field(description="`inline`: events written now; `queued`: a fan-out task.")
-    users_notified_inline: int
-    task_id: UUID | None = Field(description="The enqueued fan-out task (path `queued`).")
 
 
 # ---------------------------------------------------------------- probes

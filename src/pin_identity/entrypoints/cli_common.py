@@ -1,12 +1,11 @@
-"""What every command shares: the container built from the environment, output, the audit's operator."""
+"""What every command shares: its group, the container built from the environment, the audit's operator."""
 
 from __future__ import annotations
 
 import getpass
-import json
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
@@ -15,7 +14,24 @@ from pin_identity.config import ConfigurationError, load_settings
 from pin_identity.observability.logging import configure_logging
 from pin_identity.observability.tracing import configure_tracing
 
-JsonOption = Annotated[bool, typer.Option("--json", help="Machine-readable output on stdout.")]
+JsonOption = Annotated[
+    bool, typer.Option("--json", help="JSON on stdout, in the HTTP API's shapes (camelCase, ISO-8601).")
+]
+
+
+def command_group(help_text: str) -> typer.Typer:
+    """A group of commands; named alone, it prints its help (exit 2). Help is click's plain layout: it prints
+    a flag as `--dry-run` and a choice with its values (`--mode <api-pull|topic-replay>`), where Typer's rich
+    panels print every flag as `--dry-run <bool>`."""
+    group = typer.Typer(help=help_text, invoke_without_command=True, rich_markup_mode=None)
+    group.callback()(_help_without_command)
+    return group
+
+
+def _help_without_command(ctx: typer.Context) -> None:
+    if ctx.invoked_subcommand is None:
+        typer.echo(ctx.get_help())
+        raise typer.Exit(2)
 
 
 @contextmanager
@@ -42,11 +58,3 @@ def operator() -> str:
         return f"cli:{getpass.getuser()}"
     except (OSError, KeyError):  # a container user without a passwd entry
         return "cli:unknown"
-
-
-def emit(result: dict[str, Any], as_json: bool) -> None:
-    if as_json:
-        typer.echo(json.dumps(result, default=str))
-    else:
-        for key, value in result.items():
-            typer.echo(f"{key}: {value}")

@@ -12,25 +12,44 @@ import secrets
 import threading
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 from uuid import UUID
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from pin_identity.adapters.kafka.reader import ReadEvent, TopicReader
-from pin_identity.adapters.postgres import demo_data
 from pin_identity.composition import Container
 from pin_identity.domain.events import ACCESS_TOPIC, now_utc
 from pin_identity.domain.fanout import FanOutPath
 from pin_identity.domain.model import CompanyType, Scope, UserType
 from pin_identity.domain.talent_import import RunStatus
 from pin_identity.entrypoints.demo_bootstrap import EXPECTED_QUARANTINE, bootstrap_from_simulated_talent
-from pin_identity.entrypoints.worker import Job
+from pin_identity.jobs.ports import StopSignal
 from pin_identity.operations import identity
 
 DEMO_TIMEOUT_S = 300
+
+
+class _Job(Protocol):
+    def run(self, stop: StopSignal, *, once: bool = False) -> None: ...
+
+
+class _ReadEvent(Protocol):
+    """An event read back from the access topic."""
+
+    @property
+    def key(self) -> str: ...
+    @property
+    def body(self) -> dict[str, Any]: ...
+    @property
+    def payload(self) -> dict[str, Any]: ...
+
+
+class _EventReader(Protocol):
+    def read(self, timeout_s: float = 0.2, max_records: int = 10_000) -> Sequence[_ReadEvent]: ...
 
 
 @dataclass
@@ -62,7 +81,7 @@ def run_demo(container: Container, *, companies: int, managers: int, console: Co
     container.upgrade_schema()
     fresh_topic = ACCESS_TOPIC in container.ensure_topics()
     report.rows.append(("setup (schema, topics)", f"{time.monotonic() - started:.1f} s"))
-    reader = TopicReader(container.kafka_client_config, [ACCESS_TOPIC])
+    reader = container.topic_reader([ACCESS_TOPIC])
     workers = _Workers(container)
     try:
         _bootstrap(container, report, companies, managers, console)
@@ -112,7 +131,7 @@ class _Workers:
 
     def __init__(self, container: Container):
         self._stop = threading.Event()
-        jobs: list[Job] = [container.access_fanout(), container.outbox_relay()]
+        jobs: list[_Job] = [container.access_fanout(), container.outbox_relay()]
         self._threads = [threading.Thread(target=job.run, args=(self._stop,), daemon=True) for job in jobs]
         for thread in self._threads:
             thread.start()
@@ -177,7 +196,7 @@ def _developer_manager_change(
 ) -> tuple[UUID, int, UUID, int]:
     with container.replica_transactions() as tx:
         role = tx.default_role()
-    holders = demo_data.active_holders(container.database, role.role_id)
+    holders = container.demo_reads.active_holders(role.role_id)
     console.print(f"changing the permissions of developer-manager, held by {holders:,} users")
     change = identity.set_role_permissions(
         container.transactions,
@@ -200,12 +219,12 @@ def _follow_fanout(
         bar = progress.add_task("fan-out", total=users)
         status, processed, next_line = "Pending", 0, started
         while time.monotonic() - started < DEMO_TIMEOUT_S:
-            status, processed = demo_data.fanout_progress(container.database, task_id)
+            status, processed = container.demo_reads.fanout_progress(task_id)
             progress.update(bar, completed=processed)
             if not console.is_terminal and time.monotonic() >= next_line:  # plain lines off a terminal
                 console.print(f"fan-out: {status}, {processed:,} of {users:,} users")
                 next_line += 2
-            if status == "Completed" and demo_data.outbox_is_empty(container.database):
+            if status == "Completed" and container.demo_reads.outbox_is_empty():
                 break
             time.sleep(0.5 if not console.is_terminal else 0.1)
     elapsed = time.monotonic() - started
@@ -217,7 +236,7 @@ def _follow_fanout(
 
 
 def _check_events(
-    reader: TopicReader, report: DemoReport, *, small_role: UUID, large_role: tuple[UUID, int], users: int
+    reader: _EventReader, report: DemoReport, *, small_role: UUID, large_role: tuple[UUID, int], users: int
 ) -> None:
     """One event per user for each change; the large role's filtered by this change's version (reruns)."""
     wanted = {str(small_role): 5, str(large_role[0]): users}
@@ -261,7 +280,7 @@ def _audit(container: Container, report: DemoReport, console: Console, *, fresh_
     report.check("access audit: the topic converged on the database", ok, detail)
 
 
-def _is_permission_change(event: ReadEvent) -> bool:
+def _is_permission_change(event: _ReadEvent) -> bool:
     return event.body.get("eventType") == "UserAccessChanged" and (
         event.payload.get("changeReason") == "RolePermissionsChanged"
     )

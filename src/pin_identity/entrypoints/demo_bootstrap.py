@@ -10,12 +10,11 @@ from dataclasses import dataclass
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from pin_identity.adapters.postgres import demo_data
 from pin_identity.composition import Container
 from pin_identity.domain.events import now_utc
 from pin_identity.domain.talent import ImportStage
 from pin_identity.domain.talent_import import ImportMode, ImportRequest, ImportRun, PageStatus
-from pin_identity.jobs.talent_import import start_run
+from pin_identity.operations.imports import start_run
 from pin_identity.simulation.talent import SimulatedTalentApi, TalentDataset, generate_dataset
 
 DEMO_TALENT_TOKEN = "demo-talent-token"  # noqa: S105 - the simulated Talent's, on loopback, for this run only
@@ -82,12 +81,12 @@ def _import(container: Container, dataset: TalentDataset, console: Console) -> B
     stop.set()
     helping.join(30)
     final = outcome[0] if outcome else run
-    failed = container.import_store.failed_items(final.run_id)
+    failed = container.imports.failed_items(final.run_id)
     return Bootstrap(
         run=final,
         seconds=time.monotonic() - started,
-        quarantine=Counter(item["errorCode"] for item in failed),
-        managers_with_one_default_role=demo_data.talent_managers_with_one_default_role(container.database),
+        quarantine=Counter(item.error_code for item in failed),
+        managers_with_one_default_role=container.demo_reads.talent_managers_with_one_default_role(),
         dataset=dataset,
     )
 

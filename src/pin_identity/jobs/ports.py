@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, NamedTuple, Protocol
+from typing import NamedTuple, Protocol
 from uuid import UUID
 
 from pin_identity.domain.events import OutboxMessage
 from pin_identity.domain.model import RenderedAccessSnapshot
-from pin_identity.domain.talent import ImportStage, RawSnapshot
+from pin_identity.domain.talent import ImportStage, TalentItem
 from pin_identity.domain.talent_import import (
     ImportPage,
     ImportRequest,
@@ -24,6 +24,12 @@ from pin_identity.domain.talent_import import (
     StageCounters,
 )
 from pin_identity.operations.ports import DryRunMemory, ReplicaTransaction
+
+# Re-exported: the source's failures and the run lock are the operator's as much as the job's.
+from pin_identity.operations.ports import RunLock as RunLock  # noqa: PLC0414
+from pin_identity.operations.ports import SourceNotConfiguredError as SourceNotConfiguredError  # noqa: PLC0414
+from pin_identity.operations.ports import SourceRejectedError as SourceRejectedError  # noqa: PLC0414
+from pin_identity.operations.ports import SourceUnavailableError as SourceUnavailableError  # noqa: PLC0414
 
 
 class PendingEvent(NamedTuple):
@@ -58,8 +64,8 @@ class OutboxQueue(Protocol):
         """Whether this process is the one active relay (others stand by), and how it became so."""
         ...
 
-    def fetch_ready(self, limit: int, in_flight: Collection[int]) -> list[PendingEvent]:
-        """Committed rows in outbox order, leaving out those already handed to the publisher."""
+    def fetch_ready(self, limit: int, after: int) -> list[PendingEvent]:
+        """Committed rows with ids above `after`, in outbox order, never past a row that may still commit."""
         ...
 
     def settle(self, delivered: Sequence[int], rejected: Mapping[int, str]) -> None: ...
@@ -180,15 +186,12 @@ class TaskWakeups(Protocol):
 
 @dataclass(frozen=True)
 class TalentRecord:
-    """One record of a Talent topic: `payload` is the decoded JSON, None for a tombstone (the raw text when
-    it is not JSON, so that it reaches quarantine as it was)."""
+    """One record of a Talent topic: where it sits (to commit past it), and what it holds, read once."""
 
-    stage: ImportStage  # Tenants or Users: which of the two topics it came from
     topic: str
     partition: int
     offset: int
-    key: str | None
-    payload: Any
+    item: TalentItem  # its stage says which of the two topics it came from
 
 
 class TalentStream(Protocol):
@@ -213,18 +216,6 @@ class TalentStream(Protocol):
 # ---------------------------------------------------------------- Talent initial import
 
 
-class SourceUnavailableError(Exception):
-    """Talent cannot be read now (down, timing out, malformed answers); worth trying again later."""
-
-
-class SourceNotConfiguredError(Exception):
-    """This process has no way to read the run's source (e.g. api-pull without the Talent API URL)."""
-
-
-class SourceRejectedError(SourceUnavailableError):
-    """Talent refuses our credentials (401/403): retrying will not help."""
-
-
 class TalentSource(Protocol):
     """Where an import reads Talent's snapshots: the HTTP API (ApiPull) or the compacted topics (TopicReplay).
     Cursors are the source's own: the job stores and hands them back without reading them."""
@@ -242,24 +233,12 @@ class TalentSource(Protocol):
     ) -> PlanStep: ...
     def read(
         self, stage: ImportStage, cursor: str | None, page_size: int, tenant_filter: UUID | None
-    ) -> list[RawSnapshot]: ...
+    ) -> list[TalentItem]: ...
     def handover(self, cursors: Sequence[str | None]) -> None:
         """After a complete replay: let the continuous consumer resume where the replay ended."""
         ...
 
     def close(self) -> None: ...
-
-
-class RunLock(Protocol):
-    """The one-run-per-cluster lock (a session-level PostgreSQL advisory lock)."""
-
-    def try_acquire(self) -> bool: ...
-    def held(self) -> bool:
-        """False once the lock's session is gone (and with it the lock)."""
-        ...
-
-    def release(self) -> None: ...
-    def holder(self) -> str | None: ...
 
 
 class ImportPageTransaction(ReplicaTransaction, Protocol):

@@ -10,35 +10,18 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from uuid import UUID
 
 from pin_identity.domain.backoff import Backoff
-from pin_identity.domain.talent import (
-    ImportStage,
-    RawSnapshot,
-)
 from pin_identity.jobs.ports import StopSignal, TalentRecord, TalentStream
-from pin_identity.jobs.replica_outcomes import record_outcome
-from pin_identity.observability import metrics
-from pin_identity.observability.logging import describe_error, get_logger
+from pin_identity.jobs.talent_sync_observer import TalentSyncObserver
 from pin_identity.operations.identity import Context
 from pin_identity.operations.ports import ReplicaTransactions
-from pin_identity.operations.talent_replica import (
-    ApplyOptions,
-    BatchOutcome,
-    SourceItem,
-    apply_snapshots,
-    quarantined_items,
-)
-
-log = get_logger("talent-sync")
+from pin_identity.operations.talent_replica import ApplyOptions, BatchOutcome, SourceItem, apply_snapshots
 
 _LAG_REPORT_S = 10.0
-
-_AGGREGATE = {ImportStage.TENANTS: "company", ImportStage.USERS: "user"}
 
 
 @dataclass(frozen=True)
@@ -69,13 +52,15 @@ class TalentSyncJob:
         settings: TalentSyncSettings,
         *,
         clock: Callable[[], datetime],
+        observer: TalentSyncObserver | None = None,
     ):
         self._stream, self._transactions, self._settings, self._clock = stream, transactions, settings, clock
+        self._observer = observer or TalentSyncObserver()
         self._failures = 0
 
     def run(self, stop: StopSignal, *, once: bool = False) -> None:
         """With `once`: until every assigned partition is read to its end and no deferred item is due."""
-        log.info("talent-sync-started", batch_size=self._settings.batch_size)
+        self._observer.started(self._settings.batch_size)
         next_lag_report = 0.0
         try:
             while not stop.is_set():
@@ -89,7 +74,7 @@ class TalentSyncJob:
                     break
         finally:
             self._stream.close()
-            log.info("talent-sync-stopped")
+            self._observer.stopped()
 
     def step(self) -> bool:
         """One poll and one round of due retries; True when there was something to do."""
@@ -102,27 +87,19 @@ class TalentSyncJob:
         lag = self._stream.lag()
         if lag is None:
             return False
-        for (topic, partition), behind in lag.items():
-            metrics.talent_sync_consumer_lag.labels(topic=topic, partition=str(partition)).set(behind)
+        self._observer.lag_measured(lag)
         return all(behind == 0 for behind in lag.values())
 
     def _consume(self, records: list[TalentRecord]) -> bool:
-        batches = _by_stage(records)
-        outcomes = self._apply(batches)
-        if outcomes is None:
+        batch = self._apply([SourceItem(record.item) for record in records])
+        if batch is None:
             self._stream.rewind(records)
             return False
         try:
             self._stream.commit(records)
         except Exception as exc:  # the batch is applied; a replay would be skipped by the version guard
-            log.warning("talent-sync-offset-commit-failed", error=describe_error(exc))
-        log.info(
-            "talent-sync-batch-applied",
-            records=len(records),
-            applied=sum(o.applied for o in outcomes),
-            skipped=sum(o.skipped for o in outcomes),
-            failed=sum(o.failed for o in outcomes),
-        )
+            self._observer.offset_commit_failed(exc)
+        self._observer.batch_applied(len(records), batch)
         return True
 
     def _retry_deferred(self) -> bool:
@@ -131,36 +108,28 @@ class TalentSyncJob:
                 due = tx.due_quarantined(self._clock(), self._settings.batch_size)
                 if not due:
                     return False
-                ctx = Context(correlation_id=_new_correlation(), now=self._clock())
-                for stage in ImportStage:
-                    items = quarantined_items(due, stage)
-                    if items:
-                        self._record(apply_snapshots(tx, stage, items, ctx, self._options(ctx.now)))
+                ctx = Context(correlation_id=uuid.uuid4(), now=self._clock())
+                batch = apply_snapshots(tx, due, ctx, self._options(ctx.now))
                 tx.commit()
         except Exception as exc:
-            log.warning("talent-sync-retry-failed", error=describe_error(exc))
+            self._observer.retry_failed(exc)
             return False
-        log.info("talent-sync-deferred-retried", items=len(due))
+        self._observer.deferred_retried(len(due), batch)
         return True
 
-    def _apply(self, batches: dict[ImportStage, list[SourceItem]]) -> list[BatchOutcome] | None:
-        ctx = Context(correlation_id=_new_correlation(), now=self._clock())
+    def _apply(self, items: list[SourceItem]) -> BatchOutcome | None:
+        """One transaction (the batch's tenants before its users); None when it rolled back."""
+        ctx = Context(correlation_id=uuid.uuid4(), now=self._clock())
         try:
             with self._transactions() as tx:
-                outcomes = [
-                    apply_snapshots(tx, stage, items, ctx, self._options(ctx.now))
-                    for stage, items in batches.items()
-                    if items
-                ]
+                batch = apply_snapshots(tx, items, ctx, self._options(ctx.now))
                 tx.commit()
         except Exception as exc:
             self._failures += 1
-            log.warning("talent-sync-batch-failed", error=describe_error(exc), failures=self._failures)
+            self._observer.batch_failed(exc, self._failures)
             return None
         self._failures = 0
-        for outcome in outcomes:
-            self._record(outcome)
-        return outcomes
+        return batch
 
     def _options(self, now: datetime) -> ApplyOptions:
         settings = self._settings
@@ -171,19 +140,3 @@ class TalentSyncJob:
             return now + timedelta(seconds=settings.retry_backoff.delay(attempt))
 
         return ApplyOptions(run_id=None, retry_at=retry_at)
-
-    def _record(self, batch: BatchOutcome) -> None:
-        for outcome in batch.outcomes:
-            record_outcome(outcome, metric=metrics.talent_sync_items_total)
-
-
-def _by_stage(records: Sequence[TalentRecord]) -> dict[ImportStage, list[SourceItem]]:
-    """Tenants first: a user and its tenant in one batch then apply in the right order."""
-    batches: dict[ImportStage, list[SourceItem]] = {ImportStage.TENANTS: [], ImportStage.USERS: []}
-    for record in records:
-        batches[record.stage].append(SourceItem(RawSnapshot(record.key, record.payload)))
-    return batches
-
-
-def _new_correlation() -> UUID:
-    return uuid.uuid4()

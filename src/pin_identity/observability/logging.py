@@ -14,9 +14,14 @@ import structlog
 from pin_identity.domain.phone import mask_phone
 
 LogFormat = Literal["console", "json"]
+# An operator action's audit line: written whatever the level (a terminal's quieter output keeps it).
+AUDIT_EVENT = "admin-action"
+_LEVELS = {"debug": 10, "info": 20, "warning": 30, "warn": 30, "error": 40, "exception": 40, "critical": 50}
 
 
 def configure_logging(log_format: LogFormat | None = None, *, level: int = logging.INFO) -> None:
+    """JSON off a terminal, readable lines on one (unless `log_format` says); lines under `level` are
+    dropped, except audit lines."""
     chosen = log_format or ("console" if sys.stderr.isatty() else "json")
     renderer: Any = (
         structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
@@ -25,18 +30,28 @@ def configure_logging(log_format: LogFormat | None = None, *, level: int = loggi
     )
     structlog.configure(
         processors=[
+            _below(level),
             structlog.contextvars.merge_contextvars,
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             render_exception_without_values,
             renderer,
         ],
-        wrapper_class=structlog.make_filtering_bound_logger(level),
+        wrapper_class=structlog.make_filtering_bound_logger(min(level, logging.INFO)),
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=False,
     )
     # Libraries log through the standard module; keep them quiet unless something is wrong.
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(levelname)s %(name)s %(message)s")
+
+
+def _below(level: int) -> Any:
+    def drop_below_level(_logger: Any, method: str, event: MutableMapping[str, Any]) -> Any:
+        if _LEVELS.get(method, logging.INFO) < level and event.get("event") != AUDIT_EVENT:
+            raise structlog.DropEvent
+        return event
+
+    return drop_below_level
 
 
 def get_logger(component: str) -> Any:

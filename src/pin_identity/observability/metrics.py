@@ -7,6 +7,8 @@ flags as abbreviated units. They stay as the specs name them; each has a base-un
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 
 registry: CollectorRegistry = REGISTRY
@@ -97,6 +99,20 @@ import_failed_items_total = Counter("identity_import_failed_items_total", "Impor
 import_run_started = Gauge(
     "identity_import_run_started_timestamp_seconds", "When the import run this process works on started"
 )
+
+
+def record_outbox_backlog(waiting: int, oldest_age_s: float) -> None:
+    """The outbox's gauges, as the relay sees them every few seconds and `serve` at each scrape."""
+    outbox_backlog.set(waiting)
+    outbox_oldest_age_seconds.set(oldest_age_s)
+
+
+def record_import_running(started_at: datetime | None) -> None:
+    """Whether an import run is Running and since when, from its orchestrator or from `serve`'s scrape: the
+    import alerts read either process."""
+    import_running.set(1 if started_at is not None else 0)
+    if started_at is not None:
+        import_run_started.set(started_at.timestamp())
 
 
 def record_fanout_queue(backlog: int, failed: int) -> None:

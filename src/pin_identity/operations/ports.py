@@ -1,4 +1,4 @@
-"""What the use cases need from storage; the PostgreSQL adapter implements it."""
+"""What the use cases need from storage and from Talent; the adapters implement it."""
 
 from __future__ import annotations
 
@@ -6,11 +6,15 @@ from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime
+from enum import StrEnum
 from typing import Any, Protocol
 from uuid import UUID
 
 from pin_identity.domain.events import CompanyState, OutboxMessage, UserState
-from pin_identity.domain.model import RoleStatus, Scope, UserAccessSnapshot
+from pin_identity.domain.model import FanOutTaskStatus, RoleStatus, Scope, UserAccessSnapshot
+from pin_identity.domain.talent import TalentItem
+from pin_identity.domain.talent_import import ImportRequest, ImportRun, PageProgress
+from pin_identity.operations.read_models import FailedItemView, FanOutTaskView, Pruned
 
 
 @dataclass(frozen=True)
@@ -122,6 +126,16 @@ class QuarantineEntry:
     reason: str | None = None  # what was wrong, in words, naming the field but never quoting its value
 
 
+@dataclass(frozen=True)
+class SourceItem:
+    """A Talent item to apply; a quarantine row read back for another try carries its id and how often it
+    was tried."""
+
+    item: TalentItem
+    quarantine_id: UUID | None = None
+    attempts: int = 0
+
+
 class DryRunMemory(Protocol):
     """What a dry run would have written so far (it writes no replica row): its later pages resolve tenants
     and phone owners against the replica plus this."""
@@ -180,13 +194,13 @@ class ReplicaTransaction(Protocol):
     def access_snapshots(self, user_ids: Sequence[UUID]) -> list[UserAccessSnapshot]: ...
 
     def quarantine(self, entries: Sequence[QuarantineEntry]) -> None: ...
-    def due_quarantined(self, now: datetime, limit: int) -> list[QuarantineEntry]:
+    def due_quarantined(self, now: datetime, limit: int) -> list[SourceItem]:
         """The consumer's deferred items whose next try is due, locked for this transaction."""
         ...
 
     def quarantined_for_replay(
         self, run_id: UUID | None, entry_ids: Sequence[UUID] | None
-    ) -> list[QuarantineEntry]:
+    ) -> list[SourceItem]:
         """A run's quarantine rows (the chosen ones, or all), locked for this transaction."""
         ...
 
@@ -200,3 +214,89 @@ class ReplicaTransaction(Protocol):
 
 class ReplicaTransactions(Protocol):
     def __call__(self) -> AbstractContextManager[ReplicaTransaction]: ...
+
+
+# ---------------------------------------------------------------- operator actions
+
+
+class SourceUnavailableError(Exception):
+    """Talent cannot be read now (down, timing out, malformed answers); worth trying again later."""
+
+
+class SourceRejectedError(SourceUnavailableError):
+    """Talent refuses our credentials (401/403): retrying will not help."""
+
+
+class SourceNotConfiguredError(Exception):
+    """This process has no way to read the run's source (e.g. api-pull without the Talent API URL)."""
+
+
+class SourceCheck(Protocol):
+    """What starting a run asks of its source before anything is written (a TalentSource of the job)."""
+
+    def check(self) -> None:
+        """Raise SourceUnavailableError unless the source can be used."""
+        ...
+
+    def count_companies(self, tenant_filter: UUID | None) -> int | None:
+        """How many companies the source lists within the scope, None if it cannot tell cheaply."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class RunLock(Protocol):
+    """The one-run-per-cluster lock (a session-level PostgreSQL advisory lock)."""
+
+    def try_acquire(self) -> bool: ...
+    def held(self) -> bool:
+        """False once the lock's session is gone (and with it the lock)."""
+        ...
+
+    def release(self) -> None: ...
+    def holder(self) -> str | None: ...
+
+
+class ImportRuns(Protocol):
+    """The import runs as operators start, watch and steer them (the job's ImportStore does the rest)."""
+
+    def running_run(self) -> ImportRun | None: ...
+    def load_run(self, run_id: UUID) -> ImportRun | None: ...
+    def latest_run(self) -> ImportRun | None: ...
+    def create_run(self, request: ImportRequest, correlation_id: UUID, now: datetime) -> ImportRun: ...
+    def replica_company_count(self, tenant_filter: UUID | None) -> int: ...
+    def progress(self, run_id: UUID) -> PageProgress: ...
+    def request_cancel(self, run_id: UUID) -> bool:
+        """Running -> Cancelled; False when the run is not Running (or does not exist)."""
+        ...
+
+    def reset_leases(self, run_id: UUID) -> int:
+        """Every InProgress page of the run becomes claimable now; returns how many."""
+        ...
+
+    def failed_items(self, run_id: UUID | None) -> list[FailedItemView]:
+        """A run's quarantine, or the continuous consumer's (None), oldest first."""
+        ...
+
+
+class TaskReplay(StrEnum):
+    """What asking for a fan-out task's replay did."""
+
+    REPLAYED = "replayed"  # Failed -> Pending, AttemptCount 0
+    NOT_FAILED = "not-failed"  # the task is in another status, or does not exist
+    ROLE_HAS_PENDING_TASK = "role-has-pending-task"  # one Pending task per role: it notifies every user
+
+
+class FanOutTasks(Protocol):
+    def list_tasks(self, status: FanOutTaskStatus | None, limit: int) -> list[FanOutTaskView]:
+        """The newest first."""
+        ...
+
+    def replay(self, task_id: UUID, now: datetime) -> TaskReplay: ...
+    def task_status(self, task_id: UUID) -> FanOutTaskStatus | None: ...
+
+
+class Retention(Protocol):
+    def prune(self, cutoff: datetime) -> Pruned:
+        """In one transaction: finished work and quarantine payloads last changed before the cutoff."""
+        ...

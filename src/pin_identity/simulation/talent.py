@@ -498,9 +498,16 @@ def _json_bytes(value: object) -> bytes:
         return json.dumps(value).encode("ascii")
 
 
+# The simulated Talent's layout, not Talent's (the product reads whatever layout a cluster has). The embedded
+# broker lists a partition's batches on every fetch, and with one record per batch it reads a partition past
+# about 10,000 records slowly, the more so on a loaded machine (BENCHMARKS.md, "TopicReplay: page time and
+# partition size"): twelve partitions keep the benchmark's 50,000 users at about 4,200 a partition.
+TALENT_PARTITIONS = 12
+
+
 def create_talent_topics(
     client_config: dict[str, str],
-    partitions: int = 3,
+    partitions: int = TALENT_PARTITIONS,
     *,
     tenants_topic: str = TENANTS_TOPIC,
     users_topic: str = USERS_TOPIC,

@@ -5,6 +5,11 @@ picture of the topics however much is produced meanwhile. Reading assigns partit
 when a complete replay ends, the continuous consumer's group is moved to where the replay ended, if nobody in
 the group is consuming (a group with live members cannot have its offsets altered; a live consumer is applying
 the same snapshots anyway, and the version guard makes the overlap harmless).
+
+The reader keeps its consumer positioned where its last page ended: the import claims a partition's pages in
+order, so the next page is usually the next range of the same partition, and the consumer has fetched it while
+the last one was applied. Any other page repositions the consumer. Offsets and metadata are looked up on a
+client of their own, so that they never wait behind the reader's fetches.
 """
 
 from __future__ import annotations
@@ -12,7 +17,8 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import dataclass, field
+from typing import NamedTuple
 from uuid import UUID
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
@@ -20,8 +26,8 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._config import ConfigResource
 
 from pin_identity.adapters.kafka.talent_stream import TALENT_SYNC_GROUP
-from pin_identity.adapters.talent_wire import decode_topic_value
-from pin_identity.domain.talent import TENANTS_TOPIC, USERS_TOPIC, ImportStage, RawSnapshot
+from pin_identity.adapters.talent_wire import topic_item
+from pin_identity.domain.talent import TENANTS_TOPIC, USERS_TOPIC, ImportStage, TalentItem
 from pin_identity.domain.talent_import import PlannedPage, PlanStep
 from pin_identity.jobs.ports import SourceUnavailableError
 from pin_identity.observability.logging import get_logger
@@ -29,17 +35,61 @@ from pin_identity.observability.logging import get_logger
 log = get_logger("talent-replay")
 
 _READ_TIMEOUT_S = 60.0
+_CLIENT_GROUP = "pin-identity-talent-import"  # never joined: partitions are assigned
+
+# How the reader fetches (BENCHMARKS.md, "TopicReplay: page time and partition size"):
+# - fetch.wait.max.ms: a fetch waits for new data only at the end of a partition, but librdkafka keeps one
+#   fetch in flight per broker, so the first page of the next partition waits behind it (500 ms by default).
+#   The embedded broker spends the same budget listing the partition before it returns anything: 10 ms was
+#   too short for its larger partitions on a loaded machine (pages of up to 15 s); 50 ms is not.
+# - fetch.max.bytes: the embedded broker fills a response until it holds this much or the wait is over, so
+#   small responses (about 700 snapshots) come back sooner; a consumer's message.max.bytes must not exceed it.
+# - queued.min.messages: about one page of the largest size (2,000) is fetched ahead while the last page is
+#   applied, topped up in small steps (fetch.queue.backoff.ms) rather than in bursts that compete with it.
+_READER_SETTINGS: dict[str, str | int | bool] = {
+    "enable.auto.commit": False,
+    "enable.partition.eof": True,
+    "auto.offset.reset": "earliest",
+    "fetch.wait.max.ms": 50,
+    "fetch.max.bytes": 262_144,
+    "message.max.bytes": 262_144,
+    "queued.min.messages": 2_000,
+    "fetch.queue.backoff.ms": 10,
+}
 
 
 def _range_cursor(topic: str, partition: int, start: int, end: int) -> str:
     return json.dumps({"topic": topic, "partition": partition, "start": start, "end": end})
 
 
-def _parse_cursor(cursor: str | None) -> tuple[str, int, int, int]:
+class _Range(NamedTuple):
+    """A page: an offset range of one partition."""
+
+    topic: str
+    partition: int
+    start: int
+    end: int
+
+
+def _parse_cursor(cursor: str | None) -> _Range:
     if cursor is None:
         raise SourceUnavailableError("a topic-replay page has no offset range")
     parsed = json.loads(cursor)
-    return str(parsed["topic"]), int(parsed["partition"]), int(parsed["start"]), int(parsed["end"])
+    return _Range(str(parsed["topic"]), int(parsed["partition"]), int(parsed["start"]), int(parsed["end"]))
+
+
+@dataclass
+class _Position:
+    """Where the reader's consumer stands: the next offset of one partition, and what it already delivered
+    past the last page (a record after a compaction gap, the end of the partition), kept for the next one."""
+
+    topic: str
+    partition: int
+    offset: int
+    carried: list[Message] = field(default_factory=list)
+
+    def continues(self, page: _Range) -> bool:
+        return (self.topic, self.partition, self.offset) == (page.topic, page.partition, page.start)
 
 
 class TopicReplaySource:
@@ -55,25 +105,21 @@ class TopicReplaySource:
         self._topics = {ImportStage.TENANTS: tenants_topic, ImportStage.USERS: users_topic}
         self._group_id = group_id
         self._reader: Consumer | None = None
+        self._lookups: Consumer | None = None
+        self._position: _Position | None = None
 
     def _consumer(self) -> Consumer:
         if self._reader is None:
-            self._reader = Consumer(
-                {
-                    **self._config,
-                    "group.id": "pin-identity-talent-import",  # never joined: partitions are assigned
-                    "enable.auto.commit": False,
-                    "enable.partition.eof": True,
-                    "auto.offset.reset": "earliest",
-                    # A page is a range that already exists: waiting for more data (500 ms by default) after
-                    # its last record would only add that wait to every page.
-                    "fetch.wait.max.ms": 10,
-                }
-            )
+            self._reader = Consumer({**self._config, "group.id": _CLIENT_GROUP, **_READER_SETTINGS})
         return self._reader
 
+    def _lookup(self) -> Consumer:
+        if self._lookups is None:
+            self._lookups = Consumer({**self._config, "group.id": _CLIENT_GROUP, "enable.auto.commit": False})
+        return self._lookups
+
     def _partitions(self, topic: str) -> list[int]:
-        metadata = self._consumer().list_topics(topic, timeout=10)
+        metadata = self._lookup().list_topics(topic, timeout=10)
         described = metadata.topics.get(topic)
         if described is None or described.error is not None or not described.partitions:
             raise SourceUnavailableError(f"topic {topic} does not exist")
@@ -82,7 +128,7 @@ class TopicReplaySource:
     def _watermarks(self, topic: str) -> list[tuple[int, int, int]]:
         try:
             return [
-                (p, *self._consumer().get_watermark_offsets(TopicPartition(topic, p), timeout=10))
+                (p, *self._lookup().get_watermark_offsets(TopicPartition(topic, p), timeout=10))
                 for p in self._partitions(topic)
             ]
         except KafkaException as exc:
@@ -135,28 +181,54 @@ class TopicReplaySource:
 
     def read(
         self, stage: ImportStage, cursor: str | None, page_size: int, tenant_filter: UUID | None
-    ) -> list[RawSnapshot]:
-        topic, partition, start, end = _parse_cursor(cursor)
-        consumer = self._consumer()
-        consumer.assign([TopicPartition(topic, partition, start)])
-        try:
-            return self._read_until(consumer, start, end, time.monotonic() + _READ_TIMEOUT_S)
-        finally:
-            consumer.unassign()
+    ) -> list[TalentItem]:
+        page = _parse_cursor(cursor)
+        carried = self._positioned(page)
+        self._position = None  # until the page is read: a failed read leaves the consumer anywhere
+        items, carried = self._read_until(stage, page, carried, time.monotonic() + _READ_TIMEOUT_S)
+        self._position = _Position(page.topic, page.partition, page.end, carried)
+        self._release_at_end(page)
+        return items
 
-    def _read_until(self, consumer: Consumer, start: int, end: int, deadline: float) -> list[RawSnapshot]:
-        records: list[RawSnapshot] = []
-        next_offset = start
+    def _positioned(self, page: _Range) -> list[Message]:
+        """The consumer at the page's start; what it already delivered from there when it stood there."""
+        if self._position is not None and self._position.continues(page):
+            return self._position.carried
+        # assign() replaces the whole assignment: the last partition is no longer fetched.
+        self._consumer().assign([TopicPartition(page.topic, page.partition, page.start)])
+        return []
+
+    def _read_until(
+        self, stage: ImportStage, page: _Range, carried: list[Message], deadline: float
+    ) -> tuple[list[TalentItem], list[Message]]:
+        """The range's items, and what was delivered after its end."""
+        items: list[TalentItem] = []
+        next_offset = page.start
         while time.monotonic() < deadline:
             # Ask for no more than the range still holds: consume() returns as soon as it has that many.
-            for message in consumer.consume(max(end - next_offset, 1), 0.5):
-                if _ends_range(message, end):
-                    return records
-                records.append(_snapshot(message))
+            messages = carried or self._consumer().consume(max(page.end - next_offset, 1), 0.5)
+            carried = []
+            for index, message in enumerate(messages):
+                if not _belongs(message, page, next_offset):
+                    continue
+                if _ends_range(message, page.end):
+                    return items, messages[index:]
+                items.append(topic_item(stage, message.key(), message.value()))
                 next_offset = (message.offset() or 0) + 1
-                if next_offset >= end:
-                    return records
+                if next_offset >= page.end:
+                    return items, messages[index + 1 :]
         raise SourceUnavailableError("timed out reading a topic-replay page")
+
+    def _release_at_end(self, page: _Range) -> None:
+        """A partition read to its end is let go: an idle consumer would keep asking the broker for more."""
+        where = TopicPartition(page.topic, page.partition)
+        try:  # what the last fetch response said: no request is sent
+            _, high = self._consumer().get_watermark_offsets(where, cached=True)
+        except KafkaException:
+            return
+        if 0 <= high <= page.end:
+            self._consumer().unassign()
+            self._position = None
 
     def handover(self, cursors: Sequence[str | None]) -> None:
         ends: dict[tuple[str, int], int] = {}
@@ -181,9 +253,22 @@ class TopicReplaySource:
             group.close()
 
     def close(self) -> None:
-        if self._reader is not None:
-            self._reader.close()
-            self._reader = None
+        for client in (self._reader, self._lookups):
+            if client is not None:
+                client.close()
+        self._reader = self._lookups = None
+        self._position = None
+
+
+def _belongs(message: Message, page: _Range, next_offset: int) -> bool:
+    """False for a record or an end of partition delivered for an earlier position of the consumer; any other
+    error is the page's to raise."""
+    error = message.error()
+    if error is not None and error.code() != KafkaError._PARTITION_EOF:
+        return True
+    if (message.topic(), message.partition()) != (page.topic, page.partition):
+        return False
+    return error is not None or (message.offset() or 0) >= next_offset
 
 
 def _ends_range(message: Message, end: int) -> bool:
@@ -193,9 +278,3 @@ def _ends_range(message: Message, end: int) -> bool:
             return True
         raise SourceUnavailableError(f"reading a topic-replay page failed: {error.str()}")
     return (message.offset() or 0) >= end
-
-
-def _snapshot(message: Message) -> RawSnapshot:
-    key = message.key()
-    value: Any = decode_topic_value(message.value())
-    return RawSnapshot(key.decode("utf-8", errors="replace") if isinstance(key, bytes) else key, value)

@@ -7,7 +7,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
-from pin_identity.adapters.talent_wire import decode_topic_value
+from pin_identity.adapters.talent_wire import topic_item
 from pin_identity.domain.talent import TENANTS_TOPIC, USERS_TOPIC, ImportStage
 from pin_identity.jobs.ports import TalentRecord
 from pin_identity.observability.logging import get_logger
@@ -30,14 +30,11 @@ _CONSUMER_DEFAULTS = {
 
 
 def _record(message: Message, stage: ImportStage) -> TalentRecord:
-    key = message.key()
     return TalentRecord(
-        stage=stage,
         topic=message.topic() or "",
         partition=message.partition() or 0,
         offset=message.offset() or 0,
-        key=key.decode("utf-8", errors="replace") if isinstance(key, bytes) else key,
-        payload=decode_topic_value(message.value()),
+        item=topic_item(stage, message.key(), message.value()),
     )
 
 

@@ -9,15 +9,15 @@ from typing import Any
 from uuid import UUID
 
 import psycopg
-from psycopg.rows import dict_row
 
 from pin_identity.adapters.postgres.catalogue import query
 from pin_identity.adapters.postgres.database import Database, Fence
 from pin_identity.adapters.postgres.outbox_writer import write_outbox
-from pin_identity.domain.errors import ConflictError, NotFoundError
 from pin_identity.domain.events import OutboxMessage
-from pin_identity.domain.model import RenderedAccessSnapshot
+from pin_identity.domain.model import FanOutTaskStatus, RenderedAccessSnapshot
 from pin_identity.jobs.ports import FanOutTask, LeaseLostError, PoisonedTask, QueueStats
+from pin_identity.operations.ports import TaskReplay
+from pin_identity.operations.read_models import FanOutTaskView
 
 NIL_UUID = UUID(int=0)
 
@@ -102,27 +102,49 @@ class PostgresFanOutQueue:
         }
         self._database.execute("release_fanout_task", params)
 
-    def list_tasks(self, status: str | None, limit: int = 100) -> list[dict[str, Any]]:
-        with self._database.connection() as conn, conn.cursor(row_factory=dict_row) as cursor:
-            return cursor.execute(query("list_fanout_tasks"), {"status": status, "limit": limit}).fetchall()
+    def list_tasks(self, status: FanOutTaskStatus | None, limit: int = 100) -> list[FanOutTaskView]:
+        params = {"status": status.value if status else None, "limit": limit}
+        rows = self._database.execute("list_fanout_tasks", params)
+        return [_task_view(row) for row in rows]
 
-    def replay(self, task_id: UUID, now: datetime) -> None:
-        """Runbook: a Failed task goes back to Pending with fresh attempts, from its cursor."""
+    def replay(self, task_id: UUID, now: datetime) -> TaskReplay:
+        """A Failed task back to Pending with fresh attempts, from its cursor (the role's one Pending task
+        is kept unique by an index: it notifies every user)."""
         try:
-            if self._database.execute("replay_fanout_task", {"task_id": task_id, "now": now}):
-                return
+            replayed = self._database.execute("replay_fanout_task", {"task_id": task_id, "now": now})
         except psycopg.errors.UniqueViolation:
-            raise ConflictError(
-                f"fan-out task {task_id}: its role already has a Pending task, which notifies every user"
-            ) from None
-        status = self._database.execute("fanout_task_status", {"task_id": task_id})
-        if not status:
-            raise NotFoundError(f"fan-out task {task_id} does not exist")
-        raise ConflictError(f"fan-out task {task_id} is {status[0][0]}, only a Failed task can be replayed")
+            return TaskReplay.ROLE_HAS_PENDING_TASK
+        return TaskReplay.REPLAYED if replayed else TaskReplay.NOT_FAILED
+
+    def task_status(self, task_id: UUID) -> FanOutTaskStatus | None:
+        rows = self._database.execute("fanout_task_status", {"task_id": task_id})
+        return FanOutTaskStatus(rows[0][0]) if rows else None
 
     def stats(self, now: datetime) -> QueueStats:
         [(backlog, failed)] = self._database.execute("fanout_queue_stats", {"now": now})
         return QueueStats(int(backlog), int(failed))
+
+
+def _task_view(row: tuple[Any, ...]) -> FanOutTaskView:
+    task_id, role_id, company_id, role_version, reason, status, cursor, *rest = row
+    processed, attempts, lease_expires_at, created_at, started_at, completed_at, updated_at, error = rest
+    return FanOutTaskView(
+        task_id=task_id,
+        role_id=role_id,
+        company_id=company_id,
+        role_version=role_version,
+        reason=reason,
+        status=FanOutTaskStatus(status),
+        cursor=cursor,
+        processed_count=processed,
+        attempt_count=attempts,
+        lease_expires_at=lease_expires_at,
+        created_at=created_at,
+        started_at=started_at,
+        completed_at=completed_at,
+        updated_at=updated_at,
+        last_error=error,
+    )
 
 
 class PostgresTaskWakeups:

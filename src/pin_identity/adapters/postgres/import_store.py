@@ -30,6 +30,7 @@ from pin_identity.domain.talent_import import (
     StageCounters,
 )
 from pin_identity.jobs.ports import LeaseLostError
+from pin_identity.operations.read_models import FailedItemView
 
 
 def _run_from_row(row: Sequence[Any]) -> ImportRun:
@@ -232,10 +233,9 @@ class PostgresImportStore:
     def reset_leases(self, run_id: UUID) -> int:
         return len(self._database.execute("reset_import_leases", {"run_id": run_id}))
 
-    def failed_items(self, run_id: UUID | None) -> list[dict[str, Any]]:
+    def failed_items(self, run_id: UUID | None) -> list[FailedItemView]:
         rows = self._database.execute("import_failed_items", {"run_id": run_id})
-        names = ("id", "stage", "externalId", "errorCode", "reason", "attempts", "createdAt", "updatedAt")
-        return [dict(zip(names, row, strict=True)) for row in rows]
+        return [FailedItemView(row[0], ImportStage(row[1]), *row[2:]) for row in rows]
 
 
 class PostgresRunLock:

@@ -463,8 +463,9 @@ COPY identity.outbox_events (event_id, topic, message_key, event_type, correlati
 FROM STDIN;
 
 -- name: relay_session_settings
--- A custom plan per fetch: under a generic plan the in-flight id array (up to 20,000) is searched row by row,
--- and one fetch took seconds with 18,000 in flight, holding up the relay's loop (and its session checks).
+-- A custom plan per statement: under a generic plan an id array (once the 20,000 ids in flight, now the ids
+-- removed at once) was searched row by row, and one fetch took seconds with 18,000 in flight, holding up the
+-- relay's loop (and its session checks). Planning the relay's few statements each time costs little.
 SET synchronous_commit = off; SET plan_cache_mode = force_custom_plan;
 
 -- name: try_lock_outbox_relay
@@ -487,13 +488,15 @@ WHERE id = 1 AND holder = %(holder)s;
 -- The outbox's id sequence as it stands, and every transaction holding the sequence's lock (a transaction
 -- that takes an id keeps it until it ends): IdHorizon in outbox_queue.py turns them into the id up to which
 -- every row is final. The cache size must be 1: ids cached by a session would be handed out after this read.
+-- A prepared transaction is listed apart: preparing gives a transaction's locks another virtual id.
 SELECT CASE WHEN s.is_called THEN s.last_value ELSE 0 END,
        ARRAY(SELECT l.virtualtransaction FROM pg_locks l
              WHERE l.locktype = 'relation'
                AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
                AND l.relation = 'identity.outbox_events_id_seq'::regclass
                AND l.pid IS DISTINCT FROM pg_backend_pid()),
-       (SELECT seqcache FROM pg_sequence WHERE seqrelid = 'identity.outbox_events_id_seq'::regclass)
+       (SELECT seqcache FROM pg_sequence WHERE seqrelid = 'identity.outbox_events_id_seq'::regclass),
+       EXISTS (SELECT FROM pg_prepared_xacts WHERE database = current_database())
 FROM identity.outbox_events_id_seq s;
 
 -- name: fetch_ready_outbox_events
@@ -517,7 +520,15 @@ SELECT id, event_id, topic, message_key, event_type, correlation_id, traceparent
 FROM moved;
 
 -- name: outbox_backlog
-SELECT count(*), COALESCE(EXTRACT(EPOCH FROM now() - min(created_at)), 0)::float8 FROM identity.outbox_events;
+-- Rows waiting, and the age of the oldest, without counting a large outbox every few seconds (a million-row
+-- fan-out): the first 10,000 rows in id order are counted; past that, the id range stands for the count (ids
+-- are dense, so it overstates only by the rows already removed out of order and the ids of rolled-back
+-- writes). The oldest row is among the first in id order; a row stuck there is what the age alert is for.
+WITH head AS (SELECT id, created_at FROM identity.outbox_events ORDER BY id LIMIT 10000)
+SELECT CASE WHEN count(*) < 10000 THEN count(*)
+            ELSE (SELECT max(id) FROM identity.outbox_events) - min(head.id) + 1 END,
+       COALESCE(EXTRACT(EPOCH FROM now() - min(head.created_at)), 0)::float8
+FROM head;
 
 -- ---------------------------------------------------------------- health
 
@@ -752,3 +763,33 @@ WHERE u.sync_source = 'TalentIdentity' AND u.status <> 'Blocked'
        JOIN identity.role_definitions rd ON rd.id = ra.role_id AND rd.code = %(code)s
        WHERE ra.user_id = u.id AND ra.status = 'Active'
          AND ra.scope_type = 'Organization' AND ra.scope_organization_id = u.company_id) = 1;
+
+-- ---------------------------------------------------------------- operator console (admin reads)
+
+-- name: recent_import_runs
+-- The newest runs first, with their counters and quarantine size; a run's pages and ETA come with the run.
+SELECT r.id, r.mode, r.status, r.dry_run, r.talent_tenant_id_filter, r.page_size,
+       r.companies_planned, r.companies_applied, r.companies_skipped, r.companies_failed,
+       r.users_planned, r.users_applied, r.users_skipped, r.users_failed,
+       r.started_at, r.finished_at, r.error_code,
+       (SELECT count(*) FROM identity.talent_import_failed_items f WHERE f.run_id = r.id)
+FROM identity.talent_import_runs r
+ORDER BY r.started_at DESC, r.id
+LIMIT %(limit)s;
+
+-- name: admin_roles
+-- One role by id, or roles by code, or the first `limit` (system roles first): each with its permissions and
+-- its size as the fan-out counts it (distinct users holding an Active assignment, count_active_users).
+SELECT rd.id, rd.code, rd.name, rd.company_id, c.name, rd.status, rd.version,
+       ARRAY(SELECT rp.permission_code FROM identity.role_permissions rp WHERE rp.role_id = rd.id ORDER BY 1),
+       (SELECT count(DISTINCT ra.user_id) FROM identity.role_assignments ra
+        WHERE ra.role_id = rd.id AND ra.status = 'Active')
+FROM identity.role_definitions rd
+LEFT JOIN identity.companies c ON c.id = rd.company_id
+WHERE (%(role_id)s::uuid IS NULL OR rd.id = %(role_id)s::uuid)
+  AND (%(code)s::text IS NULL OR rd.code = %(code)s::text)
+ORDER BY rd.company_id NULLS FIRST, rd.code, rd.id
+LIMIT %(limit)s;
+
+-- name: outbox_dead_letter_summary
+SELECT count(*), max(failed_at) FROM identity.outbox_dead_letters;

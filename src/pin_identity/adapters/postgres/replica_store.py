@@ -17,11 +17,18 @@ from psycopg.pq import TransactionStatus
 from pin_identity.adapters.postgres.catalogue import query
 from pin_identity.adapters.postgres.database import Database
 from pin_identity.adapters.postgres.identity_store import PostgresIdentityTransaction
+from pin_identity.adapters.talent_wire import Undecodable, read_item
 from pin_identity.domain.events import CompanyState, UserState
 from pin_identity.domain.model import DEVELOPER_MANAGER_ROLE_CODE, RoleStatus
-from pin_identity.domain.talent import Undecodable
+from pin_identity.domain.talent import ImportStage
 from pin_identity.observability.logging import get_logger
-from pin_identity.operations.ports import DefaultGrant, QuarantineEntry, RoleRecord, StoreConflictError
+from pin_identity.operations.ports import (
+    DefaultGrant,
+    QuarantineEntry,
+    RoleRecord,
+    SourceItem,
+    StoreConflictError,
+)
 
 log = get_logger("replica-store")
 
@@ -90,9 +97,15 @@ def _quarantine_columns(entries: Sequence[QuarantineEntry]) -> dict[str, list[An
     }
 
 
-def _entries(rows: Iterable[Sequence[Any]], run_id: UUID | None) -> list[QuarantineEntry]:
-    """Rows of (id, stage, external_id, error_code, payload, attempt_count, next_attempt_at)."""
-    return [QuarantineEntry(row[0], run_id, row[1], row[2], row[3], row[4], row[5], row[6]) for row in rows]
+def _quarantined(rows: Iterable[Sequence[Any]]) -> list[SourceItem]:
+    """Rows of (id, stage, external_id, error_code, payload, attempt_count, next_attempt_at), each read again
+    as it was read when it came."""
+    return [
+        SourceItem(
+            read_item(ImportStage(stage), str(talent_id) if talent_id else None, payload), row_id, tries
+        )
+        for row_id, stage, talent_id, _, payload, tries, _ in rows
+    ]
 
 
 class PostgresReplicaTransaction(PostgresIdentityTransaction):
@@ -232,14 +245,14 @@ class PostgresReplicaTransaction(PostgresIdentityTransaction):
         self._execute("update_quarantined", columns)
         self._execute("insert_quarantined", columns)
 
-    def due_quarantined(self, now: datetime, limit: int) -> list[QuarantineEntry]:
-        return _entries(self._execute("due_quarantined", {"now": now, "limit": limit}), None)
+    def due_quarantined(self, now: datetime, limit: int) -> list[SourceItem]:
+        return _quarantined(self._execute("due_quarantined", {"now": now, "limit": limit}))
 
     def quarantined_for_replay(
         self, run_id: UUID | None, entry_ids: Sequence[UUID] | None
-    ) -> list[QuarantineEntry]:
+    ) -> list[SourceItem]:
         params = {"run_id": run_id, "all": entry_ids is None, "ids": list(entry_ids or [])}
-        return _entries(self._execute("import_failed_items_for_replay", params), run_id)
+        return _quarantined(self._execute("import_failed_items_for_replay", params))
 
     def release_quarantined(self, entry_ids: Sequence[UUID]) -> None:
         self._execute("release_quarantined", {"ids": list(entry_ids)})

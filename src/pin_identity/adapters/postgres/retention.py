@@ -1,4 +1,4 @@
-"""`maintenance prune`: what is kept only for a while (finished work, the PII of quarantined snapshots)."""
+"""`maintenance prune` on PostgreSQL: finished work, and the PII of quarantined snapshots, past retention."""
 
 from __future__ import annotations
 
@@ -6,20 +6,22 @@ from datetime import datetime
 
 from pin_identity.adapters.postgres.catalogue import query
 from pin_identity.adapters.postgres.database import Database
-
-_PRUNES = {
-    "fanout_tasks": "prune_fanout_tasks",
-    "import_runs": "prune_import_runs",
-    "quarantine_payloads": "prune_quarantine_payloads",
-}
+from pin_identity.operations.read_models import Pruned
 
 
-def prune(database: Database, cutoff: datetime) -> dict[str, int]:
-    """One transaction: finished fan-out tasks, finished import runs with their pages, quarantine payloads."""
-    with database.connection() as conn:
-        pruned = {
-            what: len(conn.execute(query(statement), {"cutoff": cutoff}).fetchall())
-            for what, statement in _PRUNES.items()
-        }
-        conn.commit()
-    return pruned
+class PostgresRetention:
+    def __init__(self, database: Database):
+        self._database = database
+
+    def prune(self, cutoff: datetime) -> Pruned:
+        """One transaction: finished fan-out tasks, finished import runs with their pages (and their
+        quarantine), quarantine payloads."""
+        with self._database.connection() as conn:
+            params = {"cutoff": cutoff}
+            pruned = Pruned(
+                fanout_tasks=len(conn.execute(query("prune_fanout_tasks"), params).fetchall()),
+                import_runs=len(conn.execute(query("prune_import_runs"), params).fetchall()),
+                quarantine_payloads=len(conn.execute(query("prune_quarantine_payloads"), params).fetchall()),
+            )
+            conn.commit()
+        return pruned

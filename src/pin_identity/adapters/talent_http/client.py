@@ -15,9 +15,8 @@ from uuid import UUID
 
 import httpx
 
-from pin_identity.adapters.talent_wire import decode_page
+from pin_identity.adapters.talent_wire import Undecodable, decode_page
 from pin_identity.domain.backoff import Backoff
-from pin_identity.domain.talent import Undecodable
 from pin_identity.observability.logging import get_logger
 
 log = get_logger("talent-api")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 from uuid import UUID
 
 from pin_identity.adapters.talent_http.client import (
@@ -12,7 +11,8 @@ from pin_identity.adapters.talent_http.client import (
     TalentSourceError,
     TalentSourceRejectedError,
 )
-from pin_identity.domain.talent import ImportStage, RawSnapshot
+from pin_identity.adapters.talent_wire import api_item
+from pin_identity.domain.talent import ImportStage, TalentItem, TenantSnapshot
 from pin_identity.domain.talent_import import MAX_PAGE_SIZE, PlannedPage, PlanStep
 from pin_identity.jobs.ports import SourceRejectedError, SourceUnavailableError
 
@@ -21,13 +21,6 @@ def _translated(exc: TalentSourceError) -> SourceUnavailableError:
     if isinstance(exc, TalentSourceRejectedError):
         return SourceRejectedError(f"Talent API rejected the token: {exc}")
     return SourceUnavailableError(f"Talent API: {exc}")
-
-
-def page_item(item: Any, stage: ImportStage) -> RawSnapshot:
-    """The item's own id is its key; anything that is not an object goes to quarantine as it came."""
-    id_field = "tenantId" if stage is ImportStage.TENANTS else "userId"
-    key = item.get(id_field) if isinstance(item, dict) else None
-    return RawSnapshot(str(key) if key is not None else None, item)
 
 
 class ApiPullSource:
@@ -53,7 +46,7 @@ class ApiPullSource:
         count, cursor = 0, None
         while True:
             page = self._list(ImportStage.TENANTS, MAX_PAGE_SIZE, cursor, tenant_filter)
-            count += sum(1 for item in page.items if not (isinstance(item, dict) and item.get("isDeleted")))
+            count += sum(1 for item in page.items if not _deleted(api_item(ImportStage.TENANTS, item)))
             if page.next_cursor is None:
                 return count
             cursor = page.next_cursor
@@ -68,11 +61,15 @@ class ApiPullSource:
 
     def read(
         self, stage: ImportStage, cursor: str | None, page_size: int, tenant_filter: UUID | None
-    ) -> list[RawSnapshot]:
-        return [page_item(item, stage) for item in self._list(stage, page_size, cursor, tenant_filter).items]
+    ) -> list[TalentItem]:
+        return [api_item(stage, item) for item in self._list(stage, page_size, cursor, tenant_filter).items]
 
     def handover(self, cursors: Sequence[str | None]) -> None:
         return None  # nothing to hand over: the continuous consumer keeps its own offsets
 
     def close(self) -> None:
         self._client.close()
+
+
+def _deleted(item: TalentItem) -> bool:
+    return isinstance(item.snapshot, TenantSnapshot) and item.snapshot.is_deleted

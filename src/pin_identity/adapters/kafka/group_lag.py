@@ -1,0 +1,70 @@
+"""How far a consumer group is behind on its topics, read from the broker without joining the group: the
+group's committed offsets against the partitions' high watermarks. Inside a `worker` running talent-sync the
+consumer reports the same figure as `talent_sync_consumer_lag`; any other process (`serve`) asks the
+broker."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+# librdkafka would write its own log lines to stderr: the caller reports the failure as one line instead.
+_quiet = logging.getLogger("pin_identity.kafka.group_lag")
+_quiet.addHandler(logging.NullHandler())
+_quiet.propagate = False
+
+
+@dataclass(frozen=True)
+class PartitionLag:
+    topic: str
+    partition: int
+    lag: int
+    committed: int | None  # None: the group has committed nothing here (it would start from the beginning)
+
+
+class GroupLagUnavailableError(Exception):
+    """The broker did not answer in time, or refused."""
+
+
+def consumer_group_lag(
+    client_config: dict[str, str], group: str, topics: Sequence[str], *, timeout_s: float = 3.0
+) -> list[PartitionLag]:
+    """Every partition of those `topics` that exist: records the group has not consumed yet."""
+    consumer = Consumer({**client_config, "group.id": group, "enable.auto.commit": False, "logger": _quiet})
+    try:
+        partitions = _partitions(consumer, topics, timeout_s)
+        if not partitions:
+            return []
+        committed = consumer.committed(partitions, timeout=timeout_s)
+        return [_lag(consumer, stored, timeout_s) for stored in committed]
+    except KafkaException as exc:
+        raise GroupLagUnavailableError(_reason(exc)) from None
+    finally:
+        consumer.close()
+
+
+def _partitions(consumer: Consumer, topics: Sequence[str], timeout_s: float) -> list[TopicPartition]:
+    known = consumer.list_topics(timeout=timeout_s).topics
+    return [
+        TopicPartition(topic, partition)
+        for topic in topics
+        if topic in known and known[topic].error is None
+        for partition in sorted(known[topic].partitions)
+    ]
+
+
+def _lag(consumer: Consumer, stored: TopicPartition, timeout_s: float) -> PartitionLag:
+    low, high = consumer.get_watermark_offsets(stored, timeout=timeout_s, cached=False)
+    committed = stored.offset if stored.offset >= 0 else None
+    # With nothing committed the group starts from the beginning (auto.offset.reset = earliest).
+    at = committed if committed is not None else low
+    return PartitionLag(stored.topic, stored.partition, max(high - at, 0), committed)
+
+
+def _reason(exc: KafkaException) -> str:
+    error = exc.args[0] if exc.args else None
+    text = error.str() if isinstance(error, KafkaError) else str(exc)
+    return text.strip().splitlines()[0] if text.strip() else type(exc).__name__

@@ -1,0 +1,134 @@
+"""`pin-identity roles ...`, `fanout ...`, `maintenance ...`: the operator's commands outside the import."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Annotated
+from uuid import UUID
+
+import typer
+
+from pin_identity.domain.model import FanOutTaskStatus
+from pin_identity.entrypoints.cli_common import JsonOption, command_group, container_from_env, operator
+from pin_identity.entrypoints.cli_output import (
+    Column,
+    print_fields,
+    print_json,
+    print_rows,
+    stdout,
+    text,
+    when,
+)
+from pin_identity.entrypoints.documents import FanOutTask, PermissionsChanged, PruneResult
+
+roles_app = command_group("Role definitions.")
+fanout_app = command_group("The access fan-out queue.")
+maintenance_app = command_group("Retention.")
+
+
+@roles_app.command("set-permissions")
+def roles_set_permissions(
+    role_id: Annotated[UUID, typer.Argument(help="The role whose permission set is replaced.")],
+    codes: Annotated[list[str], typer.Argument(help="The complete new permission set.")],
+    as_json: JsonOption = False,
+) -> None:
+    """Replace a role's permissions, bump its version, notify its users inline or via the fan-out queue."""
+    with container_from_env() as container:
+        change = container.role_admin.set_permissions(role_id, codes, who=operator())
+    if as_json:
+        print_json(PermissionsChanged.of(change))
+        return
+    fields = [
+        ("role id", change.role_id),
+        ("role version", change.role_version),
+        ("path", change.path.value),
+        ("users notified inline", change.users_notified_inline),
+        ("fan-out task", change.task_id),
+    ]
+    print_fields(fields, title="permissions replaced", console=stdout())
+
+
+_TASK_COLUMNS = (
+    Column("task id", whole=True),
+    Column("role id", whole=True),
+    Column("version"),
+    Column("status", whole=True),
+    Column("users done"),
+    Column("attempts"),
+    Column("created"),
+    Column("last error"),
+)
+
+
+@fanout_app.command("list")
+def fanout_list(
+    status: Annotated[
+        FanOutTaskStatus | None, typer.Option("--status", help="Only tasks in this status.")
+    ] = None,
+    limit: Annotated[int, typer.Option("--limit", min=1, max=10_000, help="At most this many.")] = 100,
+    as_json: JsonOption = False,
+) -> None:
+    """The newest fan-out tasks first."""
+    with container_from_env() as container:
+        tasks = container.fanout_admin.tasks(status, limit)
+    if as_json:
+        print_json([FanOutTask.of(task) for task in tasks])
+        return
+    rows = [
+        (
+            str(task.task_id),
+            str(task.role_id),
+            text(task.role_version),
+            task.status.value,
+            text(task.processed_count),
+            text(task.attempt_count),
+            when(task.created_at),
+            task.last_error or "",
+        )
+        for task in tasks
+    ]
+    print_rows(
+        _TASK_COLUMNS, rows, title="fan-out tasks, newest first", empty="no fan-out task", console=stdout()
+    )
+
+
+@fanout_app.command("replay")
+def fanout_replay(task_id: Annotated[UUID, typer.Argument(help="A Failed task.")]) -> None:
+    """Runbook: after fixing the cause, a Failed task goes back to Pending (AttemptCount = 0)."""
+    with container_from_env() as container:
+        container.fanout_admin.replay(task_id, who=operator())
+    typer.echo(f"task {task_id} is Pending again")
+
+
+_DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86_400}
+
+
+def _duration(spelled: str) -> timedelta:
+    """`90d`, `12h`, `30m`, `3600s`."""
+    unit = _DURATION_UNITS.get(spelled[-1:].lower())
+    if unit is None or not spelled[:-1].isdigit():
+        raise typer.BadParameter(
+            f"{spelled!r} is not a duration like 30d, 12h, 45m or 90s", param_hint="--older-than"
+        )
+    return timedelta(seconds=int(spelled[:-1]) * unit)
+
+
+@maintenance_app.command("prune")
+def maintenance_prune(
+    older_than: Annotated[str, typer.Option("--older-than", help="Age cutoff: 30d, 12h, 45m, 90s.")],
+    as_json: JsonOption = False,
+) -> None:
+    """Delete Completed/Failed fan-out tasks, finished import runs with their pages, and quarantine payloads
+    older than the cutoff (PII retention)."""
+    age = _duration(older_than)
+    with container_from_env() as container:
+        pruned = container.retention.prune(age, who=operator())
+    if as_json:
+        print_json(PruneResult.of(pruned))
+        return
+    fields = [
+        ("fan-out tasks deleted", pruned.fanout_tasks),
+        ("import runs deleted", pruned.import_runs),
+        ("quarantine payloads emptied", pruned.quarantine_payloads),
+    ]
+    print_fields(fields, title=f"pruned what is older than {older_than}", console=stdout())

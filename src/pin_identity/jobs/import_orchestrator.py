@@ -1,0 +1,177 @@
+"""The import's orchestration, done by the one process holding the run lock: it lists the source into pages
+ahead of the appliers (Tenants, then, once every Tenants page is Done, Users: the barrier), ends the run, and
+hands a complete replay over to the continuous consumer."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from datetime import datetime
+
+from pin_identity.domain.talent import ImportStage
+from pin_identity.domain.talent_import import (
+    ImportErrorCode,
+    ImportMode,
+    ImportRun,
+    ImportSettings,
+    PageStatus,
+    RunStatus,
+)
+from pin_identity.jobs.ports import (
+    ImportStore,
+    RunLock,
+    SourceRejectedError,
+    SourceUnavailableError,
+    TalentSource,
+)
+from pin_identity.jobs.talent_import_observer import ImportObserver
+from pin_identity.observability.logging import describe_error
+
+
+class ImportOrchestrator:
+    """The orchestration of runs by this process, while it holds their lock (see the module's docstring)."""
+
+    def __init__(
+        self,
+        store: ImportStore,
+        lock: RunLock,
+        settings: ImportSettings,
+        clock: Callable[[], datetime],
+        observer: ImportObserver | None = None,
+    ):
+        self._store, self._lock, self._settings, self._clock = store, lock, settings, clock
+        self._observer = observer or ImportObserver()
+        self.orchestrating = False
+        self._planning_failures = 0
+        self._plan_not_before = 0.0
+        self._next_lock_try = 0.0
+
+    # ------------------------------------------------------------ the lock
+
+    def take(self, run: ImportRun) -> None:
+        """Orchestrate `run`, whose lock this process already holds (`talent-import run`)."""
+        self.orchestrating = True
+        self._observer.orchestrating(run)
+
+    def lead(self, run: ImportRun) -> bool:
+        """Whether this process orchestrates `run` now: it steps down when the lock's session died, and takes
+        the lock when nobody holds it."""
+        if self.orchestrating and not self._lock.held():
+            self.orchestrating = False  # the session died: another process may orchestrate by now
+            self._observer.orchestration_lost(run)
+        if not self.orchestrating and self._may_try_lock() and self._lock.try_acquire():
+            self.take(run)
+            self._observer.orchestration_taken(run)
+        return self.orchestrating
+
+    def step_down(self) -> None:
+        if self.orchestrating:
+            self._lock.release()
+            self.orchestrating = False
+        self._observer.stepped_down()
+
+    def _may_try_lock(self) -> bool:
+        """Each try opens a session: a helper asks every few seconds, not at every page."""
+        now = time.monotonic()
+        if now < self._next_lock_try:
+            return False
+        self._next_lock_try = now + self._settings.lock_retry_s
+        return True
+
+    # ------------------------------------------------------------ planning
+
+    def plan_ahead(self, run: ImportRun, source: TalentSource) -> bool:
+        """List until a few pages wait ahead of the appliers: with one page planned per page applied, the
+        orchestrator would consume its own listing and other processes would never find work."""
+        planned = False
+        current: ImportRun | None = run
+        while current is not None and current.status is RunStatus.RUNNING and self._plan(current, source):
+            planned = True
+            if (
+                self._store.progress(run.run_id).count(status=PageStatus.PENDING)
+                >= self._settings.plan_ahead_pages
+            ):
+                break
+            current = self._store.load_run(run.run_id)
+        return planned
+
+    def _plan(self, run: ImportRun, source: TalentSource) -> bool:
+        stage = run.planning_stage
+        if stage is None or time.monotonic() < self._plan_not_before:
+            return False
+        if stage is ImportStage.USERS and not self._tenants_done(run):
+            return False  # the barrier: no Users page before every Tenants page is Done
+        try:
+            step = source.plan(stage, run.plan_cursor, run.plan_page_no, run.page_size, run.tenant_filter)
+        except SourceRejectedError as exc:
+            self.end(run, RunStatus.FAILED, ImportErrorCode.SOURCE_UNAVAILABLE, str(exc))
+            return True
+        except SourceUnavailableError as exc:
+            return self._planning_failed(run, exc)
+        self._planning_failures, self._plan_not_before = 0, 0.0
+        if not self._store.add_planned_pages(run, stage, step):
+            return False  # another view of the run moved on meanwhile: the next loop plans from the fresh one
+        if step.complete:
+            self._observer.stage_planned(run, stage, self._store.progress(run.run_id).count(stage))
+        return True
+
+    def _tenants_done(self, run: ImportRun) -> bool:
+        progress = self._store.progress(run.run_id)
+        done = progress.count(ImportStage.TENANTS, PageStatus.DONE) == progress.count(ImportStage.TENANTS)
+        if done and run.plan_page_no == 0:  # until the first Users page is listed
+            self._observer.stage_completed(run, ImportStage.TENANTS)
+        return done
+
+    def _planning_failed(self, run: ImportRun, exc: Exception) -> bool:
+        self._planning_failures += 1
+        if self._planning_failures >= self._settings.max_planning_failures:
+            self.end(run, RunStatus.FAILED, ImportErrorCode.PLANNING_FAILED, describe_error(exc))
+            return True
+        delay = self._settings.backoff.delay(self._planning_failures)
+        self._plan_not_before = time.monotonic() + delay
+        self._observer.planning_retry(run, exc, delay)
+        return False
+
+    # ------------------------------------------------------------ the end
+
+    def finish_if_done(self, run: ImportRun, source: TalentSource) -> bool:
+        """End the run once no page is open: Failed if a page failed, else Completed when both stages are
+        listed (a complete replay of every company first hands its offsets to the consumer)."""
+        current = self._store.load_run(run.run_id)
+        if current is None or current.status is not RunStatus.RUNNING:
+            return False
+        progress = self._store.progress(run.run_id)
+        if progress.open_pages():
+            return False
+        if failed := progress.count(status=PageStatus.FAILED):
+            self.end(current, RunStatus.FAILED, ImportErrorCode.PAGES_FAILED, f"{failed} pages failed")
+            return True
+        if current.planning_stage is not None:
+            return False
+        self._observer.stage_completed(run, ImportStage.USERS)
+        if current.mode is ImportMode.TOPIC_REPLAY and not current.dry_run and current.tenant_filter is None:
+            self._hand_over(current, source)
+        self.end(current, RunStatus.COMPLETED)
+        return True
+
+    def _hand_over(self, run: ImportRun, source: TalentSource) -> None:
+        cursors = [c for stage in ImportStage for c in self._store.page_cursors(run.run_id, stage)]
+        try:
+            source.handover(cursors)
+        except Exception as exc:  # the replay is complete either way; the consumer re-reads from its offsets
+            self._observer.handover_failed(run, exc)
+
+    def cancel(self, run: ImportRun) -> None:
+        if self._store.finish_run(run.run_id, RunStatus.CANCELLED, self._clock()):
+            self._observer.cancelled(run)
+
+    def end(
+        self, run: ImportRun, status: RunStatus, code: ImportErrorCode | None = None, error: str = ""
+    ) -> None:
+        """Completed or Failed, once: a run another process ended meanwhile stays as it ended."""
+        if not self._store.finish_run(
+            run.run_id, status, self._clock(), error_code=code.value if code else None, error=error or None
+        ):
+            return
+        ended = self._store.load_run(run.run_id) or run
+        self._observer.ended(run, status, code, error, ended.result(self._clock()))

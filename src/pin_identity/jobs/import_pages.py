@@ -1,0 +1,121 @@
+"""The import's page work, done by every process running the job: claim one page, read it from Talent outside
+any transaction, apply it in one transaction with the same apply logic as the continuous consumer (replicas,
+default roles, quarantine, the page Done and the run's counters commit together), or release it to be tried
+again after a back-off."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from uuid import UUID
+
+from pin_identity.domain.talent import ImportStage, TalentItem
+from pin_identity.domain.talent_import import (
+    ImportMode,
+    ImportPage,
+    ImportRun,
+    ImportSettings,
+    StageCounters,
+)
+from pin_identity.jobs.ports import (
+    ImportPageTransaction,
+    ImportStore,
+    LeaseLostError,
+    SourceRejectedError,
+    TalentSource,
+)
+from pin_identity.jobs.talent_import_observer import ImportObserver
+from pin_identity.observability.logging import describe_error
+from pin_identity.operations.identity import Context
+from pin_identity.operations.talent_replica import ApplyOptions, BatchOutcome, SourceItem, apply_snapshots
+
+
+class PageWorker:
+    """One process's page work (see the module's docstring)."""
+
+    def __init__(
+        self,
+        store: ImportStore,
+        settings: ImportSettings,
+        clock: Callable[[], datetime],
+        observer: ImportObserver | None = None,
+    ):
+        self._store, self._settings, self._clock = store, settings, clock
+        self._observer = observer or ImportObserver()
+
+    def work(self, run: ImportRun, source: TalentSource) -> bool:
+        """Claim one page of this run (only while it is Running) and apply it; False when none was free. The
+        run's options never change, so the caller's view of it is enough. Talent refusing our credentials
+        (SourceRejectedError) fails the run: that is the caller's to do."""
+        now = self._clock()
+        lease_until = now + timedelta(seconds=self._settings.page_lease_s)
+        attempts = self._settings.max_page_attempts
+        page = self._store.claim_page(uuid.uuid4(), now, lease_until, attempts, run.run_id)
+        if page is None:
+            return False
+        self._observer.page_claimed(run, page)
+        started = time.perf_counter()
+        try:
+            items = source.read(page.stage, page.cursor, run.page_size, run.tenant_filter)
+            batch, counters = self._apply(run, page, items)
+        except LeaseLostError:
+            self._observer.page_lease_lost(run, page)
+        except SourceRejectedError:
+            raise
+        except Exception as exc:
+            self._release(run, page, exc)
+        else:
+            self._observer.page_applied(run, page, batch, counters, time.perf_counter() - started)
+        return True
+
+    def _apply(
+        self, run: ImportRun, page: ImportPage, items: list[TalentItem]
+    ) -> tuple[BatchOutcome, StageCounters]:
+        now = self._clock()
+        lease_until = now + timedelta(seconds=self._settings.page_lease_s)
+        with self._store.page_transaction(page, now, lease_until) as tx:
+            items = in_scope(tx, run, page.stage, items)
+            memory = tx.dry_run_memory(run.run_id) if run.dry_run else None
+            options = ApplyOptions(run_id=run.run_id, dry_run=run.dry_run, memory=memory)
+            ctx = Context(correlation_id=run.correlation_id, now=now)
+            batch = apply_snapshots(tx, [SourceItem(item) for item in items], ctx, options)
+            counters = batch.counters(planned=len(items))
+            tx.complete_page(page, counters, count_planned=run.mode is ImportMode.TOPIC_REPLAY)
+            tx.commit()
+        return batch, counters
+
+    def _release(self, run: ImportRun, page: ImportPage, exc: Exception) -> None:
+        """Back to Pending after a back-off, or Failed once its attempts are spent."""
+        now = self._clock()
+        delay = self._settings.backoff.delay(page.attempt)
+        error = describe_error(exc)
+        status = self._store.release_page(
+            page,
+            now,
+            available_at=now + timedelta(seconds=delay),
+            max_attempts=self._settings.max_page_attempts,
+            error=error,
+        )
+        self._observer.page_released(run, page, status, delay, error)
+
+
+def in_scope(
+    tx: ImportPageTransaction, run: ImportRun, stage: ImportStage, items: list[TalentItem]
+) -> list[TalentItem]:
+    """A filtered run applies one company and its users; a deleted user (a tombstone names no tenant) belongs
+    to the scope when the replica has it under that company."""
+    tenant = run.tenant_filter
+    if tenant is None:
+        return items
+    if stage is ImportStage.TENANTS:
+        return [item for item in items if item.tenant_id == tenant]
+    ours = _deleted_users_of(tx, tenant, items)
+    return [item for item in items if item.tenant_id == tenant or (item.tombstone and item.talent_id in ours)]
+
+
+def _deleted_users_of(tx: ImportPageTransaction, tenant: UUID, items: list[TalentItem]) -> set[UUID]:
+    """The users among the items' tombstones that the replica has under `tenant`."""
+    tombstoned = [item.talent_id for item in items if item.tombstone and item.talent_id is not None]
+    return tx.talent_users_of_tenant(tenant, tombstoned) if tombstoned else set()

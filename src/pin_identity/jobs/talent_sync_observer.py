@@ -1,0 +1,60 @@
+"""What the continuous consumer tells operators: its log lines (stable `event` names) and its metrics, in one
+place.
+
+The job calls one hook per thing that happened; tests subclass the observer to wait on those hooks as signals
+instead of polling or sleeping.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from pin_identity.jobs.replica_outcomes import record_outcome
+from pin_identity.observability import metrics
+from pin_identity.observability.logging import describe_error, get_logger
+from pin_identity.operations.talent_replica import BatchOutcome
+
+log = get_logger("talent-sync")
+
+
+class TalentSyncObserver:
+    def started(self, batch_size: int) -> None:
+        log.info("talent-sync-started", batch_size=batch_size)
+
+    def stopped(self) -> None:
+        log.info("talent-sync-stopped")
+
+    def lag_measured(self, lag: Mapping[tuple[str, int], int]) -> None:
+        """How far behind the end of each assigned partition the consumer is (0: caught up)."""
+        for (topic, partition), behind in lag.items():
+            metrics.talent_sync_consumer_lag.labels(topic=topic, partition=str(partition)).set(behind)
+
+    def batch_applied(self, records: int, batch: BatchOutcome) -> None:
+        """A polled batch committed to the replica (its offsets are committed or tried)."""
+        _record(batch)
+        log.info(
+            "talent-sync-batch-applied",
+            records=records,
+            applied=batch.applied,
+            skipped=batch.skipped,
+            failed=batch.failed,
+        )
+
+    def offset_commit_failed(self, exc: Exception) -> None:
+        log.warning("talent-sync-offset-commit-failed", error=describe_error(exc))
+
+    def batch_failed(self, exc: Exception, failures: int) -> None:
+        """A polled batch rolled back: it is read again after a back-off."""
+        log.warning("talent-sync-batch-failed", error=describe_error(exc), failures=failures)
+
+    def deferred_retried(self, items: int, batch: BatchOutcome) -> None:
+        _record(batch)
+        log.info("talent-sync-deferred-retried", items=items)
+
+    def retry_failed(self, exc: Exception) -> None:
+        log.warning("talent-sync-retry-failed", error=describe_error(exc))
+
+
+def _record(batch: BatchOutcome) -> None:
+    for outcome in batch.outcomes:
+        record_outcome(outcome, metric=metrics.talent_sync_items_total)

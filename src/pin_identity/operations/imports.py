@@ -1,0 +1,230 @@
+"""The operator's side of the Talent initial import: start (or resume) a run, watch it, cancel it, make its
+stuck pages claimable, and the quarantine (a run's, or the continuous consumer's): list it, replay it.
+
+The CLI and the HTTP API both call these; each action writes its one audit line here.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime
+from uuid import UUID
+
+from pin_identity.domain.errors import ImportNotRunningError, NotFoundError
+from pin_identity.domain.talent_import import (
+    TRUNCATED_SOURCE_SHARE,
+    ImportErrorCode,
+    ImportMode,
+    ImportRefusedError,
+    ImportRequest,
+    ImportRun,
+    PageProgress,
+)
+from pin_identity.observability.logging import get_logger
+from pin_identity.operations.audit import admin_action
+from pin_identity.operations.identity import Context
+from pin_identity.operations.ports import (
+    ImportRuns,
+    ReplicaTransactions,
+    RunLock,
+    SourceCheck,
+    SourceUnavailableError,
+)
+from pin_identity.operations.read_models import FailedItemView, ImportRunView, Replayed, eta_seconds
+from pin_identity.operations.talent_replica import replay_quarantined
+
+log = get_logger("talent-import")
+
+
+def start_run(
+    store: ImportRuns, lock: RunLock, source: SourceCheck, request: ImportRequest, now: datetime
+) -> ImportRun:
+    """Take the run lock, then resume the Running run or validate and create a new one. The lock stays held
+    (released on a refusal): the caller orchestrates the run."""
+    _take(lock)
+    try:
+        return _resume_or_create(store, source, request, now)
+    except BaseException:
+        lock.release()
+        raise
+
+
+def _take(lock: RunLock) -> None:
+    if not lock.try_acquire():
+        raise ImportRefusedError(
+            ImportErrorCode.ALREADY_RUNNING, f"another run holds the lock ({lock.holder()})"
+        )
+
+
+def _resume_or_create(
+    store: ImportRuns, source: SourceCheck, request: ImportRequest, now: datetime
+) -> ImportRun:
+    running = store.running_run()
+    if running is not None and (differences := request.differs_from(running)):
+        raise ImportRefusedError(
+            ImportErrorCode.RESUME_MISMATCH,
+            f"run {running.run_id} is Running with {', '.join(differences)}; resume it with the same options",
+        )
+    _check_source(source)
+    if running is not None:
+        log.info("import-resumed", run_id=str(running.run_id), correlation_id=str(running.correlation_id))
+        return running
+    if not request.force:
+        _guard_against_truncated_source(store, source, request.tenant_filter)
+    run = store.create_run(request, request.correlation_id or uuid.uuid4(), now)
+    log.info(
+        "import-started",
+        run_id=str(run.run_id),
+        mode=run.mode.value,
+        dry_run=run.dry_run,
+        page_size=run.page_size,
+        tenant_filter=str(run.tenant_filter) if run.tenant_filter else None,
+        correlation_id=str(run.correlation_id),
+    )
+    return run
+
+
+def _check_source(source: SourceCheck) -> None:
+    try:
+        source.check()
+    except SourceUnavailableError as exc:
+        raise ImportRefusedError(ImportErrorCode.SOURCE_UNAVAILABLE, str(exc)) from None
+
+
+def _guard_against_truncated_source(
+    store: ImportRuns, source: SourceCheck, tenant_filter: UUID | None
+) -> None:
+    """An empty or cut-off source must never pass for the truth: refuse when it lists markedly fewer companies
+    than the replica already holds from Talent within the run's scope."""
+    held = store.replica_company_count(tenant_filter)
+    try:
+        listed = source.count_companies(tenant_filter)
+    except SourceUnavailableError as exc:
+        raise ImportRefusedError(ImportErrorCode.SOURCE_UNAVAILABLE, str(exc)) from None
+    if listed is not None and held and listed < held * TRUNCATED_SOURCE_SHARE:
+        raise ImportRefusedError(
+            ImportErrorCode.SOURCE_INCOMPLETE,
+            f"the source lists {listed} companies, the replica holds {held} from Talent "
+            f"(under {TRUNCATED_SOURCE_SHARE:.0%}); rerun with --force if this is intended",
+        )
+
+
+def _started(run: ImportRun) -> dict[str, object]:
+    return {
+        "run_id": str(run.run_id),
+        "mode": run.mode.value,
+        "dry_run": run.dry_run,
+        "correlation_id": str(run.correlation_id),
+    }
+
+
+class ImportOperations:
+    """What an operator does with import runs and quarantines, over the stores' ports. `sources` opens the
+    source of a mode; it raises SourceUnavailableError when that source cannot be reached, and
+    SourceNotConfiguredError when this process has no way to read it."""
+
+    def __init__(
+        self,
+        runs: ImportRuns,
+        locks: Callable[[], RunLock],
+        sources: Callable[[ImportMode], SourceCheck],
+        replica: ReplicaTransactions,
+        clock: Callable[[], datetime],
+    ):
+        self._runs, self._locks, self._sources = runs, locks, sources
+        self._replica, self._clock = replica, clock
+
+    # ---------------------------------------------------------------- starting a run
+
+    def run(self, request: ImportRequest, *, who: str) -> tuple[ImportRun, RunLock]:
+        """`talent-import run`: start or resume the run and keep its lock: the caller orchestrates the run."""
+        lock = self._locks()
+        with self._source(request.mode) as source:
+            run = start_run(self._runs, lock, source, request, self._clock())
+        admin_action("talent-import-run", who, **_started(run))
+        return run, lock
+
+    def start(self, request: ImportRequest, *, who: str) -> ImportRun:
+        """Create a run (never resume one: a Running run is ALREADY_RUNNING) and let go of the lock at once: a
+        `worker` running the `talent-import` job takes it and orchestrates the run."""
+        lock = self._locks()
+        _take(lock)
+        try:
+            running = self._runs.running_run()
+            if running is not None:
+                raise ImportRefusedError(ImportErrorCode.ALREADY_RUNNING, f"run {running.run_id} is Running")
+            with self._source(request.mode) as source:
+                run = _resume_or_create(self._runs, source, request, self._clock())
+        finally:
+            lock.release()
+        admin_action("talent-import-start", who, **_started(run))
+        return run
+
+    @contextmanager
+    def _source(self, mode: ImportMode) -> Iterator[SourceCheck]:
+        try:
+            source = self._sources(mode)
+        except SourceUnavailableError as exc:
+            raise ImportRefusedError(ImportErrorCode.SOURCE_UNAVAILABLE, str(exc)) from None
+        try:
+            yield source
+        finally:
+            source.close()
+
+    # ---------------------------------------------------------------- watching and steering a run
+
+    def report(self, run_id: UUID | None = None) -> ImportRunView:
+        """A run (the newest when None) with its pages by stage and status, an ETA and the lock holder."""
+        run = self.existing_run(run_id) if run_id else self._runs.latest_run()
+        if run is None:
+            raise NotFoundError("there is no import run yet")
+        now = self._clock()
+        progress = self._runs.progress(run.run_id)
+        return ImportRunView(run, progress, eta_seconds(run, progress, now), self._locks().holder(), now)
+
+    def pages(self, run_id: UUID) -> PageProgress:
+        """The run's pages by stage and status (what a progress bar shows)."""
+        return self._runs.progress(run_id)
+
+    def existing_run(self, run_id: UUID) -> ImportRun:
+        """An unknown id is an error (IDENTITY_NOT_FOUND), never an empty answer or a no-op."""
+        run = self._runs.load_run(run_id)
+        if run is None:
+            raise NotFoundError(f"import run {run_id} does not exist")
+        return run
+
+    def cancel(self, run_id: UUID, *, who: str) -> None:
+        """Running -> Cancelled at once: pages already claimed finish, Done pages are kept."""
+        if not self._runs.request_cancel(run_id):
+            run = self.existing_run(run_id)
+            raise ImportNotRunningError(f"import run {run_id} is {run.status.value}, not Running")
+        admin_action("talent-import-cancel", who, run_id=str(run_id))
+        log.info("import-cancelled", run_id=str(run_id), by=who)
+
+    def reset_leases(self, run_id: UUID, *, who: str) -> int:
+        """The runbook's "stuck" case: every InProgress page of the run becomes claimable now."""
+        self.existing_run(run_id)
+        pages = self._runs.reset_leases(run_id)
+        admin_action("talent-import-reset-leases", who, run_id=str(run_id), pages=pages)
+        return pages
+
+    # ---------------------------------------------------------------- the quarantine
+
+    def failed_items(self, run_id: UUID | None) -> list[FailedItemView]:
+        """A run's quarantine (the run must exist) or, for None, the continuous consumer's; oldest first."""
+        if run_id is not None:
+            self.existing_run(run_id)
+        return self._runs.failed_items(run_id)
+
+    def replay_failed(self, run_id: UUID | None, item_ids: Sequence[UUID] | None, *, who: str) -> Replayed:
+        """Apply quarantined items again (all when `item_ids` is None) after the operator fixed their cause;
+        those that apply leave the quarantine."""
+        if run_id is not None:
+            self.existing_run(run_id)
+        batch = replay_quarantined(self._replica, Context.fresh(), run_id=run_id, item_ids=item_ids)
+        action = "talent-import-replay-failed" if run_id else "talent-sync-replay-failed"
+        items = [str(item) for item in item_ids or []]
+        admin_action(action, who, run_id=str(run_id) if run_id else None, items=items)
+        return Replayed(batch.applied, batch.skipped, batch.failed)

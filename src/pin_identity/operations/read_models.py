@@ -1,0 +1,94 @@
+"""What operators read: a run with its progress, a quarantined item, a fan-out task, what a prune removed.
+
+The stores answer with these values and the operator service hands them on; the CLI and the HTTP API render
+them (one JSON shape for both, in entrypoints.documents).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from uuid import UUID
+
+from pin_identity.domain.model import FanOutTaskStatus
+from pin_identity.domain.talent import ImportStage
+from pin_identity.domain.talent_import import ImportRun, PageProgress, PageStatus, RunStatus
+
+
+@dataclass(frozen=True)
+class ImportRunView:
+    """A run as `talent-import status` and `GET .../runs/{runId}` show it."""
+
+    run: ImportRun
+    progress: PageProgress
+    eta_seconds: float | None
+    lock_holder: str | None  # the session holding the one-run lock, whichever run it works on
+    as_of: datetime
+
+    @property
+    def duration_ms(self) -> int:
+        end = self.run.finished_at or self.as_of
+        return max(int((end - self.run.started_at).total_seconds() * 1000), 0)
+
+    def pages(self, stage: ImportStage, status: PageStatus) -> int:
+        return self.progress.count(stage, status)
+
+
+def eta_seconds(run: ImportRun, progress: PageProgress, now: datetime) -> float | None:
+    """From the pace of Done pages so far; unknown while the source is still being listed."""
+    done, total = progress.count(status=PageStatus.DONE), progress.count()
+    elapsed = (now - run.started_at).total_seconds()
+    if run.status is not RunStatus.RUNNING or run.planning_stage is not None or not done or elapsed <= 0:
+        return None
+    return round((total - done) * elapsed / done, 1)
+
+
+@dataclass(frozen=True)
+class FailedItemView:
+    """A quarantined item; its payload stays in the database (it holds PII)."""
+
+    item_id: UUID
+    stage: ImportStage
+    external_id: UUID | None  # the Talent tenant or user id
+    error_code: str
+    reason: str | None  # what was wrong, in words: the field and the rule, never the value
+    attempts: int
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True)
+class FanOutTaskView:
+    task_id: UUID
+    role_id: UUID
+    company_id: UUID | None
+    role_version: int
+    reason: str
+    status: FanOutTaskStatus
+    cursor: UUID | None
+    processed_count: int
+    attempt_count: int
+    lease_expires_at: datetime | None
+    created_at: datetime
+    started_at: datetime | None
+    completed_at: datetime | None
+    updated_at: datetime
+    last_error: str | None
+
+
+@dataclass(frozen=True)
+class Pruned:
+    """What `maintenance prune` removed: rows of finished work, and quarantine payloads emptied."""
+
+    fanout_tasks: int
+    import_runs: int
+    quarantine_payloads: int
+
+
+@dataclass(frozen=True)
+class Replayed:
+    """Quarantined items applied again: applied ones left the quarantine, failed ones stay (new reason)."""
+
+    applied: int
+    skipped: int
+    failed: int

@@ -1,0 +1,29 @@
+"""`maintenance prune`: what is kept only for a while (finished work, the PII of quarantined snapshots)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime, timedelta
+
+from pin_identity.operations.audit import admin_action
+from pin_identity.operations.ports import Retention
+from pin_identity.operations.read_models import Pruned
+
+
+class RetentionAdmin:
+    def __init__(self, retention: Retention, clock: Callable[[], datetime]):
+        self._retention, self._clock = retention, clock
+
+    def prune(self, older_than: timedelta, *, who: str) -> Pruned:
+        """Completed/Failed fan-out tasks, finished import runs with their pages, and quarantine payloads
+        older than the cutoff, in one transaction."""
+        pruned = self._retention.prune(self._clock() - older_than)
+        admin_action(
+            "maintenance-prune",
+            who,
+            older_than_s=int(older_than.total_seconds()),
+            fanout_tasks=pruned.fanout_tasks,
+            import_runs=pruned.import_runs,
+            quarantine_payloads=pruned.quarantine_payloads,
+        )
+        return pruned

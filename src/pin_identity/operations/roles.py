@@ -1,0 +1,38 @@
+"""The operator's side of roles: set-role-permissions (CONTRACTS sections 2 and 6)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from uuid import UUID
+
+from pin_identity.domain.fanout import FanOutPolicy
+from pin_identity.operations import identity
+from pin_identity.operations.audit import admin_action
+from pin_identity.operations.ports import IdentityTransactions
+
+
+class RoleAdmin:
+    def __init__(self, transactions: IdentityTransactions, policy: FanOutPolicy):
+        self._transactions, self._policy = transactions, policy
+
+    def set_permissions(
+        self, role_id: UUID, permissions: Sequence[str], *, who: str
+    ) -> identity.PermissionsChange:
+        """Replace the set, bump the role's version, notify its users inline (a small role) or enqueue a
+        fan-out task, in one transaction."""
+        change = identity.set_role_permissions(
+            self._transactions,
+            identity.Context.fresh(),
+            role_id=role_id,
+            permissions=permissions,
+            policy=self._policy,
+        )
+        admin_action(
+            "set-role-permissions",
+            who,
+            role_id=str(role_id),
+            role_version=change.role_version,
+            path=change.path.value,
+            task_id=str(change.task_id) if change.task_id else None,
+        )
+        return change

@@ -1,0 +1,246 @@
+"""The user rules of a round: Talent's managers decided against the replica (their user, their company, who
+holds their phone), written in bulk with their default roles and events."""
+
+from __future__ import annotations
+
+import uuid
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from uuid import UUID
+
+from pin_identity.domain import events
+from pin_identity.domain.events import CompanyState, OutboxMessage, UserState
+from pin_identity.domain.model import AccessChangeReason, CompanyStatus
+from pin_identity.domain.talent import (
+    Change,
+    Quarantine,
+    Skip,
+    UserChange,
+    UserContext,
+    UserSnapshot,
+    decide_user,
+)
+from pin_identity.operations.identity import Context
+from pin_identity.operations.ports import (
+    DefaultGrant,
+    DryRunMemory,
+    ReplicaTransaction,
+    RoleRecord,
+    SourceItem,
+)
+from pin_identity.operations.talent_round import ItemOutcome, Round, stand_in
+
+_GRANTING = (Change.CREATED, Change.RESTORED, Change.MOVED)
+
+
+@dataclass
+class _Decided:
+    changes: list[UserChange] = field(default_factory=list)
+    absent_deletions: list[UserSnapshot] = field(default_factory=list)
+
+
+def apply_users(this_round: Round, items: Sequence[SourceItem]) -> list[ItemOutcome]:
+    """Decide every user of the round against the replica, then write the round in bulk."""
+    snapshots = [(item, this_round.snapshot(item, UserSnapshot)) for item in items]
+    replica = _UserReplica.read(this_round, [s for _, s in snapshots if isinstance(s, UserSnapshot)])
+    decided = _Decided()
+    outcomes = [_decide(this_round, replica, decided, item, snapshot) for item, snapshot in snapshots]
+    if not this_round.writes:
+        _remember_phones(this_round.options.memory, decided.changes)
+        return outcomes
+    _UserWrite(this_round.tx, this_round.ctx, decided.changes, replica.blocked_companies).apply()
+    _forget_absent(this_round, decided.absent_deletions)
+    return outcomes
+
+
+def _decide(
+    this_round: Round,
+    replica: _UserReplica,
+    decided: _Decided,
+    item: SourceItem,
+    snapshot: UserSnapshot | Quarantine,
+) -> ItemOutcome:
+    if isinstance(snapshot, Quarantine):
+        return this_round.failed(item, snapshot)
+    context = replica.context(snapshot)
+    decision = decide_user(snapshot, context, uuid.uuid4)
+    if isinstance(decision, UserChange):
+        replica.record(decision)
+        decided.changes.append(decision)
+    elif decision == Skip(stale=False) and context.current is None:
+        decided.absent_deletions.append(snapshot)
+    return this_round.decided(item, decision)
+
+
+def _forget_absent(this_round: Round, deletions: list[UserSnapshot]) -> None:
+    """A deletion of a user the replica never had must keep older snapshots from creating it: a versioned
+    one is remembered by its version (the guard then skips them, deferred ones included); a tombstone has
+    no version but is the key's last record, so the deferred items of that user are dropped."""
+    versions: dict[UUID, int] = {}
+    for deletion in deletions:
+        if deletion.version is not None:
+            versions[deletion.user_id] = max(deletion.version, versions.get(deletion.user_id, 0))
+    this_round.tx.remember_deletions(this_round.stage, versions)
+    tombstoned = [d.user_id for d in deletions if d.version is None]
+    if tombstoned:
+        this_round.tx.discard_deferred(this_round.stage, tombstoned)
+
+
+def _remember_phones(memory: DryRunMemory | None, changes: list[UserChange]) -> None:
+    if memory is None:
+        return
+    held = {c.state.phone: c.state.external_talent_user_id for c in changes if c.change is not Change.BLOCKED}
+    memory.remember([], {phone: user for phone, user in held.items() if user is not None})
+
+
+def _companies(known: dict[UUID, CompanyState]) -> tuple[dict[UUID, UUID], set[UUID]]:
+    """The replica's company id of each tenant, and which of those companies are Blocked."""
+    blocked = {c.company_id for c in known.values() if c.status == CompanyStatus.BLOCKED.value}
+    return {tenant: c.company_id for tenant, c in known.items()}, blocked
+
+
+def _add_dry_run(
+    memory: DryRunMemory,
+    wanted: tuple[list[UUID], list[str]],
+    companies: dict[UUID, UUID],
+    owners: dict[str, UUID],
+) -> None:
+    """Of the wanted tenants and phones, what a dry run's earlier pages would have written: their companies,
+    and who would hold a phone."""
+    tenant_ids, phones = wanted
+    for tenant_id in memory.tenants(tenant_ids):
+        companies.setdefault(tenant_id, stand_in(tenant_id))
+    for phone, talent_user in memory.phones(phones).items():
+        owners.setdefault(phone, stand_in(talent_user))
+
+
+class _UserReplica:
+    """The replica around a round of users, kept current as the round's decisions are taken."""
+
+    def __init__(
+        self,
+        users: dict[UUID, UserState],
+        companies: dict[UUID, UUID],
+        owners: dict[str, UUID],
+        deleted: dict[UUID, int],
+        blocked_companies: set[UUID],
+    ):
+        self._users, self._companies, self._owners, self._deleted = users, companies, owners, deleted
+        self.blocked_companies = blocked_companies
+
+    @classmethod
+    def read(cls, this_round: Round, snapshots: list[UserSnapshot]) -> _UserReplica:
+        """Users and deletions by Talent id, companies by tenant (shared: their writers wait), phone owners;
+        a dry run adds what its earlier pages would have written."""
+        tx, writes = this_round.tx, this_round.writes
+        user_ids = sorted({s.user_id for s in snapshots})
+        users = tx.users_by_talent_id(user_ids, lock=writes)
+        tenant_ids = sorted({s.tenant_id for s in snapshots if s.tenant_id is not None})
+        companies, blocked = _companies(tx.companies_by_tenant(tenant_ids, shared=writes))
+        phones = sorted({s.phone for s in snapshots if s.phone})
+        owners = tx.phone_owners(phones)
+        deleted = tx.deleted_versions(this_round.stage, [u for u in user_ids if u not in users])
+        if this_round.options.memory is not None:
+            _add_dry_run(this_round.options.memory, (tenant_ids, phones), companies, owners)
+        return cls(users, companies, owners, deleted, blocked)
+
+    def context(self, snapshot: UserSnapshot) -> UserContext:
+        company = self._companies.get(snapshot.tenant_id) if snapshot.tenant_id is not None else None
+        owner = self._owners.get(snapshot.phone)
+        if owner == stand_in(snapshot.user_id):
+            owner = None  # a dry run's earlier page gave this very user the phone
+        return UserContext(
+            self._users.get(snapshot.user_id), company, owner, self._deleted.get(snapshot.user_id)
+        )
+
+    def record(self, decision: UserChange) -> None:
+        state = decision.state
+        previous = self._users.get(state.external_talent_user_id or state.user_id)
+        if previous is not None and self._owners.get(previous.phone) == state.user_id:
+            del self._owners[previous.phone]
+        self._owners[state.phone] = state.user_id
+        if state.external_talent_user_id is not None:
+            self._users[state.external_talent_user_id] = state
+
+
+class _UserWrite:
+    """The bulk writes and the events of one round of user changes."""
+
+    def __init__(
+        self, tx: ReplicaTransaction, ctx: Context, changes: list[UserChange], blocked_companies: set[UUID]
+    ):
+        self._tx, self._ctx, self._changes = tx, ctx, changes
+        # Created in, restored into or moved to a Blocked company: no default role (see talent_tenants).
+        self._granted = {
+            c.state.user_id
+            for c in changes
+            if c.change in _GRANTING
+            and c.state.company_id is not None
+            and c.state.company_id not in blocked_companies
+        }
+
+    def apply(self) -> None:
+        if not self._changes:
+            return
+        role = self._tx.default_role()
+        revoked = self._revoke(role)
+        created = [c.state for c in self._changes if c.change is Change.CREATED]
+        updated = [c.state for c in self._changes if c.change is not Change.CREATED]
+        self._tx.save_users(created, updated, self._ctx.now)
+        grants = [
+            DefaultGrant(uuid.uuid4(), c.state.user_id, c.state.company_id)
+            for c in self._changes
+            if c.state.user_id in self._granted and c.state.company_id is not None
+        ]
+        self._tx.grant_default_role(role, grants)
+        self._tx.add_events(self._events(role, revoked))
+
+    def _revoke(self, role: RoleRecord) -> dict[UUID, list[UUID]]:
+        blocked = [c.state.user_id for c in self._changes if c.change is Change.BLOCKED]
+        moved = [c.state.user_id for c in self._changes if c.change is Change.MOVED]
+        revoked: dict[UUID, list[UUID]] = defaultdict(list)
+        pairs = self._tx.revoke_user_assignments(blocked, None) if blocked else []
+        if moved:
+            pairs += self._tx.revoke_user_assignments(moved, role.role_id)
+        for user_id, role_id in pairs:
+            if role_id not in revoked[user_id]:
+                revoked[user_id].append(role_id)
+        return revoked
+
+    def _events(self, role: RoleRecord, revoked: dict[UUID, list[UUID]]) -> list[OutboxMessage]:
+        touched = [
+            c.state.user_id
+            for c in self._changes
+            if c.state.user_id in self._granted or revoked.get(c.state.user_id)
+        ]
+        snapshots = {s.user_id: s for s in self._tx.access_snapshots(touched)} if touched else {}
+        versions = self._tx.access_versions(touched) if touched else {}
+        correlation_id, now = self._ctx.correlation_id, self._ctx.now
+        messages = []
+        for change in self._changes:
+            user_id = change.state.user_id
+            messages.append(
+                events.user_upserted(change.state, correlation_id=correlation_id, occurred_at=now)
+            )
+            granted = user_id in self._granted
+            for reason, role_id in _access_reasons(granted, role, revoked.get(user_id, [])):
+                messages.append(
+                    events.user_access_changed(
+                        snapshots[user_id],
+                        reason=reason,
+                        version=versions[user_id],
+                        changed_role_id=role_id,
+                        correlation_id=correlation_id,
+                        occurred_at=now,
+                    )
+                )
+        return messages
+
+
+def _access_reasons(
+    granted: bool, role: RoleRecord, revoked_roles: Iterable[UUID]
+) -> list[tuple[AccessChangeReason, UUID]]:
+    if granted:
+        return [(AccessChangeReason.ROLE_ASSIGNED, role.role_id)]
+    return [(AccessChangeReason.ROLE_REVOKED, role_id) for role_id in revoked_roles]

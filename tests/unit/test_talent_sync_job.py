@@ -1,0 +1,203 @@
+"""The continuous consumer's decisions over an in-memory stream and replica: offsets only after the database
+commit, a rolled-back batch read again, deferred users retried with back-off, `once` ending when caught up."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime, timedelta
+
+from pin_identity.domain.talent import SyncErrorCode
+from pin_identity.jobs.ports import TalentRecord
+from pin_identity.jobs.talent_sync import TalentSyncJob, TalentSyncSettings
+from pin_identity.jobs.talent_sync_observer import TalentSyncObserver
+from pin_identity.operations.talent_replica import BatchOutcome
+from tests.support.memory_talent import MemoryReplica, MemoryStream, tenant_item, user_item
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = datetime(2026, 12, 1, tzinfo=UTC)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+def _job(stream: MemoryStream, replica: MemoryReplica, clock: _Clock, **settings: float) -> TalentSyncJob:
+    return TalentSyncJob(stream, replica, TalentSyncSettings(batch_size=10, **settings), clock=clock)
+
+
+def test_a_batch_commits_its_offsets_after_its_transaction_its_tenants_first() -> None:
+    stream, replica, tenant = MemoryStream(), MemoryReplica(), uuid.uuid4()
+    stream.publish(user_item(tenant), tenant_item(tenant))
+
+    assert _job(stream, replica, _Clock()).step() is True
+
+    assert stream.committed == [0, 1]
+    assert len(replica.state.users) == 1 and replica.state.quarantine == {}  # the user found its tenant
+
+
+def test_a_batch_that_rolled_back_is_read_again_and_its_offsets_stay() -> None:
+    stream, replica = MemoryStream(), MemoryReplica()
+    stream.publish(tenant_item(), tenant_item())
+    replica.fail_commits = 1
+    job = _job(stream, replica, _Clock())
+
+    failed = job.step()
+    retried = job.step()
+
+    assert (failed, stream.rewound) == (False, 1)
+    assert (retried, stream.committed, len(replica.state.companies)) == (True, [0, 1], 2)
+
+
+def test_an_offset_commit_that_fails_after_the_database_commit_is_not_fatal() -> None:
+    class _Refusing(MemoryStream):
+        def commit(self, records: Sequence[TalentRecord]) -> None:
+            raise RuntimeError("the group rebalanced")
+
+    stream, replica = _Refusing(), MemoryReplica()
+    stream.publish(tenant_item())
+
+    assert _job(stream, replica, _Clock()).step() is True
+    assert len(replica.state.companies) == 1 and stream.rewound == 0
+
+
+def test_a_user_before_its_tenant_is_deferred_and_retried_when_due() -> None:
+    stream, replica, clock, tenant = MemoryStream(), MemoryReplica(), _Clock(), uuid.uuid4()
+    job = _job(stream, replica, clock, retry_base_s=1.0)
+    stream.publish(user_item(tenant))
+    job.step()
+    [deferred] = replica.state.quarantine.values()
+    stream.publish(tenant_item(tenant))
+
+    job.step()  # the tenant applies; the user is not due yet
+    waiting = len(replica.state.users)
+    clock.now += timedelta(seconds=1)
+    job.step()
+
+    assert (deferred.error_code, deferred.next_attempt_at) == (
+        SyncErrorCode.COMPANY_NOT_FOUND.value,
+        datetime(2026, 12, 1, 0, 0, 1, tzinfo=UTC),
+    )
+    assert (waiting, len(replica.state.users), replica.state.quarantine) == (0, 1, {})
+
+
+def test_a_user_deferred_too_often_stays_in_the_quarantine_for_the_operator() -> None:
+    stream, replica, clock = MemoryStream(), MemoryReplica(), _Clock()
+    job = _job(stream, replica, clock, max_deferrals=1)
+    stream.publish(user_item(uuid.uuid4()))
+    job.step()
+    clock.now += timedelta(hours=1)
+
+    job.step()
+
+    [entry] = replica.state.quarantine.values()
+    assert (entry.attempt_count, entry.next_attempt_at) == (2, None)
+
+
+def test_once_ends_when_caught_up_and_closes_the_stream() -> None:
+    stream, replica = MemoryStream(), MemoryReplica()
+    stream.publish(*[tenant_item() for _ in range(25)])
+
+    _job(stream, replica, _Clock(), poll_timeout_s=0).run(threading.Event(), once=True)
+
+    assert (stream.committed, stream.closed) == (list(range(25)), True)
+    assert len(replica.state.companies) == 25
+
+
+class RecordingObserver(TalentSyncObserver):
+    """The hooks the job called, in order: what operators see, and what tests can wait on."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def started(self, batch_size: int) -> None:
+        self.calls.append("started")
+
+    def stopped(self) -> None:
+        self.calls.append("stopped")
+
+    def lag_measured(self, lag: Mapping[tuple[str, int], int]) -> None:
+        self.calls.append(f"lag {sum(lag.values())}")
+
+    def batch_applied(self, records: int, batch: BatchOutcome) -> None:
+        self.calls.append(f"applied {batch.applied} of {records}")
+
+    def offset_commit_failed(self, exc: Exception) -> None:
+        self.calls.append(f"offsets not committed: {exc}")
+
+    def batch_failed(self, exc: Exception, failures: int) -> None:
+        self.calls.append(f"batch failed {failures}: {exc}")
+
+    def deferred_retried(self, items: int, batch: BatchOutcome) -> None:
+        self.calls.append(f"retried {batch.applied} of {items}")
+
+    def retry_failed(self, exc: Exception) -> None:
+        self.calls.append(f"retry failed: {exc}")
+
+
+def _observed(
+    stream: MemoryStream, replica: MemoryReplica, clock: _Clock
+) -> tuple[TalentSyncJob, RecordingObserver]:
+    observer = RecordingObserver()
+    settings = TalentSyncSettings(batch_size=10, poll_timeout_s=0, retry_base_s=1.0)
+    return TalentSyncJob(stream, replica, settings, clock=clock, observer=observer), observer
+
+
+def test_the_observer_hears_the_batches_the_lag_and_the_end() -> None:
+    stream, replica = MemoryStream(), MemoryReplica()
+    stream.publish(*[tenant_item() for _ in range(12)])
+    job, observer = _observed(stream, replica, _Clock())
+
+    job.run(threading.Event(), once=True)
+
+    assert observer.calls == ["started", "applied 10 of 10", "lag 2", "applied 2 of 2", "lag 0", "stopped"]
+
+
+def test_the_observer_hears_a_rolled_back_batch_then_its_replay() -> None:
+    stream, replica = MemoryStream(), MemoryReplica()
+    stream.publish(tenant_item())
+    replica.fail_commits = 2
+    job, observer = _observed(stream, replica, _Clock())
+
+    for _ in range(3):
+        job.step()
+
+    failed = "batch failed {}: the database went away"
+    assert observer.calls == [failed.format(1), failed.format(2), "applied 1 of 1"]
+
+
+def test_the_observer_hears_a_deferred_user_retried_and_a_retry_that_rolled_back() -> None:
+    stream, replica, clock, tenant = MemoryStream(), MemoryReplica(), _Clock(), uuid.uuid4()
+    job, observer = _observed(stream, replica, clock)
+    stream.publish(user_item(tenant))
+    job.step()
+    stream.publish(tenant_item(tenant))
+    job.step()
+    clock.now += timedelta(seconds=1)
+    replica.fail_commits = 1
+
+    job.step()
+    job.step()
+
+    assert observer.calls == [
+        "applied 0 of 1",
+        "applied 1 of 1",
+        "retry failed: the database went away",
+        "retried 1 of 1",
+    ]
+
+
+def test_the_observer_hears_an_offset_commit_that_failed_after_the_batch_applied() -> None:
+    class _Refusing(MemoryStream):
+        def commit(self, records: Sequence[TalentRecord]) -> None:
+            raise RuntimeError("the group rebalanced")
+
+    stream, replica = _Refusing(), MemoryReplica()
+    stream.publish(tenant_item())
+    job, observer = _observed(stream, replica, _Clock())
+
+    job.step()
+
+    assert observer.calls == ["offsets not committed: the group rebalanced", "applied 1 of 1"]
