@@ -8,9 +8,11 @@ writes events to the outbox only). Each run uses a fresh migrated database and a
 through `apply_snapshots`, one transaction per batch (committed), tenants first, then users:
 - create: every snapshot is new (companies, users, default-role grants and their outbox events are written);
 - stale: exactly the same snapshots again, every one skipped by the version guard.
-Each phase is timed by wall clock and reported in items/s; the counts are checked after every run.
-Target (issue: Talent replica): >= 2,000 items/s on a 2-core machine. With `--json` the JSON document goes to
-stdout and the human lines to stderr.
+Each phase is timed by wall clock and reported in items/s; the counts are checked after every run. The
+benchmark's own CPU time (the apply logic's Python, the client side of every statement) is reported beside it:
+on a machine others share, it moves less with their load than the wall clock does.
+Target (issue 13): >= 6,000 items/s in both phases on a 2-core machine (the first target was 2,000). With
+`--json` the JSON document goes to stdout and the human lines to stderr.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ from pin_identity.operations.identity import Context
 from pin_identity.operations.talent_replica import ApplyOptions, SourceItem, apply_snapshots
 from pin_identity.simulation.talent import generate_dataset
 
-TARGET_ITEMS_PER_S = 2_000
+TARGET_ITEMS_PER_S = 6_000
 PHASES = ("create", "stale")
 
 
@@ -61,6 +63,7 @@ class Snapshots:
 @dataclass(frozen=True)
 class PhaseResult:
     seconds: float
+    cpu_s: float  # this process's CPU time over the phase (not the server's)
     tenants_s: float
     users_s: float
     items_per_s: float
@@ -99,10 +102,11 @@ def apply_stage(
 def apply_phase(database: Database, snapshots: Snapshots, batch_size: int) -> PhaseResult:
     transactions = PostgresReplicaTransactions(database)
     results: Counter[str] = Counter({result.value: 0 for result in ItemResult})
+    cpu_started = time.process_time()
     tenants_s = apply_stage(transactions, ImportStage.TENANTS, snapshots.tenants, batch_size, results)
     users_s = apply_stage(transactions, ImportStage.USERS, snapshots.users, batch_size, results)
-    seconds = tenants_s + users_s
-    return PhaseResult(seconds, tenants_s, users_s, snapshots.total / seconds, dict(results))
+    seconds, cpu_s = tenants_s + users_s, time.process_time() - cpu_started
+    return PhaseResult(seconds, cpu_s, tenants_s, users_s, snapshots.total / seconds, dict(results))
 
 
 def replica_counts(url: str) -> dict[str, int]:
@@ -167,6 +171,7 @@ def summary(
         median = statistics.median(rates)
         phases[phase] = {
             "median_items_per_s": median,
+            "median_cpu_s": statistics.median(run[phase].cpu_s for run in runs),
             "target_met": median >= TARGET_ITEMS_PER_S,
             "runs": [asdict(run[phase]) for run in runs],
         }
@@ -191,12 +196,14 @@ def print_table(report: dict[str, Any], out: TextIO) -> None:
         f"total items applied: {report['total_items']:,}",
         file=out,
     )
-    print("| phase | median items/s | runs (items/s) | runs (s: tenants + users) |", file=out)
-    print("|---|---|---|---|", file=out)
+    header = "| phase | median items/s | runs (items/s) | runs (s: tenants + users) | median client CPU s |"
+    print(header, file=out)
+    print("|---|---|---|---|---|", file=out)
     for phase, data in report["phases"].items():
         rates = " / ".join(f"{r['items_per_s']:,.0f}" for r in data["runs"])
         times = " / ".join(f"{r['tenants_s']:.1f} + {r['users_s']:.1f}" for r in data["runs"])
-        print(f"| {phase} | {data['median_items_per_s']:,.0f} | {rates} | {times} |", file=out)
+        median, cpu = data["median_items_per_s"], data["median_cpu_s"]
+        print(f"| {phase} | {median:,.0f} | {rates} | {times} | {cpu:.2f} |", file=out)
     verdict = "met" if report["target_met"] else "NOT met"
     print(f"target >= {report['target_items_per_s']:,} items/s in both phases: {verdict}", file=out)
 
@@ -229,7 +236,8 @@ def main() -> None:
             print(
                 f"run {run + 1}: "
                 + ", ".join(
-                    f"{p} {r.items_per_s:,.0f} items/s ({r.seconds:.1f} s)" for p, r in runs[-1].items()
+                    f"{p} {r.items_per_s:,.0f} items/s ({r.seconds:.1f} s, client CPU {r.cpu_s:.2f} s)"
+                    for p, r in runs[-1].items()
                 ),
                 file=out,
                 flush=True,

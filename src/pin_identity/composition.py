@@ -17,6 +17,7 @@ from pin_identity.adapters.embedded_state import (
 )
 from pin_identity.adapters.kafka import embedded as embedded_kafka
 from pin_identity.adapters.kafka.access_log import KafkaAccessLog
+from pin_identity.adapters.kafka.group_lag import KafkaConsumerLag
 from pin_identity.adapters.kafka.publisher import KafkaEventPublisher
 from pin_identity.adapters.kafka.reader import TopicReader
 from pin_identity.adapters.kafka.replay_source import TopicReplaySource
@@ -36,6 +37,7 @@ from pin_identity.adapters.kafka.topics import (
 from pin_identity.adapters.postgres import embedded as embedded_postgres
 from pin_identity.adapters.postgres import migrate
 from pin_identity.adapters.postgres.access_truth import PostgresAccessTruth
+from pin_identity.adapters.postgres.admin_reads import PostgresAdminReads
 from pin_identity.adapters.postgres.database import ConnectionLimits, Database
 from pin_identity.adapters.postgres.demo_data import PostgresDemoReads
 from pin_identity.adapters.postgres.fanout_queue import PostgresFanOutQueue, PostgresTaskWakeups
@@ -53,12 +55,15 @@ from pin_identity.domain.fanout import FanOutPolicy
 from pin_identity.domain.talent_import import ImportMode
 from pin_identity.jobs.access_fanout import AccessFanOutJob, FanOutSettings
 from pin_identity.jobs.outbox_relay import OutboxRelay, RelaySettings
+from pin_identity.jobs.outbox_relay_observer import RelayObserver
 from pin_identity.jobs.ports import RunLock, SourceNotConfiguredError, SourceUnavailableError, TalentSource
 from pin_identity.jobs.talent_import import ImportSettings, TalentImportJob
 from pin_identity.jobs.talent_sync import TalentSyncJob, TalentSyncSettings
 from pin_identity.operations.access_audit import Progress, audit_access
 from pin_identity.operations.fanout_admin import FanOutAdmin
+from pin_identity.operations.health import HealthReads
 from pin_identity.operations.imports import ImportOperations
+from pin_identity.operations.ports import ConsumerLagUnavailableError
 from pin_identity.operations.retention import RetentionAdmin
 from pin_identity.operations.roles import RoleAdmin
 
@@ -169,12 +174,14 @@ class Container:
     def broker_reachable(self) -> bool:
         return broker_reachable(self.kafka_client_config)
 
-    def outbox_relay(self, settings: RelaySettings | None = None) -> OutboxRelay:
+    def outbox_relay(
+        self, settings: RelaySettings | None = None, observer: RelayObserver | None = None
+    ) -> OutboxRelay:
         publisher = KafkaEventPublisher(self.kafka_client_config, ensure_topics=self.ensure_topics)
         self._closers.append(publisher.close)
         queue = PostgresOutboxQueue(self.database)
         self._closers.append(queue.reset)
-        return OutboxRelay(queue, publisher, settings or RelaySettings())
+        return OutboxRelay(queue, publisher, settings or RelaySettings(), observer)
 
     @property
     def fanout_settings(self) -> FanOutSettings:
@@ -255,9 +262,18 @@ class Container:
     # ---------------------------------------------------------------- operator actions (CLI and HTTP API)
 
     @cached_property
+    def admin_reads(self) -> PostgresAdminReads:
+        return PostgresAdminReads(self.database)
+
+    @cached_property
     def imports(self) -> ImportOperations:
         return ImportOperations(
-            self.import_store, self.run_lock, self._operator_source, self.replica_transactions, now_utc
+            self.import_store,
+            self.run_lock,
+            self._operator_source,
+            self.replica_transactions,
+            now_utc,
+            summaries=self.admin_reads,
         )
 
     @cached_property
@@ -266,11 +282,24 @@ class Container:
 
     @cached_property
     def role_admin(self) -> RoleAdmin:
-        return RoleAdmin(self.transactions, self.fanout_policy)
+        return RoleAdmin(self.transactions, self.fanout_policy, self.admin_reads)
 
     @cached_property
     def retention(self) -> RetentionAdmin:
         return RetentionAdmin(PostgresRetention(self.database), now_utc)
+
+    @cached_property
+    def health(self) -> HealthReads:
+        topics = (self.settings.talent_tenants_topic, self.settings.talent_users_topic)
+        lags = KafkaConsumerLag(self._lag_client_config)
+        return HealthReads(self.admin_reads, lags, self.settings.talent_sync_group, topics)
+
+    def _lag_client_config(self) -> dict[str, str]:
+        """Without a broker to ask, the health summary says the lag is unknown rather than failing whole."""
+        try:
+            return self.kafka_client_config
+        except ConfigurationError as exc:
+            raise ConsumerLagUnavailableError(str(exc)) from None
 
     def outbox_backlog_reader(self) -> PostgresOutboxQueue:
         """A session of its own for reading the outbox backlog (`/metrics`); `reset()` closes it."""
@@ -307,6 +336,11 @@ def embedded_servers(settings: Settings) -> tuple[EmbeddedServer, EmbeddedServer
         embedded_postgres_state(data_dir, in_use=not settings.database_url),
         embedded_broker_state(data_dir, in_use=not settings.kafka_bootstrap_servers),
     )
+
+
+def local_port(preferred: int) -> int:
+    """`preferred` unless something on this host answers there, else a port free now."""
+    return embedded_kafka.free_port() if embedded_kafka.port_open(preferred) else preferred
 
 
 def stop_embedded_servers(data_dir: Path) -> tuple[bool, bool]:

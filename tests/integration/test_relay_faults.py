@@ -23,7 +23,7 @@ from pin_identity.domain.events import ACCESS_TOPIC, PUBLISHED_TOPICS, OutboxMes
 from pin_identity.jobs.outbox_relay import RelaySettings
 from pin_identity.observability import metrics
 from tests.support.kafka_tap import ConsumedEvent, EventTap
-from tests.support.relay import outbox_count
+from tests.support.relay import RelaySignals, outbox_count
 from tests.support.tcp_proxy import TcpProxy
 from tests.support.waiting import wait_until
 
@@ -96,21 +96,22 @@ def test_one_keys_events_never_reorder_through_an_outage_longer_than_the_deliver
     tap = EventTap(proxied_broker.bootstrap, [ACCESS_TOPIC])
     keys = [uuid.uuid4() for _ in range(300)]
     timeouts_before = _timeouts()
-    stop = threading.Event()
-    relay = threading.Thread(target=container.outbox_relay().run, args=(stop,), daemon=True)
+    stop, signals = threading.Event(), RelaySignals()
+    relay = threading.Thread(target=container.outbox_relay(observer=signals).run, args=(stop,), daemon=True)
     relay.start()
     try:
         _write_versions(database_url, keys, 1)
         tap.wait_for(lambda e: True, len(keys))  # the producer is connected and delivering
         proxied_broker.proxy.stall()
+        signals.not_delivered.clear()
         _write_versions(database_url, keys, 2)
-        # Wall-clock on purpose: what is tested is librdkafka's own delivery timeout (3 s, checked about
-        # once a second). Version 3 is written while version 2 is in flight, unanswered; the broker comes
-        # back after version 2 expired and before version 3 does: a relay that had handed both to the
-        # producer sees 3 delivered and then sends 2 again behind it.
+        # Version 3 is written while version 2 is in flight, unanswered, and the broker comes back as soon as
+        # version 2 expired (librdkafka's own delivery timeout: 3 s, checked about once a second), before
+        # version 3 could: a relay that had handed both to the producer sees 3 delivered and then sends 2
+        # again behind it. The pause is wall-clock on purpose: it puts version 3's expiry 2 s after 2's.
         time.sleep(2.0)
         _write_versions(database_url, keys, 3)
-        time.sleep(2.3)
+        assert signals.not_delivered.wait(30), "version 2 expired in the stall"
         proxied_broker.proxy.restore()
         events = tap.wait_for(lambda e: e.payload["version"] == 3, len(keys), timeout_s=60)
         deadline = time.monotonic() + 60

@@ -15,7 +15,7 @@ from uuid import UUID
 
 from pin_identity.adapters.talent_wire import read_item
 from pin_identity.domain.events import CompanyState, OutboxMessage, UserState
-from pin_identity.domain.model import RoleStatus, UserAccessSnapshot
+from pin_identity.domain.model import RenderedAccessSnapshot, RoleStatus, UserAccessSnapshot
 from pin_identity.domain.talent import ImportStage, TalentItem
 from pin_identity.domain.talent_import import (
     ImportMode,
@@ -111,6 +111,10 @@ class MemoryReplicaTransaction:
             self.state = saved
             raise
 
+    @contextmanager
+    def pipelined(self) -> Iterator[None]:
+        yield
+
     def lock_talent_ids(self, stage: str, talent_ids: Sequence[UUID]) -> None:
         self._replica.locks.append((stage, list(talent_ids)))
 
@@ -194,6 +198,10 @@ class MemoryReplicaTransaction:
     def access_snapshots(self, user_ids: Sequence[UUID]) -> list[UserAccessSnapshot]:
         companies = {u.user_id: u.company_id for u in self.state.users.values()}
         return [UserAccessSnapshot(user, companies.get(user), ()) for user in user_ids]
+
+    def access_changes(self, user_ids: Sequence[UUID]) -> dict[UUID, tuple[RenderedAccessSnapshot, int]]:
+        companies = {u.user_id: u.company_id for u in self.state.users.values()}
+        return {user: (RenderedAccessSnapshot(user, companies.get(user), "[]"), 1) for user in user_ids}
 
     def quarantine(self, entries: Sequence[QuarantineEntry]) -> None:
         for entry in entries:

@@ -1,12 +1,14 @@
-"""Drives the real outbox relay until the outbox is drained."""
+"""Drives the real outbox relay until the outbox is drained; its hooks as signals a test waits on."""
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping
 
 import psycopg
 
 from pin_identity.composition import Container
+from pin_identity.jobs.outbox_relay_observer import RelayObserver
 
 
 def publish_outbox(container: Container) -> None:
@@ -18,3 +20,15 @@ def outbox_count(database_url: str, table: str = "outbox_events") -> int:
     with psycopg.connect(database_url) as conn:
         row = conn.execute(f"SELECT count(*) FROM identity.{table}").fetchone()
     return int(row[0]) if row else 0
+
+
+class RelaySignals(RelayObserver):
+    """The relay's observer (its log lines and metrics as usual) that also sets `not_delivered` when the
+    broker hands events back undelivered (the producer gave up on them: an outage, a delivery timeout)."""
+
+    def __init__(self) -> None:
+        self.not_delivered = threading.Event()
+
+    def delivery_failed(self, retry: Mapping[int, str]) -> None:
+        super().delivery_failed(retry)
+        self.not_delivered.set()

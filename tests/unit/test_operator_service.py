@@ -35,7 +35,7 @@ from pin_identity.operations.ports import (
     SourceUnavailableError,
     TaskReplay,
 )
-from pin_identity.operations.read_models import FailedItemView, FanOutTaskView, Pruned
+from pin_identity.operations.read_models import FailedItemView, FanOutTaskView, Pruned, RunSummary
 from pin_identity.operations.retention import RetentionAdmin
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -131,6 +131,9 @@ class MemoryRuns:
     def failed_items(self, run_id: UUID | None) -> list[FailedItemView]:
         return self.items
 
+    def recent_runs(self, limit: int) -> list[RunSummary]:
+        return []  # the list is the adapter's query; test_console_reads covers the service's side
+
 
 def _no_replica() -> AbstractContextManager[ReplicaTransaction]:
     raise AssertionError("no replay in these tests")
@@ -140,7 +143,9 @@ class World:
     def __init__(self, runs: MemoryRuns, lock: MemoryLock | None = None, source: MemorySource | None = None):
         self.runs, self.lock, self.source = runs, lock or MemoryLock(), source or MemorySource()
         self.sources_opened = 0
-        self.operations = ImportOperations(runs, lambda: self.lock, self._source, _no_replica, lambda: NOW)
+        self.operations = ImportOperations(
+            runs, lambda: self.lock, self._source, _no_replica, lambda: NOW, summaries=runs
+        )
 
     def _source(self, mode: ImportMode) -> SourceCheck:
         self.sources_opened += 1

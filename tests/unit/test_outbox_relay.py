@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 
 from pin_identity.adapters.postgres.outbox_queue import IdHorizon
 from pin_identity.jobs.outbox_relay import OutboxRelay, RelaySettings
+from pin_identity.jobs.outbox_relay_observer import RelayObserver
 from pin_identity.jobs.ports import PendingEvent, PublishReport, RelayRole
 
 
@@ -198,3 +199,82 @@ def test_the_id_horizon_stands_still_while_a_prepared_transaction_exists() -> No
     assert horizon.final == 0
     horizon.observe(12, [])  # committed or rolled back: its rows are visible, or gone
     assert horizon.final == 11  # the last value read before this reading
+
+
+class RecordingObserver(RelayObserver):
+    """The hooks the relay called, in order: what operators see, and what tests can wait on."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def started(self) -> None:
+        self.calls.append("started")
+
+    def stopped(self) -> None:
+        self.calls.append("stopped")
+
+    def took_over(self, grace_s: float) -> None:
+        self.calls.append(f"took over, waits {grace_s}")
+
+    def backlog(self, waiting: int, oldest_age_s: float) -> None:
+        self.calls.append(f"backlog {waiting}")
+
+    def dead_lettered(self, rejected: Mapping[int, str]) -> None:
+        self.calls.append(f"dead-lettered {sorted(rejected)}")
+
+    def delivery_failed(self, retry: Mapping[int, str]) -> None:
+        self.calls.append(f"not delivered {sorted(retry)}")
+
+    def failed(self, exc: Exception) -> None:
+        self.calls.append(f"failed: {exc}")
+
+    def retrying(self, reason: str, attempt: int, delay_s: float) -> None:
+        self.calls.append(f"retrying {attempt}: {reason}")
+
+
+def test_the_observer_hears_the_backlog_a_dead_letter_a_retry_and_the_end() -> None:
+    queue = MemoryQueue([_event(n) for n in range(1, 8)])
+    observer = RecordingObserver()
+
+    OutboxRelay(queue, ScriptedPublisher({2: "reject", 5: "retry"}), FAST, observer).run(
+        threading.Event(), once=True
+    )
+
+    assert observer.calls == [
+        "started",
+        "backlog 7",
+        "dead-lettered [2]",
+        "not delivered [5]",
+        "retrying 1: _MSG_TIMED_OUT",
+        "stopped",
+    ]
+
+
+def test_the_observer_hears_each_failure_and_back_off_until_stopped() -> None:
+    stop = threading.Event()
+
+    class BrokenQueue(MemoryQueue):
+        def heartbeat(self) -> None:
+            if self.stood_down >= 2:
+                stop.set()
+            raise ConnectionError("database went away")
+
+    observer = RecordingObserver()
+
+    OutboxRelay(BrokenQueue([]), ScriptedPublisher({}), FAST, observer).run(stop)
+
+    failure = ["failed: database went away", "retrying {}: ConnectionError"]
+    assert observer.calls == [
+        "started",
+        *(call.format(attempt) for attempt in (1, 2, 3) for call in failure),
+        "stopped",
+    ]
+
+
+def test_the_observer_hears_a_takeover_before_anything_is_sent() -> None:
+    queue = MemoryQueue([_event(1)], clean=False)
+    observer = RecordingObserver()
+
+    OutboxRelay(queue, ScriptedPublisher({}), FAST, observer).run(CountingStop(), once=True)
+
+    assert observer.calls == ["started", "took over, waits 7", "backlog 1", "stopped"]

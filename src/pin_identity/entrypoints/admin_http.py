@@ -15,14 +15,12 @@ import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Annotated, Any, Protocol
-from uuid import UUID
 
 import psycopg
 import uvicorn
-from fastapi import APIRouter, Depends, FastAPI, Path, Query, Request, Response
+from fastapi import APIRouter, FastAPI, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import PlainTextResponse
-from fastapi.security import HTTPBearer
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from psycopg_pool import PoolTimeout
 from starlette.datastructures import Headers
@@ -54,6 +52,15 @@ from pin_identity.entrypoints.admin_problems import (
     problem_response,
     problem_responses,
 )
+from pin_identity.entrypoints.admin_routing import (
+    ContainerDep,
+    RoleId,
+    RunId,
+    TaskId,
+    Who,
+    admin_router,
+    caller,
+)
 from pin_identity.entrypoints.documents import (
     FailedItem,
     FanOutTask,
@@ -75,17 +82,9 @@ log = get_logger("admin-http")
 MAX_BODY_BYTES = 1024 * 1024
 _ADMIN_PATHS = "/admin/"
 
-# Documents the scheme in /openapi.json; AdminGate enforces it.
-_bearer = HTTPBearer(auto_error=False, description="The value of PIN_IDENTITY_ADMIN_TOKEN.")
-
 
 class _ClientGoneError(Exception):
     """The client hung up before its body was complete: nobody is left to answer."""
-
-
-def _who(request: Request) -> str:
-    """Who asked, for the audit line: the client address, never the token."""
-    return f"http:{request.client.host if request.client else 'unknown'}"
 
 
 def _bearer_token(headers: Headers) -> str:
@@ -106,7 +105,7 @@ def _announces_body(headers: Headers) -> bool:
 
 
 def _too_large(request: Request) -> ProblemError:
-    log.warning("admin-request-too-large", who=_who(request), path=request.url.path)
+    log.warning("admin-request-too-large", who=caller(request), path=request.url.path)
     return ProblemError(413, "IDENTITY_REQUEST_TOO_LARGE", f"the request body exceeds {MAX_BODY_BYTES} bytes")
 
 
@@ -171,7 +170,7 @@ class AdminGate:
 
     def _admit(self, request: Request) -> None:
         if not hmac.compare_digest(_bearer_token(request.headers).encode(), self._token):
-            log.warning("admin-auth-failed", who=_who(request), path=request.url.path)
+            log.warning("admin-auth-failed", who=caller(request), path=request.url.path)
             raise ProblemError(
                 401,
                 "IDENTITY_UNAUTHORIZED",
@@ -183,34 +182,9 @@ class AdminGate:
             raise _too_large(request)
 
 
-# ---------------------------------------------------------------- dependencies
-
-
-def _container(request: Request) -> Container:
-    container: Container = request.app.state.container
-    return container
-
-
-ContainerDep = Annotated[Container, Depends(_container)]
-Who = Annotated[str, Depends(_who)]
-RunId = Annotated[UUID, Path(alias="runId", description="The import run.")]
-TaskId = Annotated[UUID, Path(alias="taskId", description="The fan-out task.")]
-RoleId = Annotated[UUID, Path(alias="roleId", description="The role whose permission set is replaced.")]
-
-
-def _admin_router(prefix: str, tag: str) -> APIRouter:
-    return APIRouter(
-        prefix=prefix,
-        tags=[tag],
-        dependencies=[Depends(_bearer)],
-        responses=problem_responses(401, 413),
-        route_class=ProblemRoute,
-    )
-
-
 # ---------------------------------------------------------------- talent import
 
-imports = _admin_router("/admin/v1/talent-import", "talent-import")
+imports = admin_router("/admin/v1/talent-import", "talent-import")
 
 
 @imports.post(
@@ -259,7 +233,7 @@ def list_failed_items(run_id: RunId, container: ContainerDep) -> list[FailedItem
 
 # ---------------------------------------------------------------- access fan-out
 
-fanout = _admin_router("/admin/v1/access-fanout", "access-fanout")
+fanout = admin_router("/admin/v1/access-fanout", "access-fanout")
 
 
 @fanout.get("/tasks", response_model=list[FanOutTask])
@@ -281,7 +255,7 @@ def replay_fanout_task(task_id: TaskId, container: ContainerDep, who: Who) -> Ta
 
 # ---------------------------------------------------------------- the continuous consumer's quarantine
 
-sync = _admin_router("/admin/v1/talent-sync", "talent-sync")
+sync = admin_router("/admin/v1/talent-sync", "talent-sync")
 
 
 @sync.get("/failed-items", response_model=list[FailedItem])
@@ -298,7 +272,7 @@ def replay_consumer_failed_items(request: ReplayRequest, container: ContainerDep
 
 # ---------------------------------------------------------------- roles
 
-roles = _admin_router("/admin/v1/roles", "roles")
+roles = admin_router("/admin/v1/roles", "roles")
 
 
 @roles.put(

@@ -9,21 +9,18 @@ from datetime import datetime
 from typing import Annotated, Any
 from uuid import UUID
 
-from fastapi import APIRouter, Depends, Path, Query, Request
-from fastapi.security import HTTPBearer
+from fastapi import Query, Request
 from pydantic import Field
 
-from pin_identity.adapters.kafka.group_lag import GroupLagUnavailableError, PartitionLag, consumer_group_lag
-from pin_identity.adapters.postgres.admin_reads import PostgresAdminReads
-from pin_identity.composition import Container
-from pin_identity.config import ConfigurationError
 from pin_identity.domain.events import now_utc
 from pin_identity.domain.model import RoleStatus
 from pin_identity.domain.talent_import import ImportMode, RunStatus
 from pin_identity.entrypoints.admin_models import ReplayRequest
-from pin_identity.entrypoints.admin_problems import ProblemError, ProblemRoute, problem_responses
+from pin_identity.entrypoints.admin_problems import problem_responses
+from pin_identity.entrypoints.admin_routing import ContainerDep, RoleId, RunId, Who, admin_router
 from pin_identity.entrypoints.documents import ApiModel, ReplayResult, StageCounts
 from pin_identity.observability import metrics
+from pin_identity.operations import read_models
 
 # ---------------------------------------------------------------- bodies
 
@@ -44,6 +41,23 @@ class ImportRunSummary(ApiModel):
     error_code: str | None
     quarantined: int = Field(description="Items of this run in the quarantine now.")
 
+    @classmethod
+    def of(cls, run: read_models.RunSummary) -> ImportRunSummary:
+        return cls(
+            run_id=run.run_id,
+            mode=run.mode,
+            status=run.status,
+            dry_run=run.dry_run,
+            talent_tenant_id_filter=run.tenant_filter,
+            page_size=run.page_size,
+            companies=StageCounts.of(run.companies),
+            users=StageCounts.of(run.users),
+            started_at=run.started_at,
+            finished_at=run.finished_at,
+            error_code=run.error_code,
+            quarantined=run.quarantined,
+        )
+
 
 class LeasesReset(ApiModel):
     run_id: UUID
@@ -61,6 +75,20 @@ class RoleView(ApiModel):
     permissions: list[str]
     holders: int = Field(description="Users holding an Active assignment of the role: its fan-out size.")
 
+    @classmethod
+    def of(cls, role: read_models.RoleSummary) -> RoleView:
+        return cls(
+            role_id=role.role_id,
+            code=role.code,
+            name=role.name,
+            company_id=role.company_id,
+            company_name=role.company_name,
+            status=role.status,
+            version=role.version,
+            permissions=list(role.permissions),
+            holders=role.holders,
+        )
+
 
 class PartitionLagView(ApiModel):
     topic: str
@@ -69,7 +97,7 @@ class PartitionLagView(ApiModel):
     committed_offset: int | None = Field(description="Null when the group has committed nothing there.")
 
     @classmethod
-    def of(cls, lag: PartitionLag) -> PartitionLagView:
+    def of(cls, lag: read_models.PartitionLag) -> PartitionLagView:
         return cls(topic=lag.topic, partition=lag.partition, lag=lag.lag, committed_offset=lag.committed)
 
 
@@ -80,6 +108,11 @@ class ConsumerLag(ApiModel):
     )
     partitions: list[PartitionLagView]
     error: str | None = Field(description="Why the broker did not say.")
+
+    @classmethod
+    def of(cls, lag: read_models.ConsumerLag) -> ConsumerLag:
+        partitions = [PartitionLagView.of(partition) for partition in lag.partitions]
+        return cls(group=lag.group, total=lag.total, partitions=partitions, error=lag.error)
 
 
 class HealthSummary(ApiModel):
@@ -97,39 +130,9 @@ class HealthSummary(ApiModel):
     read_at: datetime
 
 
-# ---------------------------------------------------------------- admission and dependencies, as admin_http
-
-_bearer = HTTPBearer(auto_error=False, description="The value of PIN_IDENTITY_ADMIN_TOKEN.")
-
-
-def _container(request: Request) -> Container:
-    container: Container = request.app.state.container
-    return container
-
-
-def _who(request: Request) -> str:
-    return f"http:{request.client.host if request.client else 'unknown'}"
-
-
-ContainerDep = Annotated[Container, Depends(_container)]
-Who = Annotated[str, Depends(_who)]
-RunId = Annotated[UUID, Path(alias="runId", description="The import run.")]
-RoleId = Annotated[UUID, Path(alias="roleId", description="The role.")]
-
-
-def _router(prefix: str, tag: str) -> APIRouter:
-    return APIRouter(
-        prefix=prefix,
-        tags=[tag],
-        dependencies=[Depends(_bearer)],
-        responses=problem_responses(401, 413),
-        route_class=ProblemRoute,
-    )
-
-
 # ---------------------------------------------------------------- talent import runs
 
-runs = _router("/admin/v1/talent-import", "talent-import")
+runs = admin_router("/admin/v1/talent-import", "talent-import")
 
 
 @runs.get("/runs", response_model=list[ImportRunSummary])
@@ -137,8 +140,7 @@ def list_import_runs(
     container: ContainerDep, limit: Annotated[int, Query(ge=1, le=500)] = 20
 ) -> list[ImportRunSummary]:
     """The newest runs first."""
-    rows = PostgresAdminReads(container.database).recent_runs(limit)
-    return [ImportRunSummary.model_validate(row) for row in rows]
+    return [ImportRunSummary.of(run) for run in container.imports.recent_runs(limit)]
 
 
 @runs.post("/runs/{runId}/reset-leases", response_model=LeasesReset, responses=problem_responses(404))
@@ -161,7 +163,7 @@ def replay_run_failed_items(
 
 # ---------------------------------------------------------------- roles
 
-roles = _router("/admin/v1/roles", "roles")
+roles = admin_router("/admin/v1/roles", "roles")
 
 
 @roles.get("", response_model=list[RoleView])
@@ -175,38 +177,22 @@ def list_roles(
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> list[RoleView]:
     """Roles with their permissions and size: system roles first, then by company and code."""
-    rows = PostgresAdminReads(container.database).roles(code=code, limit=limit)
-    return [RoleView.model_validate(row) for row in rows]
+    return [RoleView.of(role) for role in container.role_admin.roles(code=code, limit=limit)]
 
 
 @roles.get("/{roleId}", response_model=RoleView, responses=problem_responses(404))
 def get_role(role_id: RoleId, container: ContainerDep) -> RoleView:
     """One role with its permissions and size."""
-    rows = PostgresAdminReads(container.database).roles(role_id=role_id, limit=1)
-    if not rows:
-        raise ProblemError(404, "IDENTITY_NOT_FOUND", f"role {role_id} does not exist")
-    return RoleView.model_validate(rows[0])
+    return RoleView.of(container.role_admin.role(role_id))
 
 
 # ---------------------------------------------------------------- health
 
-health = _router("/admin/v1/health", "health")
+health = admin_router("/admin/v1/health", "health")
 
 
 def _gauge(name: str) -> float:
     return metrics.registry.get_sample_value(name) or 0.0
-
-
-def _consumer_lag(container: Container) -> ConsumerLag:
-    settings = container.settings
-    topics = (settings.talent_tenants_topic, settings.talent_users_topic)
-    group = settings.talent_sync_group
-    try:
-        lags = consumer_group_lag(container.kafka_client_config, group, topics)
-    except (GroupLagUnavailableError, ConfigurationError) as exc:
-        return ConsumerLag(group=group, total=None, partitions=[], error=str(exc))
-    views = [PartitionLagView.of(lag) for lag in lags]
-    return ConsumerLag(group=group, total=sum(view.lag for view in views), partitions=views, error=None)
 
 
 @health.get("/summary", response_model=HealthSummary)
@@ -214,7 +200,7 @@ def health_summary(request: Request, container: ContainerDep) -> HealthSummary:
     """Outbox backlog and oldest age, fan-out backlog and failed tasks, whether an import runs (the database
     gauges of `/metrics`, refreshed now), dead letters, and the talent-sync consumer's lag."""
     request.app.state.gauges.refresh()
-    dead = PostgresAdminReads(container.database).dead_letters()
+    dead = container.health.dead_letters()
     fields: dict[str, Any] = {
         "outbox_backlog": int(_gauge("identity_outbox_backlog")),
         "outbox_oldest_age_seconds": _gauge("identity_outbox_oldest_age_seconds"),
@@ -226,7 +212,7 @@ def health_summary(request: Request, container: ContainerDep) -> HealthSummary:
         **fields,
         dead_letters=dead.count,
         newest_dead_letter_at=dead.newest_failed_at,
-        consumer_lag=_consumer_lag(container),
+        consumer_lag=ConsumerLag.of(container.health.consumer_lag()),
         read_at=now_utc(),
     )
 

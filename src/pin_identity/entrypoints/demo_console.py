@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 from rich.console import Console
 
-from pin_identity.adapters.kafka.embedded import free_port, port_open
+from pin_identity.composition import local_port
 from pin_identity.config import ConfigurationError, Settings
 
 PREFERRED_PORT = 8080  # serve's own default
@@ -42,7 +42,7 @@ def start_console(settings: Settings) -> RunningConsole:
     data_dir = settings.data_dir.resolve()
     stop_console(data_dir)  # the one a previous demo left, with its token
     token, token_file = _token(settings, data_dir)
-    port = PREFERRED_PORT if not port_open(PREFERRED_PORT) else free_port()
+    port = local_port(PREFERRED_PORT)
     log_file = data_dir / LOG_FILE
     with log_file.open("ab") as log:
         server = subprocess.Popen(

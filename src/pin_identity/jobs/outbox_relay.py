@@ -7,6 +7,8 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from pin_identity.domain.backoff import Backoff
+from pin_identity.jobs.outbox_relay_observer import RelayObserver
 from pin_identity.jobs.ports import (
     EventPublisher,
     OutboxQueue,
@@ -15,10 +17,6 @@ from pin_identity.jobs.ports import (
     RelayRole,
     StopSignal,
 )
-from pin_identity.observability import metrics
-from pin_identity.observability.logging import get_logger
-
-log = get_logger("outbox-relay")
 
 
 @dataclass(frozen=True)
@@ -40,6 +38,11 @@ class RelaySettings:
     # the new relay's first event.
     takeover_grace_s: float = 5.0
 
+    @property
+    def backoff(self) -> Backoff:
+        """0.2 s after the first failure in a row, doubling up to max_backoff_s."""
+        return Backoff(base_s=0.2, cap_s=self.max_backoff_s)
+
 
 class OutboxRelay:
     """One active relay at a time (the queue's lock); the others stand by and take over when it dies.
@@ -53,11 +56,16 @@ class OutboxRelay:
     """
 
     def __init__(
-        self, queue: OutboxQueue, publisher: EventPublisher, settings: RelaySettings = RelaySettings()
+        self,
+        queue: OutboxQueue,
+        publisher: EventPublisher,
+        settings: RelaySettings = RelaySettings(),
+        observer: RelayObserver | None = None,
     ):
         self._queue = queue
         self._publisher = publisher
         self._settings = settings
+        self._observer = observer or RelayObserver()
         self._in_flight: dict[int, str] = {}  # outbox id -> key
         self._keys_in_flight: set[str] = set()
         self._held: dict[str, deque[PendingEvent]] = {}  # rows waiting for their key's event in flight
@@ -75,13 +83,13 @@ class OutboxRelay:
     def run(self, stop: StopSignal, *, once: bool = False, until: Callable[[], bool] = lambda: True) -> None:
         """Relay until stopped; with `once`, until `until()` holds (the process's other jobs have ended)
         and no committed row is left in the outbox."""
-        log.info("outbox-relay-started")
+        self._observer.started()
         try:
             self._loop(stop, once=once, until=until)
             self._finish_in_flight()
         finally:
             self._stand_down()  # a standby takes over at once instead of waiting for a timeout
-        log.info("outbox-relay-stopped")
+        self._observer.stopped()
 
     def _loop(self, stop: StopSignal, *, once: bool, until: Callable[[], bool]) -> None:
         while not stop.is_set():
@@ -93,7 +101,7 @@ class OutboxRelay:
                     return  # before the pause: --once ends as soon as the outbox is empty
                 stop.wait(pause)
             except Exception as exc:  # any failure: stop the producer, drop the session, back off
-                log.warning("outbox-relay-failed", error=type(exc).__name__)
+                self._observer.failed(exc)
                 self._stand_down()
                 self._back_off(stop, reason=type(exc).__name__)
 
@@ -104,7 +112,7 @@ class OutboxRelay:
         if role is RelayRole.STANDBY:
             return self._settings.standby_wait_s
         if role is RelayRole.TAKEN_OVER:
-            log.warning("outbox-relay-took-over", grace_s=self._settings.takeover_grace_s)
+            self._observer.took_over(self._settings.takeover_grace_s)
             if stop.wait(self._settings.takeover_grace_s):
                 return None
         sent = self._send_next_batch()
@@ -124,9 +132,7 @@ class OutboxRelay:
             self._queue.heartbeat()
         if now >= self._backlog_due:
             self._backlog_due = now + self._settings.backlog_every_s
-            waiting, oldest_age_s = self._queue.backlog()
-            metrics.outbox_backlog.set(waiting)
-            metrics.outbox_oldest_age_seconds.set(oldest_age_s)
+            self._observer.backlog(*self._queue.backlog())
 
     def _send_next_batch(self) -> int | None:
         """How many rows were sent; None when there was no room to look (so nothing is known to be idle)."""
@@ -190,13 +196,12 @@ class OutboxRelay:
         if report.delivered and not self._draining:
             self._failures = 0
         if report.rejected:
-            metrics.outbox_dead_letters_total.inc(len(report.rejected))
-            for outbox_id, error in report.rejected.items():
-                log.error("outbox-event-dead-lettered", outbox_id=outbox_id, error=error)
+            self._observer.dead_lettered(report.rejected)
         if report.retry:
             for outbox_id in report.retry:
                 self._in_flight.pop(outbox_id, None)
             self._draining, self._retry_reason = True, next(iter(report.retry.values()))
+            self._observer.delivery_failed(report.retry)
 
     def _finish_in_flight(self) -> None:
         """On stop: give what is in flight a grace period; what stays unanswered is sent again later."""
@@ -223,7 +228,6 @@ class OutboxRelay:
 
     def _back_off(self, stop: StopSignal, *, reason: str) -> None:
         self._failures += 1
-        delay = min(self._settings.max_backoff_s, 0.1 * 2 ** min(self._failures, 10))
-        metrics.outbox_publish_errors_total.labels(reason=reason[:60]).inc()
-        log.warning("outbox-relay-retrying", reason=reason, attempt=self._failures, delay_s=round(delay, 2))
+        delay = self._settings.backoff.delay(self._failures)
+        self._observer.retrying(reason, self._failures, delay)
         stop.wait(delay)

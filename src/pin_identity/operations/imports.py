@@ -29,10 +29,17 @@ from pin_identity.operations.ports import (
     ImportRuns,
     ReplicaTransactions,
     RunLock,
+    RunSummaries,
     SourceCheck,
     SourceUnavailableError,
 )
-from pin_identity.operations.read_models import FailedItemView, ImportRunView, Replayed, eta_seconds
+from pin_identity.operations.read_models import (
+    FailedItemView,
+    ImportRunView,
+    Replayed,
+    RunSummary,
+    eta_seconds,
+)
 from pin_identity.operations.talent_replica import replay_quarantined
 
 log = get_logger("talent-import")
@@ -123,7 +130,7 @@ def _started(run: ImportRun) -> dict[str, object]:
 class ImportOperations:
     """What an operator does with import runs and quarantines, over the stores' ports. `sources` opens the
     source of a mode; it raises SourceUnavailableError when that source cannot be reached, and
-    SourceNotConfiguredError when this process has no way to read it."""
+    SourceNotConfiguredError when this process has no way to read it. `summaries` lists the runs."""
 
     def __init__(
         self,
@@ -132,9 +139,11 @@ class ImportOperations:
         sources: Callable[[ImportMode], SourceCheck],
         replica: ReplicaTransactions,
         clock: Callable[[], datetime],
+        *,
+        summaries: RunSummaries,
     ):
         self._runs, self._locks, self._sources = runs, locks, sources
-        self._replica, self._clock = replica, clock
+        self._replica, self._clock, self._summaries = replica, clock, summaries
 
     # ---------------------------------------------------------------- starting a run
 
@@ -174,6 +183,10 @@ class ImportOperations:
             source.close()
 
     # ---------------------------------------------------------------- watching and steering a run
+
+    def recent_runs(self, limit: int = 20) -> list[RunSummary]:
+        """The newest runs first, with their counters and quarantine size."""
+        return self._summaries.recent_runs(limit)
 
     def report(self, run_id: UUID | None = None) -> ImportRunView:
         """A run (the newest when None) with its pages by stage and status, an ETA and the lock holder."""

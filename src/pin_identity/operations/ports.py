@@ -11,10 +11,24 @@ from typing import Any, Protocol
 from uuid import UUID
 
 from pin_identity.domain.events import CompanyState, OutboxMessage, UserState
-from pin_identity.domain.model import FanOutTaskStatus, RoleStatus, Scope, UserAccessSnapshot
+from pin_identity.domain.model import (
+    FanOutTaskStatus,
+    RenderedAccessSnapshot,
+    RoleStatus,
+    Scope,
+    UserAccessSnapshot,
+)
 from pin_identity.domain.talent import TalentItem
 from pin_identity.domain.talent_import import ImportRequest, ImportRun, PageProgress
-from pin_identity.operations.read_models import FailedItemView, FanOutTaskView, Pruned
+from pin_identity.operations.read_models import (
+    DeadLetters,
+    FailedItemView,
+    FanOutTaskView,
+    PartitionLag,
+    Pruned,
+    RoleSummary,
+    RunSummary,
+)
 
 
 @dataclass(frozen=True)
@@ -156,6 +170,11 @@ class ReplicaTransaction(Protocol):
         """A nested block; a unique violation inside it rolls it back and raises StoreConflictError."""
         ...
 
+    def pipelined(self) -> AbstractContextManager[None]:
+        """A block whose statements are sent without waiting for each one's answer (the caller's work goes on
+        while the database writes); a statement's failure surfaces by the end of the block at the latest."""
+        ...
+
     def lock_talent_ids(self, stage: str, talent_ids: Sequence[UUID]) -> None: ...
     def companies_by_tenant(
         self, tenant_ids: Sequence[UUID], *, shared: bool = False
@@ -187,6 +206,10 @@ class ReplicaTransaction(Protocol):
         self, user_ids: Sequence[UUID], role_id: UUID | None
     ) -> list[tuple[UUID, UUID]]:
         """Revokes the users' Active assignments (of one role, or all); returns (user, role) pairs revoked."""
+        ...
+
+    def access_changes(self, user_ids: Sequence[UUID]) -> dict[UUID, tuple[RenderedAccessSnapshot, int]]:
+        """Each user's access snapshot (activeAssignments rendered) and point version, read in one go."""
         ...
 
     def grant_default_role(self, role: RoleRecord, grants: Sequence[DefaultGrant]) -> None: ...
@@ -279,6 +302,12 @@ class ImportRuns(Protocol):
         ...
 
 
+class RunSummaries(Protocol):
+    def recent_runs(self, limit: int) -> list[RunSummary]:
+        """The newest first."""
+        ...
+
+
 class TaskReplay(StrEnum):
     """What asking for a fan-out task's replay did."""
 
@@ -299,4 +328,33 @@ class FanOutTasks(Protocol):
 class Retention(Protocol):
     def prune(self, cutoff: datetime) -> Pruned:
         """In one transaction: finished work and quarantine payloads last changed before the cutoff."""
+        ...
+
+
+class RoleSummaries(Protocol):
+    def roles(
+        self, *, role_id: UUID | None = None, code: str | None = None, limit: int = 100
+    ) -> list[RoleSummary]:
+        """One role by id, or roles by code, or the first `limit`: system roles first, then by company and
+        code."""
+        ...
+
+
+# ---------------------------------------------------------------- health
+
+
+class DeadLetterReads(Protocol):
+    def dead_letters(self) -> DeadLetters: ...
+
+
+class ConsumerLagUnavailableError(Exception):
+    """The broker did not say how far a group is behind: it did not answer in time, refused, or this process
+    has no broker configured."""
+
+
+class ConsumerLagReader(Protocol):
+    """Read from the broker without joining the group: committed offsets against high watermarks."""
+
+    def partition_lags(self, group: str, topics: Sequence[str]) -> list[PartitionLag]:
+        """Every partition of those `topics` that exist; raises ConsumerLagUnavailableError."""
         ...

@@ -1,4 +1,5 @@
-"""What operators read: a run with its progress, a quarantined item, a fan-out task, what a prune removed.
+"""What operators read: a run with its progress, the list of runs, a quarantined item, a fan-out task, a role
+with its size, what a prune removed, and the health the console shows (dead letters, a consumer group's lag).
 
 The stores answer with these values and the operator service hands them on; the CLI and the HTTP API render
 them (one JSON shape for both, in entrypoints.documents).
@@ -10,9 +11,16 @@ from dataclasses import dataclass
 from datetime import datetime
 from uuid import UUID
 
-from pin_identity.domain.model import FanOutTaskStatus
+from pin_identity.domain.model import FanOutTaskStatus, RoleStatus
 from pin_identity.domain.talent import ImportStage
-from pin_identity.domain.talent_import import ImportRun, PageProgress, PageStatus, RunStatus
+from pin_identity.domain.talent_import import (
+    ImportMode,
+    ImportRun,
+    PageProgress,
+    PageStatus,
+    RunStatus,
+    StageCounters,
+)
 
 
 @dataclass(frozen=True)
@@ -41,6 +49,24 @@ def eta_seconds(run: ImportRun, progress: PageProgress, now: datetime) -> float 
     if run.status is not RunStatus.RUNNING or run.planning_stage is not None or not done or elapsed <= 0:
         return None
     return round((total - done) * elapsed / done, 1)
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """A run in the list of runs: its counters and its quarantine now (ImportRunView adds pages and ETA)."""
+
+    run_id: UUID
+    mode: ImportMode
+    status: RunStatus
+    dry_run: bool
+    tenant_filter: UUID | None
+    page_size: int
+    companies: StageCounters
+    users: StageCounters
+    started_at: datetime
+    finished_at: datetime | None
+    error_code: str | None
+    quarantined: int  # items of this run in the quarantine now
 
 
 @dataclass(frozen=True)
@@ -92,3 +118,51 @@ class Replayed:
     applied: int
     skipped: int
     failed: int
+
+
+@dataclass(frozen=True)
+class RoleSummary:
+    """A role with its permissions and its size."""
+
+    role_id: UUID
+    code: str
+    name: str
+    company_id: UUID | None  # None: a system role
+    company_name: str | None
+    status: RoleStatus
+    version: int
+    permissions: tuple[str, ...]
+    holders: int  # users holding an Active assignment of the role: the size its fan-out counts
+
+
+# ---------------------------------------------------------------- health beside the gauges of /metrics
+
+
+@dataclass(frozen=True)
+class DeadLetters:
+    """Events the broker refused for good (identity.outbox_dead_letters)."""
+
+    count: int
+    newest_failed_at: datetime | None
+
+
+@dataclass(frozen=True)
+class PartitionLag:
+    topic: str
+    partition: int
+    lag: int
+    committed: int | None  # None: the group has committed nothing here (it would start from the beginning)
+
+
+@dataclass(frozen=True)
+class ConsumerLag:
+    """How far a consumer group is behind on its topics, or why the broker did not say."""
+
+    group: str
+    partitions: tuple[PartitionLag, ...]
+    error: str | None = None
+
+    @property
+    def total(self) -> int | None:
+        """Records behind on every partition; None when the broker did not say."""
+        return None if self.error is not None else sum(lag.lag for lag in self.partitions)

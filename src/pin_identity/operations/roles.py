@@ -1,19 +1,32 @@
-"""The operator's side of roles: set-role-permissions (CONTRACTS sections 2 and 6)."""
+"""The operator's side of roles: the roles with their size, and set-role-permissions (CONTRACTS sections 2
+and 6)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from uuid import UUID
 
+from pin_identity.domain.errors import NotFoundError
 from pin_identity.domain.fanout import FanOutPolicy
 from pin_identity.operations import identity
 from pin_identity.operations.audit import admin_action
-from pin_identity.operations.ports import IdentityTransactions
+from pin_identity.operations.ports import IdentityTransactions, RoleSummaries
+from pin_identity.operations.read_models import RoleSummary
 
 
 class RoleAdmin:
-    def __init__(self, transactions: IdentityTransactions, policy: FanOutPolicy):
-        self._transactions, self._policy = transactions, policy
+    def __init__(self, transactions: IdentityTransactions, policy: FanOutPolicy, summaries: RoleSummaries):
+        self._transactions, self._policy, self._summaries = transactions, policy, summaries
+
+    def roles(self, code: str | None = None, limit: int = 100) -> list[RoleSummary]:
+        """Roles with their permissions and size: system roles first, then by company and code."""
+        return self._summaries.roles(code=code, limit=limit)
+
+    def role(self, role_id: UUID) -> RoleSummary:
+        found = self._summaries.roles(role_id=role_id, limit=1)
+        if not found:
+            raise NotFoundError(f"role {role_id} does not exist")
+        return found[0]
 
     def set_permissions(
         self, role_id: UUID, permissions: Sequence[str], *, who: str

@@ -187,14 +187,17 @@ class _UserWrite:
         revoked = self._revoke(role)
         created = [c.state for c in self._changes if c.change is Change.CREATED]
         updated = [c.state for c in self._changes if c.change is not Change.CREATED]
-        self._tx.save_users(created, updated, self._ctx.now)
         grants = [
             DefaultGrant(uuid.uuid4(), c.state.user_id, c.state.company_id)
             for c in self._changes
             if c.state.user_id in self._granted and c.state.company_id is not None
         ]
-        self._tx.grant_default_role(role, grants)
-        self._tx.add_events(self._events(role, revoked))
+        with self._tx.pipelined():
+            # The writes go out at once; the UserUpserted events are encoded while the database applies them.
+            self._tx.save_users(created, updated, self._ctx.now)
+            self._tx.grant_default_role(role, grants)
+            messages = self._events(role, revoked)
+        self._tx.add_events(messages)
 
     def _revoke(self, role: RoleRecord) -> dict[UUID, list[UUID]]:
         blocked = [c.state.user_id for c in self._changes if c.change is Change.BLOCKED]
@@ -209,31 +212,33 @@ class _UserWrite:
         return revoked
 
     def _events(self, role: RoleRecord, revoked: dict[UUID, list[UUID]]) -> list[OutboxMessage]:
+        correlation_id, now = self._ctx.correlation_id, self._ctx.now
+        upserted = [
+            events.user_upserted(change.state, correlation_id=correlation_id, occurred_at=now)
+            for change in self._changes
+        ]
         touched = [
             c.state.user_id
             for c in self._changes
             if c.state.user_id in self._granted or revoked.get(c.state.user_id)
         ]
-        snapshots = {s.user_id: s for s in self._tx.access_snapshots(touched)} if touched else {}
-        versions = self._tx.access_versions(touched) if touched else {}
-        correlation_id, now = self._ctx.correlation_id, self._ctx.now
+        # Snapshots and versions in one statement, activeAssignments rendered by the database as the
+        # fan-out renders them: encoding each user's assignments here was a tenth of a round's time.
+        access = self._tx.access_changes(touched) if touched else {}
         messages = []
-        for change in self._changes:
+        for change, upsert in zip(self._changes, upserted, strict=True):
             user_id = change.state.user_id
-            messages.append(
-                events.user_upserted(change.state, correlation_id=correlation_id, occurred_at=now)
-            )
+            messages.append(upsert)
             granted = user_id in self._granted
             for reason, role_id in _access_reasons(granted, role, revoked.get(user_id, [])):
-                messages.append(
-                    events.user_access_changed(
-                        snapshots[user_id],
-                        reason=reason,
-                        version=versions[user_id],
-                        changed_role_id=role_id,
-                        correlation_id=correlation_id,
-                        occurred_at=now,
-                    )
+                snapshot, version = access[user_id]
+                messages += events.rendered_access_changed(
+                    [snapshot],
+                    reason=reason,
+                    version=version,
+                    changed_role_id=role_id,
+                    correlation_id=correlation_id,
+                    occurred_at=now,
                 )
         return messages
 

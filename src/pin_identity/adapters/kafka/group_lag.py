@@ -6,10 +6,12 @@ broker."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+from pin_identity.operations.ports import ConsumerLagUnavailableError
+from pin_identity.operations.read_models import PartitionLag
 
 # librdkafka would write its own log lines to stderr: the caller reports the failure as one line instead.
 _quiet = logging.getLogger("pin_identity.kafka.group_lag")
@@ -17,22 +19,22 @@ _quiet.addHandler(logging.NullHandler())
 _quiet.propagate = False
 
 
-@dataclass(frozen=True)
-class PartitionLag:
-    topic: str
-    partition: int
-    lag: int
-    committed: int | None  # None: the group has committed nothing here (it would start from the beginning)
+class KafkaConsumerLag:
+    """ConsumerLagReader over the broker. `client_config` is asked at each read: it may raise
+    ConsumerLagUnavailableError itself (no broker configured)."""
 
+    def __init__(self, client_config: Callable[[], Mapping[str, str]], *, timeout_s: float = 3.0):
+        self._client_config, self._timeout_s = client_config, timeout_s
 
-class GroupLagUnavailableError(Exception):
-    """The broker did not answer in time, or refused."""
+    def partition_lags(self, group: str, topics: Sequence[str]) -> list[PartitionLag]:
+        return consumer_group_lag(self._client_config(), group, topics, timeout_s=self._timeout_s)
 
 
 def consumer_group_lag(
-    client_config: dict[str, str], group: str, topics: Sequence[str], *, timeout_s: float = 3.0
+    client_config: Mapping[str, str], group: str, topics: Sequence[str], *, timeout_s: float = 3.0
 ) -> list[PartitionLag]:
-    """Every partition of those `topics` that exist: records the group has not consumed yet."""
+    """Every partition of those `topics` that exist: records the group has not consumed yet. Raises
+    ConsumerLagUnavailableError when the broker does not answer in time, or refuses."""
     consumer = Consumer({**client_config, "group.id": group, "enable.auto.commit": False, "logger": _quiet})
     try:
         partitions = _partitions(consumer, topics, timeout_s)
@@ -41,7 +43,7 @@ def consumer_group_lag(
         committed = consumer.committed(partitions, timeout=timeout_s)
         return [_lag(consumer, stored, timeout_s) for stored in committed]
     except KafkaException as exc:
-        raise GroupLagUnavailableError(_reason(exc)) from None
+        raise ConsumerLagUnavailableError(_reason(exc)) from None
     finally:
         consumer.close()
 

@@ -194,6 +194,7 @@ class TopicReplaySource:
         """The consumer at the page's start; what it already delivered from there when it stood there."""
         if self._position is not None and self._position.continues(page):
             return self._position.carried
+        self._position = None
         # assign() replaces the whole assignment: the last partition is no longer fetched.
         self._consumer().assign([TopicPartition(page.topic, page.partition, page.start)])
         return []

@@ -1,56 +1,60 @@
 """What the operator console reads beside the stores' own reads: recent runs, roles with their size, dead
-letters. Rows come back as dicts named as the HTTP API names them (camelCase)."""
+letters, as the operator service's read models."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 from uuid import UUID
 
 from pin_identity.adapters.postgres.database import Database
-
-_COUNTERS = ("planned", "applied", "skipped", "failed")
-
-
-@dataclass(frozen=True)
-class DeadLetters:
-    count: int
-    newest_failed_at: datetime | None
+from pin_identity.domain.model import RoleStatus
+from pin_identity.domain.talent_import import ImportMode, RunStatus, StageCounters
+from pin_identity.operations.read_models import DeadLetters, RoleSummary, RunSummary
 
 
-def _run_summary(row: tuple[Any, ...]) -> dict[str, Any]:
-    return {
-        "runId": row[0],
-        "mode": row[1],
-        "status": row[2],
-        "dryRun": row[3],
-        "talentTenantIdFilter": row[4],
-        "pageSize": row[5],
-        "companies": dict(zip(_COUNTERS, row[6:10], strict=True)),
-        "users": dict(zip(_COUNTERS, row[10:14], strict=True)),
-        "startedAt": row[14],
-        "finishedAt": row[15],
-        "errorCode": row[16],
-        "quarantined": row[17],
-    }
+def _run_summary(row: tuple[Any, ...]) -> RunSummary:
+    return RunSummary(
+        run_id=row[0],
+        mode=ImportMode(row[1]),
+        status=RunStatus(row[2]),
+        dry_run=row[3],
+        tenant_filter=row[4],
+        page_size=row[5],
+        companies=StageCounters(*row[6:10]),
+        users=StageCounters(*row[10:14]),
+        started_at=row[14],
+        finished_at=row[15],
+        error_code=row[16],
+        quarantined=row[17],
+    )
 
 
-def _role(row: tuple[Any, ...]) -> dict[str, Any]:
-    names = ("roleId", "code", "name", "companyId", "companyName", "status", "version", "permissions")
-    return {**dict(zip(names, row[:8], strict=True)), "holders": row[8]}
+def _role(row: tuple[Any, ...]) -> RoleSummary:
+    return RoleSummary(
+        role_id=row[0],
+        code=row[1],
+        name=row[2],
+        company_id=row[3],
+        company_name=row[4],
+        status=RoleStatus(row[5]),
+        version=row[6],
+        permissions=tuple(row[7]),
+        holders=row[8],
+    )
 
 
 class PostgresAdminReads:
+    """RunSummaries, RoleSummaries and DeadLetterReads over the database."""
+
     def __init__(self, database: Database):
         self._database = database
 
-    def recent_runs(self, limit: int) -> list[dict[str, Any]]:
+    def recent_runs(self, limit: int) -> list[RunSummary]:
         return [_run_summary(row) for row in self._database.execute("recent_import_runs", {"limit": limit})]
 
     def roles(
         self, *, role_id: UUID | None = None, code: str | None = None, limit: int = 100
-    ) -> list[dict[str, Any]]:
+    ) -> list[RoleSummary]:
         params = {"role_id": role_id, "code": code, "limit": limit}
         return [_role(row) for row in self._database.execute("admin_roles", params)]
 

@@ -1,0 +1,30 @@
+"""What the console's health summary reads beside the gauges of `/metrics`: the outbox's dead letters, and
+how far the talent-sync consumer group is behind on Talent's topics. Only a worker running talent-sync has
+the lag as a gauge; any other process asks the broker."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pin_identity.operations.ports import ConsumerLagReader, ConsumerLagUnavailableError, DeadLetterReads
+from pin_identity.operations.read_models import ConsumerLag, DeadLetters
+
+
+class HealthReads:
+    def __init__(
+        self, dead_letters: DeadLetterReads, lags: ConsumerLagReader, group: str, topics: Sequence[str]
+    ):
+        self._dead_letters, self._lags = dead_letters, lags
+        self._group, self._topics = group, tuple(topics)
+
+    def dead_letters(self) -> DeadLetters:
+        return self._dead_letters.dead_letters()
+
+    def consumer_lag(self) -> ConsumerLag:
+        """The group's lag, or why the broker did not say: an unanswered broker is part of the health
+        summary, not a failure of it."""
+        try:
+            partitions = self._lags.partition_lags(self._group, self._topics)
+        except ConsumerLagUnavailableError as exc:
+            return ConsumerLag(self._group, (), error=str(exc))
+        return ConsumerLag(self._group, tuple(partitions))

@@ -1,0 +1,90 @@
+"""The console's reads through the operator service, over in-memory ports: a role that is not there, the
+consumer lag when the broker answers and when it does not."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
+from datetime import UTC, datetime
+from uuid import UUID
+
+import pytest
+
+from pin_identity.domain.errors import NotFoundError
+from pin_identity.domain.fanout import FanOutPolicy
+from pin_identity.domain.model import RoleStatus
+from pin_identity.operations.health import HealthReads
+from pin_identity.operations.ports import ConsumerLagUnavailableError, IdentityTransaction
+from pin_identity.operations.read_models import DeadLetters, PartitionLag, RoleSummary
+from pin_identity.operations.roles import RoleAdmin
+
+NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+GROUP = "pin-identity-talent-sync"
+TOPICS = ("talent.tenants.v1", "talent.users.v1")
+
+
+class MemoryReads:
+    """RoleSummaries and DeadLetterReads in memory."""
+
+    def __init__(self, roles: Sequence[RoleSummary] = ()):
+        self._roles = list(roles)
+
+    def roles(
+        self, *, role_id: UUID | None = None, code: str | None = None, limit: int = 100
+    ) -> list[RoleSummary]:
+        found = [r for r in self._roles if role_id in (None, r.role_id) and code in (None, r.code)]
+        return found[:limit]
+
+    def dead_letters(self) -> DeadLetters:
+        return DeadLetters(3, NOW)
+
+
+class MemoryLags:
+    def __init__(self, lags: Sequence[PartitionLag] = (), unavailable: str | None = None):
+        self._lags, self._unavailable = list(lags), unavailable
+        self.asked: list[tuple[str, tuple[str, ...]]] = []
+
+    def partition_lags(self, group: str, topics: Sequence[str]) -> list[PartitionLag]:
+        self.asked.append((group, tuple(topics)))
+        if self._unavailable is not None:
+            raise ConsumerLagUnavailableError(self._unavailable)
+        return self._lags
+
+
+def _role(code: str) -> RoleSummary:
+    return RoleSummary(uuid.uuid4(), code, code.title(), None, None, RoleStatus.ACTIVE, 1, ("a.read",), 2)
+
+
+def _no_transactions() -> AbstractContextManager[IdentityTransaction]:
+    raise AssertionError("reads open no transaction")
+
+
+def test_a_role_is_found_by_id_and_an_unknown_one_is_not_found() -> None:
+    known = _role("developer-manager")
+    admin = RoleAdmin(_no_transactions, FanOutPolicy(100), MemoryReads([known, _role("viewer")]))
+    assert admin.role(known.role_id) == known
+    assert [r.code for r in admin.roles(code="viewer")] == ["viewer"]
+    unknown = uuid.uuid4()
+    with pytest.raises(NotFoundError, match=f"role {unknown} does not exist"):
+        admin.role(unknown)
+
+
+def test_the_consumer_lag_totals_the_partitions_of_the_group_on_its_topics() -> None:
+    lags = MemoryLags([PartitionLag(TOPICS[0], 0, 5, 10), PartitionLag(TOPICS[1], 0, 7, None)])
+    health = HealthReads(MemoryReads(), lags, GROUP, TOPICS)
+    lag = health.consumer_lag()
+    assert (lag.group, lag.total, lag.error, len(lag.partitions)) == (GROUP, 12, None, 2)
+    assert lags.asked == [(GROUP, TOPICS)]
+    assert health.dead_letters() == DeadLetters(3, NOW)
+
+
+def test_a_broker_that_does_not_say_makes_the_lag_unknown_not_the_summary_fail() -> None:
+    health = HealthReads(MemoryReads(), MemoryLags(unavailable="broker timed out"), GROUP, TOPICS)
+    lag = health.consumer_lag()
+    assert (lag.total, lag.partitions, lag.error) == (None, (), "broker timed out")
+
+
+def test_no_partitions_yet_is_a_lag_of_zero_not_an_unknown_one() -> None:
+    lag = HealthReads(MemoryReads(), MemoryLags(), GROUP, TOPICS).consumer_lag()
+    assert (lag.total, lag.error) == (0, None)
