@@ -63,8 +63,9 @@ def test_every_written_shape_normalises_as_phonenumbers_does(digits: str, shape:
 
 
 @settings(max_examples=3000, deadline=None)
-@given(raw=st.text(alphabet="0123456789+() -.8x", max_size=24))
+@given(raw=st.text(alphabet="0123456789+() -.8x\u0661\u0662\uff19\uff11", max_size=24))
 @example(raw="+79123456789")
+@example(raw="9\u0661\u0662\u0663\u0664\u0665\u0666\u0667\u0668\u0669")  # Arabic-Indic digits
 @example(raw="8 912 345 67 89")
 @example(raw="+7 (912) 345-67-89")
 def test_any_text_of_phone_characters_normalises_as_phonenumbers_does(raw: str) -> None:

@@ -16,7 +16,8 @@ DEFAULT_REGION = "RU"  # Talent writes Russian numbers without a country code (C
 _RUSSIAN_FORMS = re.compile(
     r"(?:\+7)?(?P<plain>[349]\d{9})"
     r"|8 (?P<a>[349]\d\d) (?P<b>\d{3}) (?P<c>\d\d) (?P<d>\d\d)"
-    r"|\+7 \((?P<e>[349]\d\d)\) (?P<f>\d{3})-(?P<g>\d\d)-(?P<h>\d\d)"
+    r"|\+7 \((?P<e>[349]\d\d)\) (?P<f>\d{3})-(?P<g>\d\d)-(?P<h>\d\d)",
+    re.ASCII,  # other scripts' digits take the full parse, which turns them into ASCII ones
 )
 
 

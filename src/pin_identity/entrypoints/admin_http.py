@@ -313,18 +313,20 @@ class DatabaseGauges:
                 self._outbox.reset()  # reconnect at the next scrape
                 raise
 
-    def refresh(self) -> None:
-        """A failed read keeps the last values: the scrape still answers, and the log says why."""
+    def refresh(self) -> bool:
+        """False when the database did not answer: the gauges keep their last values (a scrape still answers,
+        and the log says why)."""
         try:
             backlog, oldest_age_s = self._outbox_backlog()
             stats = self._container.fanout_queue.stats(now_utc())
             running = self._container.import_store.running_run()
         except (psycopg.Error, PoolTimeout, ConfigurationError) as exc:
             log.warning("metrics-refresh-failed", error=describe_error(exc))
-            return
+            return False
         metrics.record_outbox_backlog(backlog, oldest_age_s)
         metrics.record_fanout_queue(stats.backlog, stats.failed)
         metrics.record_import_running(running.started_at if running else None)
+        return True
 
     def close(self) -> None:
         with self._lock:

@@ -16,7 +16,7 @@ from pin_identity.domain.events import now_utc
 from pin_identity.domain.model import RoleStatus
 from pin_identity.domain.talent_import import ImportMode, RunStatus
 from pin_identity.entrypoints.admin_models import ReplayRequest
-from pin_identity.entrypoints.admin_problems import problem_responses
+from pin_identity.entrypoints.admin_problems import ProblemError, problem_responses
 from pin_identity.entrypoints.admin_routing import ContainerDep, RoleId, RunId, Who, admin_router
 from pin_identity.entrypoints.documents import ApiModel, ReplayResult, StageCounts
 from pin_identity.observability import metrics
@@ -195,11 +195,12 @@ def _gauge(name: str) -> float:
     return metrics.registry.get_sample_value(name) or 0.0
 
 
-@health.get("/summary", response_model=HealthSummary)
+@health.get("/summary", response_model=HealthSummary, responses=problem_responses(503))
 def health_summary(request: Request, container: ContainerDep) -> HealthSummary:
     """Outbox backlog and oldest age, fan-out backlog and failed tasks, whether an import runs (the database
     gauges of `/metrics`, refreshed now), dead letters, and the talent-sync consumer's lag."""
-    request.app.state.gauges.refresh()
+    if not request.app.state.gauges.refresh():  # stale figures must not pass for the present
+        raise ProblemError(503, "IDENTITY_DATABASE_UNAVAILABLE", "the database is unavailable; try again")
     dead = container.health.dead_letters()
     fields: dict[str, Any] = {
         "outbox_backlog": int(_gauge("identity_outbox_backlog")),

@@ -58,9 +58,10 @@ def get_logger(component: str) -> Any:
     return structlog.get_logger(component=component)
 
 
-# A run of 10+ digits with separators between (not a date): any written phone, and tax ids, no safer.
-_DIGIT_RUN = re.compile(r"(?!\d{4}-\d\d-\d\d)\+?\d(?:[ ()-]{0,2}\d){9,}")
-_EMAIL = re.compile(r"[^\s@\"'<>(),;:]+@[^\s@\"'<>(),;:]+\.[A-Za-z]{2,}")
+# A run of 10+ digits with separators between (not a date, not the tail of an id such as a UUID's last
+# group): any written phone, and tax ids, no safer. E-mails with any letters in their top-level domain.
+_DIGIT_RUN = re.compile(r"(?<![0-9A-Za-z-])(?!\d{4}-\d\d-\d\d)\+?\d(?:[ ()-]{0,2}\d){9,}")
+_EMAIL = re.compile(r"[^\s@\"'<>(),;:]+@[^\s@\"'<>(),;:]+\.[^\W\d_]{2,}")
 
 
 def describe_error(exc: BaseException, *, limit: int = 300) -> str:

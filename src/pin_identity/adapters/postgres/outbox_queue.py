@@ -122,14 +122,15 @@ class PostgresOutboxQueue:
             self._observe_horizon()
         if self._horizon.final <= after:
             return []
+        # Acknowledged rows go first, in the same round trip: after a rewind (`after` back at 0) the read
+        # would otherwise find rows already delivered and publish them again behind their key's newer ones.
+        self._send_removals()
         # Binary transfer: the batch is megabytes of event values, and text parsing is the slow part.
         with conn.cursor(binary=True) as cursor:
             params = {"after": after, "final": self._horizon.final, "limit": limit}
             cursor.execute(query("fetch_ready_outbox_events"), params)
             self._sync()
-            rows = list(map(PendingEvent._make, cursor.fetchall()))
-        self._send_removals()  # the server deletes while the relay hands this batch to the producer
-        return rows
+            return list(map(PendingEvent._make, cursor.fetchall()))
 
     def _observe_horizon(self) -> None:
         row = self._ask(query("outbox_id_horizon"))
@@ -139,13 +140,15 @@ class PostgresOutboxQueue:
         self._horizon.observe(int(last_value), writers, prepared=bool(prepared))
 
     def settle(self, delivered: Sequence[int], rejected: Mapping[int, str]) -> None:
-        """Acknowledged rows are removed with the next statement sent (fewer, larger deletes, none waited
-        for on its own); rejected ones move to the dead letters at once."""
+        """Acknowledged rows are removed with the next read (fewer, larger deletes, none waited for on its
+        own); rejected ones move to the dead letters at once, committed before the caller lets the key's next
+        row go (a move lost with the session would put the rejected row back in front of it)."""
         self._acknowledged.extend(delivered)
         if rejected:
             conn = self._session()
             for outbox_id, error in rejected.items():
                 conn.execute(query("dead_letter_outbox_event"), {"id": outbox_id, "error": error[:2000]})
+            self._sync()
 
     def _send_removals(self) -> None:
         if self._acknowledged:
