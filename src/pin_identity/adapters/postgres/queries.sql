@@ -409,26 +409,6 @@ SELECT g.id, %(role_id)s, g.user_id, %(role_company_id)s, 'Organization', g.comp
        COALESCE((SELECT max(x.version) FROM identity.role_assignments x WHERE x.user_id = g.user_id), 0) + 1
 FROM unnest(%(ids)s::uuid[], %(user_ids)s::uuid[], %(company_ids)s::uuid[]) AS g(id, user_id, company_id);
 
--- name: replica_access_changes
--- What a round's UserAccessChanged events carry, for every user it granted or revoked, in one statement:
--- the snapshot rendered as the fan-out's rendered_access_snapshots renders it, and the user's point version
--- (user_access_versions). Run under the users' row locks (lock_users_by_talent_id).
-SELECT page.user_id, u.company_id,
-       COALESCE((
-           SELECT json_agg(json_build_object(
-                      'assignmentId', ra.id, 'roleId', ra.role_id, 'roleCode', rd.code,
-                      'scopeType', ra.scope_type, 'scopeOrganizationId', ra.scope_organization_id,
-                      'scopeProjectGroupId', ra.scope_project_group_id, 'scopeProjectId', ra.scope_project_id,
-                      'expiresAt', to_char(ra.expires_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')
-                  ) ORDER BY ra.id)
-           FROM identity.role_assignments ra
-           JOIN identity.role_definitions rd ON rd.id = ra.role_id
-           WHERE ra.user_id = page.user_id AND ra.status = 'Active'
-       ), '[]'::json)::text,
-       (SELECT max(x.version) FROM identity.role_assignments x WHERE x.user_id = page.user_id)
-FROM unnest(%(user_ids)s::uuid[]) AS page(user_id)
-CROSS JOIN LATERAL (SELECT u.company_id FROM identity.users u WHERE u.id = page.user_id OFFSET 0) AS u;
-
 -- ---------------------------------------------------------------- quarantine (talent_import_failed_items)
 
 -- name: update_quarantined

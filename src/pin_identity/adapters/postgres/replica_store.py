@@ -245,8 +245,14 @@ class PostgresReplicaTransaction(PostgresIdentityTransaction):
     def access_changes(self, user_ids: Sequence[UUID]) -> dict[UUID, tuple[RenderedAccessSnapshot, int]]:
         if not user_ids:
             return {}
-        rows = self._execute("replica_access_changes", {"user_ids": list(user_ids)})
-        return {row[0]: (RenderedAccessSnapshot(row[0], row[1], row[2]), int(row[3])) for row in rows}
+        # The fan-out's own rendering (one statement renders every snapshot the access topic carries), and the
+        # point versions; both sent before either answer is awaited.
+        params = {"user_ids": list(user_ids)}
+        with self.pipelined():
+            snapshots = self._execute("rendered_access_snapshots", params)
+            versions = self._execute("user_access_versions", params)
+        version_of = {row[0]: int(row[1]) for row in versions.fetchall()}
+        return {row[0]: (RenderedAccessSnapshot(*row), version_of[row[0]]) for row in snapshots.fetchall()}
 
     def quarantine(self, entries: Sequence[QuarantineEntry]) -> None:
         """Never fails its batch for what the entries hold: should the schema still refuse a payload, the
