@@ -25,9 +25,9 @@ from pin_identity.adapters.postgres.fanout_queue import (
 from pin_identity.composition import Container
 from pin_identity.domain import events
 from pin_identity.domain.access_cache import CacheDecision, UserAccessCache
-from pin_identity.domain.events import now_utc
+from pin_identity.domain.events import AccessChangeTemplate, now_utc
 from pin_identity.domain.fanout import FanOutPolicy
-from pin_identity.domain.model import AccessChangeReason, RenderedAccessSnapshot, Scope, ScopeType
+from pin_identity.domain.model import AccessChangeReason, Scope, ScopeType
 from pin_identity.jobs.access_fanout import AccessFanOutJob, FanOutSettings, TaskOutcome
 from pin_identity.jobs.ports import FanOutTask
 from pin_identity.operations import identity
@@ -274,11 +274,11 @@ class FailingRole:
     def batch(self, task: FanOutTask, now: datetime, lease_until: datetime) -> Iterator[PostgresFanOutBatch]:
         with self._queue.batch(task, now, lease_until) as batch:
             if task.role_id == self._role_id:
-                batch.page = self._fail  # type: ignore[method-assign]
+                batch.write_page = self._fail  # type: ignore[method-assign]
             yield batch
 
     @staticmethod
-    def _fail(role_id: UUID, after: UUID | None, size: int) -> list[RenderedAccessSnapshot]:
+    def _fail(role_id: UUID, after: UUID | None, size: int, template: AccessChangeTemplate) -> list[UUID]:
         raise RuntimeError("snapshot query failed")
 
 
@@ -511,16 +511,16 @@ def test_a_new_task_wakes_an_idle_worker_long_before_its_polling_interval(
     assert time.monotonic() - enqueued < 10
 
 
-def test_the_page_query_renders_snapshots_exactly_as_the_domain_does(
+def test_the_page_writes_events_exactly_as_the_domain_renders_them(
     container: Container, database_url: str
 ) -> None:
-    """The fan-out's page query renders activeAssignments in SQL; it must say what the domain says."""
+    """The fan-out's page renders and writes its events in SQL; they must say what the domain says."""
     company_id, role_id, users = _role_with_members(container, database_url, 3)
     identity.grant_role_assignment(
         container.transactions,
         identity.Context.fresh(),
         user_id=users[0],
-        role_id=seed.role(container.transactions, company_id, 'code "quoted" \\ кириллица'),
+        role_id=seed.role(container.transactions, company_id, 'code "quoted" \\ кириллица %s 100%'),
         scope=Scope(ScopeType.PROJECT, project_id=uuid.uuid4()),
         expires_at=datetime(2027, 3, 1, 9, 30, 15, 123456, tzinfo=UTC),
     )
@@ -531,22 +531,38 @@ def test_the_page_query_renders_snapshots_exactly_as_the_domain_does(
         role_id=role_id,
         scope=Scope(ScopeType.PROJECT_GROUP, project_group_id=uuid.uuid4()),
     )
-    correlation, occurred = uuid.uuid4(), datetime.now(UTC)
-    task = FanOutTask(uuid.uuid4(), role_id, company_id, 2, None, 0, 1, occurred, uuid.uuid4())
-    with container.database.connection() as conn:
-        rendered = PostgresFanOutBatch(conn, task, occurred, occurred).page(role_id, None, 10)
-        conn.rollback()
-    with container.transactions() as tx:
-        domain = tx.access_snapshots(users)
+    _change_permissions(container, role_id)
+    occurred = datetime.now(UTC)
+    task = container.fanout_queue.claim(uuid.uuid4(), occurred, occurred + timedelta(minutes=5))
+    assert task is not None
     common = {
         "reason": AccessChangeReason.ROLE_PERMISSIONS_CHANGED,
         "version": 2,
         "changed_role_id": role_id,
-        "correlation_id": correlation,
+        "correlation_id": task.claim_id,
         "occurred_at": occurred,
+        "traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
     }
-    from_sql = [json.loads(m.value) for m in events.rendered_access_changed(rendered, **common)]
-    from_domain = [json.loads(events.user_access_changed(snapshot, **common).value) for snapshot in domain]
+    template = events.access_changed_template(**common)
+    with container.fanout_queue.batch(task, occurred, occurred + timedelta(minutes=5)) as batch:
+        page = batch.write_page(role_id, None, 10, template)
+        batch.commit()
+    with psycopg.connect(database_url) as conn:
+        written = conn.execute(
+            "SELECT event_id, topic, message_key, event_type, correlation_id, traceparent, value"
+            " FROM identity.outbox_events WHERE correlation_id = %s ORDER BY message_key",
+            (task.claim_id,),
+        ).fetchall()
+    with container.transactions() as tx:
+        domain = tx.access_snapshots(users)
+    assert page == sorted(users)
+    expected = [events.user_access_changed(snapshot, **common) for snapshot in domain]
+    assert [row[1:6] for row in written] == [
+        (m.topic, m.key, m.event_type, m.correlation_id, m.traceparent) for m in expected
+    ]
+    from_sql = [json.loads(row[6]) for row in written]
+    assert [body["eventId"] for body in from_sql] == [str(row[0]) for row in written]
+    from_domain = [json.loads(m.value) for m in expected]
     for body in from_sql + from_domain:
         body.pop("eventId")
         validate_event({**body, "eventId": str(uuid.uuid4())})

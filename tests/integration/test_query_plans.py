@@ -21,9 +21,12 @@ import psycopg
 import pytest
 
 from pin_identity.adapters.postgres.catalogue import query
+from pin_identity.adapters.postgres.outbox_writer import template_params
+from pin_identity.domain.events import access_changed_template
+from pin_identity.domain.model import AccessChangeReason
 from pin_identity.jobs.access_fanout import FanOutSettings
 
-PAGE_STATEMENTS = ("lock_fanout_page", "rendered_access_snapshots")
+PAGE_STATEMENTS = ("lock_fanout_page", "rendered_access_snapshots", "write_access_changes")
 ALWAYS_INDEXED = frozenset({"users", "role_assignments"})
 SMALL_TABLE_PAGES = 8  # a table this small may be read whole: one or two reads, whatever the plan
 NIL_UUID = uuid.UUID(int=0)
@@ -35,6 +38,15 @@ ASSIGNMENT_COLUMNS = (
 )
 
 Plan = dict[str, Any]
+ENVELOPE = template_params(
+    access_changed_template(
+        reason=AccessChangeReason.ROLE_PERMISSIONS_CHANGED,
+        version=1,
+        changed_role_id=NIL_UUID,
+        correlation_id=NIL_UUID,
+        occurred_at=datetime(2026, 11, 30, tzinfo=UTC),
+    )
+)
 
 
 @dataclass(frozen=True)
@@ -72,8 +84,8 @@ def _plans(conn: psycopg.Connection, statement: str, role_id: uuid.UUID) -> Iter
     first = _page(conn, role_id, NIL_UUID)
     for label, cursor in (("first page", NIL_UUID), ("middle page", first[-1])):
         params: dict[str, Any] = {"role_id": role_id, "cursor": cursor, "limit": PAGE}
-        if statement == "rendered_access_snapshots":
-            params = {"user_ids": _page(conn, role_id, cursor)}
+        if statement != "lock_fanout_page":
+            params = {"user_ids": _page(conn, role_id, cursor), **ENVELOPE}
         yield label, _explain(conn, f"EXPLAIN (FORMAT JSON) {query(statement)}", params)
 
 

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from uuid import UUID
 
-from pin_identity.domain.events import OutboxMessage
-from pin_identity.domain.model import RenderedAccessSnapshot
+from pin_identity.domain.events import AccessChangeTemplate, OutboxMessage
 from pin_identity.jobs.access_fanout import AccessFanOutJob, FanOutSettings, TaskOutcome
 from pin_identity.jobs.access_fanout_observer import FanOutObserver
 from pin_identity.jobs.ports import FanOutTask, LeaseLostError, PoisonedTask, QueueStats
@@ -23,14 +22,14 @@ class MemoryBatch:
         self.pending_events: list[OutboxMessage] = []
         self.pending_advance: tuple[UUID | None, int, bool] | None = None
 
-    def page(self, role_id: UUID, after: UUID | None, size: int) -> list[RenderedAccessSnapshot]:
+    def write_page(
+        self, role_id: UUID, after: UUID | None, size: int, template: AccessChangeTemplate
+    ) -> list[UUID]:
         if self._queue.fail_pages:
             raise RuntimeError("database went away")
         users = [u for u in self._queue.users if after is None or u > after][:size]
-        return [RenderedAccessSnapshot(u, None, "[]") for u in users]
-
-    def add_events(self, messages: Sequence[OutboxMessage]) -> None:
-        self.pending_events.extend(messages)
+        self.pending_events += [template.fill(u, None, "[]") for u in users]
+        return users
 
     def advance(self, *, cursor: UUID | None, processed: int, completed: bool) -> None:
         self.pending_advance = (cursor, processed, completed)

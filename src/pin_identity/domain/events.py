@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from enum import StrEnum
 from typing import Any
 from uuid import UUID
 
@@ -21,10 +23,6 @@ PUBLISHED_TOPICS = (ACCESS_TOPIC, COMPANIES_TOPIC, USERS_TOPIC)
 
 # One encoder for every event: json.dumps with options would build a new one per call (a hot path).
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
-# Stands in for the pre-rendered activeAssignments while the rest of the body is encoded; every other
-# value of the body is a uuid, a timestamp, an enum name or a number, so it cannot occur elsewhere.
-_RENDERED_ASSIGNMENTS = "\u0000rendered-active-assignments\u0000"
-_RENDERED_ASSIGNMENTS_ENCODED = json.dumps(_RENDERED_ASSIGNMENTS)
 
 
 @dataclass(frozen=True)
@@ -70,22 +68,17 @@ def _message(
     aggregate_type: str,
     aggregate_id: str,
     payload: dict[str, Any],
-    rendered_assignments: str | None = None,
 ) -> OutboxMessage:
     event_id = uuid.uuid4()
-    body = {
-        "eventId": str(event_id),
-        "eventType": event_type,
-        "contractVersion": CONTRACT_VERSION,
-        "aggregateType": aggregate_type,
-        "aggregateId": aggregate_id,
-        "occurredAt": stamp.occurred,
-        "correlationId": stamp.correlation,
-        "payload": payload,
-    }
+    body = _body(
+        stamp,
+        str(event_id),
+        payload,
+        event_type=event_type,
+        aggregate_type=aggregate_type,
+        aggregate_id=aggregate_id,
+    )
     value = _ENCODER.encode(body)
-    if rendered_assignments is not None:
-        value = value.replace(_RENDERED_ASSIGNMENTS_ENCODED, rendered_assignments, 1)
     return OutboxMessage(
         event_id=event_id,
         topic=topic,
@@ -95,6 +88,27 @@ def _message(
         value=value,
         traceparent=stamp.traceparent,
     )
+
+
+def _body(
+    stamp: _Stamp,
+    event_id: str,
+    payload: dict[str, Any],
+    *,
+    event_type: str,
+    aggregate_type: str,
+    aggregate_id: str,
+) -> dict[str, Any]:
+    return {
+        "eventId": event_id,
+        "eventType": event_type,
+        "contractVersion": CONTRACT_VERSION,
+        "aggregateType": aggregate_type,
+        "aggregateId": aggregate_id,
+        "occurredAt": stamp.occurred,
+        "correlationId": stamp.correlation,
+        "payload": payload,
+    }
 
 
 def envelope(
@@ -134,37 +148,89 @@ def _assignments(snapshot: UserAccessSnapshot) -> list[dict[str, Any]]:
     ]
 
 
+class EnvelopeSlot(StrEnum):
+    """What differs from user to user in the UserAccessChanged events of one operation or page; each slot
+    takes a JSON value in wire form (a quoted uuid, `null`, the activeAssignments array)."""
+
+    EVENT_ID = "eventId"
+    USER_ID = "userId"
+    COMPANY_ID = "companyId"
+    ACTIVE_ASSIGNMENTS = "activeAssignments"
+
+
+def _slot_marker(slot: EnvelopeSlot) -> str:
+    # The encoder escapes NUL, so a marker's encoded form cannot be produced by any real value of the body
+    # (every other value is a uuid, a timestamp, an enum name or a number).
+    return f"\u0000slot:{slot.value}\u0000"
+
+
+_ENCODED_SLOT = re.compile(r'"\\u0000slot:([A-Za-z]+)\\u0000"')
+
+
 @dataclass(frozen=True)
-class _AccessChange:
-    """What every UserAccessChanged of one operation or page shares."""
+class AccessChangeTemplate:
+    """The UserAccessChanged events of one operation or page, encoded once with their per-user values left as
+    slots: `pieces` are the literal text around `slots` (one piece more than slots). `fill` completes one
+    event; the fan-out has the database fill a whole page, so no envelope passes through the client."""
 
-    stamp: _Stamp
-    reason: AccessChangeReason
-    version: int
-    changed_role_id: str
+    pieces: tuple[str, ...]
+    slots: tuple[EnvelopeSlot, ...]
+    correlation_id: UUID
+    traceparent: str | None
+    topic: str = ACCESS_TOPIC
+    event_type: str = "UserAccessChanged"
 
-    def event(
-        self, user_id: UUID, company_id: UUID | None, assignments: list[dict[str, Any]] | str
-    ) -> OutboxMessage:
-        """`assignments` as a list, or as the JSON text of that list already rendered by the database."""
-        user = str(user_id)
-        payload = {
-            "userId": user,
-            "companyId": _uuid_or_none(company_id),
-            "changeReason": self.reason.value,
-            "version": self.version,
-            "changedRoleId": self.changed_role_id,
-            "activeAssignments": _RENDERED_ASSIGNMENTS if isinstance(assignments, str) else assignments,
+    def fill(self, user_id: UUID, company_id: UUID | None, assignments_json: str) -> OutboxMessage:
+        event_id = uuid.uuid4()
+        values = {
+            EnvelopeSlot.EVENT_ID: f'"{event_id}"',
+            EnvelopeSlot.USER_ID: f'"{user_id}"',
+            EnvelopeSlot.COMPANY_ID: f'"{company_id}"' if company_id is not None else "null",
+            EnvelopeSlot.ACTIVE_ASSIGNMENTS: assignments_json,
         }
-        return _message(
-            self.stamp,
-            event_type="UserAccessChanged",
-            topic=ACCESS_TOPIC,
-            aggregate_type="User",
-            aggregate_id=user,
-            payload=payload,
-            rendered_assignments=assignments if isinstance(assignments, str) else None,
+        parts = [self.pieces[0]]
+        for slot, piece in zip(self.slots, self.pieces[1:], strict=True):
+            parts += (values[slot], piece)
+        return OutboxMessage(
+            event_id=event_id,
+            topic=self.topic,
+            key=str(user_id),
+            event_type=self.event_type,
+            correlation_id=self.correlation_id,
+            value="".join(parts),
+            traceparent=self.traceparent,
         )
+
+
+def access_changed_template(
+    *,
+    reason: AccessChangeReason,
+    version: int,
+    changed_role_id: UUID,
+    correlation_id: UUID,
+    occurred_at: datetime,
+    traceparent: str | None = None,
+) -> AccessChangeTemplate:
+    user = _slot_marker(EnvelopeSlot.USER_ID)
+    payload = {
+        "userId": user,
+        "companyId": _slot_marker(EnvelopeSlot.COMPANY_ID),
+        "changeReason": reason.value,
+        "version": version,
+        "changedRoleId": str(changed_role_id),
+        "activeAssignments": _slot_marker(EnvelopeSlot.ACTIVE_ASSIGNMENTS),
+    }
+    stamp = _Stamp.of(correlation_id, occurred_at, traceparent)
+    event_id = _slot_marker(EnvelopeSlot.EVENT_ID)
+    kind = {"event_type": "UserAccessChanged", "aggregate_type": "User", "aggregate_id": user}
+    body = _body(stamp, event_id, payload, **kind)
+    split = _ENCODED_SLOT.split(_ENCODER.encode(body))
+    return AccessChangeTemplate(
+        pieces=tuple(split[0::2]),
+        slots=tuple(EnvelopeSlot(name) for name in split[1::2]),
+        correlation_id=correlation_id,
+        traceparent=traceparent,
+    )
 
 
 def rendered_access_changed(
@@ -177,11 +243,16 @@ def rendered_access_changed(
     occurred_at: datetime,
     traceparent: str | None = None,
 ) -> list[OutboxMessage]:
-    """user_access_changed for snapshots the database rendered (the fan-out's page query, its hot path)."""
-    change = _AccessChange(
-        _Stamp.of(correlation_id, occurred_at, traceparent), reason, version, str(changed_role_id)
+    """user_access_changed for snapshots the database rendered (activeAssignments already JSON)."""
+    template = access_changed_template(
+        reason=reason,
+        version=version,
+        changed_role_id=changed_role_id,
+        correlation_id=correlation_id,
+        occurred_at=occurred_at,
+        traceparent=traceparent,
     )
-    return [change.event(s.user_id, s.company_id, s.assignments_json) for s in snapshots]
+    return [template.fill(s.user_id, s.company_id, s.assignments_json) for s in snapshots]
 
 
 def user_access_changed(
@@ -195,10 +266,16 @@ def user_access_changed(
     traceparent: str | None = None,
 ) -> OutboxMessage:
     """UserAccessChanged with the user's full snapshot (point changes, inline announcements)."""
-    change = _AccessChange(
-        _Stamp.of(correlation_id, occurred_at, traceparent), reason, version, str(changed_role_id)
+    template = access_changed_template(
+        reason=reason,
+        version=version,
+        changed_role_id=changed_role_id,
+        correlation_id=correlation_id,
+        occurred_at=occurred_at,
+        traceparent=traceparent,
     )
-    return change.event(snapshot.user_id, snapshot.company_id, _assignments(snapshot))
+    assignments = _ENCODER.encode(_assignments(snapshot))
+    return template.fill(snapshot.user_id, snapshot.company_id, assignments)
 
 
 @dataclass(frozen=True)

@@ -146,24 +146,21 @@ class AccessFanOutJob:
             _tracer.start_as_current_span("access-fanout.batch", attributes={"batchSize": size}) as span,
             self._queue.batch(task, now, now + self._settings.lease) as batch,
         ):
-            snapshots = batch.page(task.role_id, cursor, size)
-            batch.add_events(
-                events.rendered_access_changed(
-                    snapshots,
-                    reason=AccessChangeReason.ROLE_PERMISSIONS_CHANGED,
-                    version=task.role_version,
-                    changed_role_id=task.role_id,
-                    correlation_id=task.claim_id,
-                    occurred_at=now,
-                    traceparent=current_traceparent(),
-                )
+            template = events.access_changed_template(
+                reason=AccessChangeReason.ROLE_PERMISSIONS_CHANGED,
+                version=task.role_version,
+                changed_role_id=task.role_id,
+                correlation_id=task.claim_id,
+                occurred_at=now,
+                traceparent=current_traceparent(),
             )
-            next_cursor = snapshots[-1].user_id if snapshots else cursor
-            batch.advance(cursor=next_cursor, processed=len(snapshots), completed=len(snapshots) < size)
+            user_ids = batch.write_page(task.role_id, cursor, size, template)
+            next_cursor = user_ids[-1] if user_ids else cursor
+            batch.advance(cursor=next_cursor, processed=len(user_ids), completed=len(user_ids) < size)
             batch.commit()
-            span.set_attribute("processedCount", len(snapshots))
-        self._observer.batch_committed(task, len(snapshots), next_cursor)
-        return len(snapshots), next_cursor
+            span.set_attribute("processedCount", len(user_ids))
+        self._observer.batch_committed(task, len(user_ids), next_cursor)
+        return len(user_ids), next_cursor
 
     def _release(self, task: FanOutTask, *, count_attempt: bool, error: str | None) -> None:
         """Hand the lease back now instead of letting it run out (a failed attempt waits a back-off)."""

@@ -10,8 +10,7 @@ from enum import StrEnum
 from typing import NamedTuple, Protocol
 from uuid import UUID
 
-from pin_identity.domain.events import OutboxMessage
-from pin_identity.domain.model import RenderedAccessSnapshot
+from pin_identity.domain.events import AccessChangeTemplate
 from pin_identity.domain.talent import ImportStage, TalentItem
 from pin_identity.domain.talent_import import (
     ImportPage,
@@ -146,8 +145,13 @@ class QueueStats:
 class FanOutBatch(Protocol):
     """One batch's transaction; the lease was checked (and renewed) when it opened."""
 
-    def page(self, role_id: UUID, after: UUID | None, size: int) -> list[RenderedAccessSnapshot]: ...
-    def add_events(self, messages: Sequence[OutboxMessage]) -> None: ...
+    def write_page(
+        self, role_id: UUID, after: UUID | None, size: int, template: AccessChangeTemplate
+    ) -> list[UUID]:
+        """Locks the next page of the role's users (by id, after `after`) and writes each one's
+        UserAccessChanged with their full snapshot from `template`; the page's user ids, in order."""
+        ...
+
     def advance(self, *, cursor: UUID | None, processed: int, completed: bool) -> None: ...
     def commit(self) -> None: ...
 
@@ -158,7 +162,8 @@ class FanOutQueue(Protocol):
     def batch(
         self, task: FanOutTask, now: datetime, lease_until: datetime
     ) -> AbstractContextManager[FanOutBatch]:
-        """Opens the batch transaction; raises LeaseLostError when the lease is no longer this claim's."""
+        """Opens the batch transaction; its first statement raises LeaseLostError when the lease is no longer
+        this claim's."""
         ...
 
     def release(

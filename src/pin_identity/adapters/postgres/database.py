@@ -38,7 +38,14 @@ class Fence:
     leased_id: UUID
 
     def hold(self, conn: psycopg.Connection) -> None:
-        if conn.execute(query(self.statement), self.params).fetchone() is None:
+        self.check(self.send(conn))
+
+    def send(self, conn: psycopg.Connection) -> psycopg.Cursor[Any]:
+        """The fence's statement, unread: in pipeline mode it travels with the statements after it."""
+        return conn.execute(query(self.statement), self.params)
+
+    def check(self, reply: psycopg.Cursor[Any]) -> None:
+        if reply.fetchone() is None:
             raise LeaseLostError(str(self.leased_id))
 
 

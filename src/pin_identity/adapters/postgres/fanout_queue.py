@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
@@ -12,9 +12,9 @@ import psycopg
 
 from pin_identity.adapters.postgres.catalogue import query
 from pin_identity.adapters.postgres.database import Database, Fence
-from pin_identity.adapters.postgres.outbox_writer import write_outbox
-from pin_identity.domain.events import OutboxMessage
-from pin_identity.domain.model import FanOutTaskStatus, RenderedAccessSnapshot
+from pin_identity.adapters.postgres.outbox_writer import template_params
+from pin_identity.domain.events import AccessChangeTemplate
+from pin_identity.domain.model import FanOutTaskStatus
 from pin_identity.jobs.ports import FanOutTask, LeaseLostError, PoisonedTask, QueueStats
 from pin_identity.operations.ports import TaskReplay
 from pin_identity.operations.read_models import FanOutTaskView
@@ -23,20 +23,26 @@ NIL_UUID = UUID(int=0)
 
 
 class PostgresFanOutBatch:
-    def __init__(self, conn: psycopg.Connection, task: FanOutTask, now: datetime, lease_until: datetime):
+    """One page's transaction on a connection in pipeline mode: the fence travels with the page's lock and the
+    page's events with the checkpoint, so a page waits on three replies (lock, advance, commit), not six."""
+
+    def __init__(
+        self, conn: psycopg.Connection, task: FanOutTask, now: datetime, lease_until: datetime, fence: Fence
+    ):
         self._conn, self._task, self._now, self._lease_until = conn, task, now, lease_until
+        self._fence, self._fence_reply = fence, fence.send(conn)
 
-    def page(self, role_id: UUID, after: UUID | None, size: int) -> list[RenderedAccessSnapshot]:
+    def write_page(
+        self, role_id: UUID, after: UUID | None, size: int, template: AccessChangeTemplate
+    ) -> list[UUID]:
         params = {"role_id": role_id, "cursor": after or NIL_UUID, "limit": size}
-        with self._conn.cursor(binary=True) as cursor:
-            user_ids = [row[0] for row in cursor.execute(query("lock_fanout_page"), params)]
-            if not user_ids:
-                return []
-            rows = cursor.execute(query("rendered_access_snapshots"), {"user_ids": user_ids})
-            return [RenderedAccessSnapshot(*row) for row in rows]
-
-    def add_events(self, messages: Sequence[OutboxMessage]) -> None:
-        write_outbox(self._conn, messages)
+        page = self._conn.cursor(binary=True).execute(query("lock_fanout_page"), params)
+        self._fence.check(self._fence_reply)  # the first read: the fence and the lock go out together
+        user_ids = [row[0] for row in page]
+        if user_ids:
+            params = {"user_ids": user_ids, **template_params(template)}
+            self._conn.execute(query("write_access_changes"), params)  # read with the checkpoint's reply
+        return user_ids
 
     def advance(self, *, cursor: UUID | None, processed: int, completed: bool) -> None:
         params = {
@@ -80,8 +86,9 @@ class PostgresFanOutQueue:
     def batch(self, task: FanOutTask, now: datetime, lease_until: datetime) -> Iterator[PostgresFanOutBatch]:
         params = {"task_id": task.task_id, "claim_id": task.claim_id, "now": now, "lease_until": lease_until}
         # Locks the task row for the batch: the fence holds until commit.
-        with self._database.transaction(Fence("renew_fanout_lease", params, task.task_id)) as conn:
-            yield PostgresFanOutBatch(conn, task, now, lease_until)
+        fence = Fence("renew_fanout_lease", params, task.task_id)
+        with self._database.transaction() as conn, conn.pipeline():
+            yield PostgresFanOutBatch(conn, task, now, lease_until, fence)
 
     def release(
         self,
