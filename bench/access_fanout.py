@@ -39,7 +39,6 @@ import re
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from datetime import datetime
@@ -47,7 +46,7 @@ from pathlib import Path
 
 import psycopg
 
-from bench_database import SeedShape, fresh_database, seed_role
+from bench_database import SeedShape, fresh_database, scratch_dir, seed_role
 from pin_identity.adapters.kafka.embedded import free_port, start_broker, stop_broker
 from pin_identity.adapters.kafka.topics import TopicLayout, ensure_topics
 from pin_identity.adapters.postgres.database import ConnectionLimits, Database
@@ -226,29 +225,29 @@ def parse_args() -> argparse.Namespace:
 def main() -> None:
     args = parse_args()
     floor = floor_seconds(args)
-    workdir = Path(tempfile.mkdtemp(prefix="bench-fanout-"))
-    admin_url = ensure_embedded_postgres(workdir, database="postgres")
-    broker = start_broker(free_port(), workdir / "broker.log")
-    ensure_topics({"bootstrap.servers": broker.bootstrap_servers}, PUBLISHED_TOPICS, TopicLayout(12, 1))
-    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, python {platform.python_version()}")
-    print(f"seed: {args.seed}; floor: " + (f"{floor:.2f} s for 50,000 users" if floor else "not given"))
-    try:
-        for users in args.sizes:
-            results = []
-            for run in range(args.runs):
-                bootstrap = broker.bootstrap_servers
-                results.append(run_fanout(admin_url, bootstrap, workdir, users, run, args.seed))
-                report(f"run {run + 1}", results[-1], users, floor)
-            medians = {key: statistics.median(r[key] for r in results) for key in results[0]}
-            report("MEDIAN", medians, users, floor)
-        if args.pickups:
-            latencies = pickup_latencies(admin_url, broker.bootstrap_servers, workdir, args.pickups)
-            p99 = latencies[min(len(latencies) - 1, round(0.99 * (len(latencies) - 1)))]
-            p50 = statistics.median(latencies)
-            print(f"pickup over {len(latencies)} tasks: p50 {p50:.1f} ms, p99 {p99:.1f} ms")
-    finally:
-        stop_broker(broker.pid)
-        stop_embedded_postgres(workdir)
+    with scratch_dir("bench-fanout-") as workdir:
+        admin_url = ensure_embedded_postgres(workdir, database="postgres")
+        broker = start_broker(free_port(), workdir / "broker.log")
+        ensure_topics({"bootstrap.servers": broker.bootstrap_servers}, PUBLISHED_TOPICS, TopicLayout(12, 1))
+        print(f"machine: {platform.machine()}, {os.cpu_count()} cores, python {platform.python_version()}")
+        print(f"seed: {args.seed}; floor: " + (f"{floor:.2f} s for 50,000 users" if floor else "not given"))
+        try:
+            for users in args.sizes:
+                results = []
+                for run in range(args.runs):
+                    bootstrap = broker.bootstrap_servers
+                    results.append(run_fanout(admin_url, bootstrap, workdir, users, run, args.seed))
+                    report(f"run {run + 1}", results[-1], users, floor)
+                medians = {key: statistics.median(r[key] for r in results) for key in results[0]}
+                report("MEDIAN", medians, users, floor)
+            if args.pickups:
+                latencies = pickup_latencies(admin_url, broker.bootstrap_servers, workdir, args.pickups)
+                p99 = latencies[min(len(latencies) - 1, round(0.99 * (len(latencies) - 1)))]
+                p50 = statistics.median(latencies)
+                print(f"pickup over {len(latencies)} tasks: p50 {p50:.1f} ms, p99 {p99:.1f} ms")
+        finally:
+            stop_broker(broker.pid)
+            stop_embedded_postgres(workdir)
 
 
 if __name__ == "__main__":

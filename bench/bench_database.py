@@ -1,20 +1,39 @@
-"""What the benchmarks do to their PostgreSQL before a run: a fresh migrated database, a seeded role, a
-checkpoint."""
+"""What the benchmarks do to their PostgreSQL before a run: a scratch folder for the servers, a fresh migrated
+database, a seeded role, a checkpoint."""
 
 from __future__ import annotations
 
 import itertools
 import random
+import shutil
+import sys
+import tempfile
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
+from pathlib import Path
 from typing import Any
 
 import psycopg
 from psycopg import sql
 
 from pin_identity.adapters.postgres import migrate
+
+
+@contextmanager
+def scratch_dir(prefix: str) -> Iterator[Path]:
+    """A temporary folder for a benchmark's servers and logs, removed after a clean run (a million-user
+    fan-out leaves gigabytes of tables and WAL), kept after a failed one for its logs."""
+    workdir = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        yield workdir
+    except BaseException:
+        print(f"kept for its logs: {workdir}", file=sys.stderr)
+        raise
+    shutil.rmtree(workdir, ignore_errors=True)
 
 
 def fresh_database(admin_url: str, name: str) -> str:

@@ -19,17 +19,16 @@ import argparse
 import gc
 import platform
 import statistics
-import tempfile
 import threading
 import time
 import uuid
 from datetime import UTC, datetime
-from pathlib import Path
 
 import psycopg
 from confluent_kafka import Producer
 from psycopg import sql
 
+from bench_database import scratch_dir
 from pin_identity.adapters.kafka.embedded import free_port, start_broker, stop_broker
 from pin_identity.adapters.kafka.publisher import producer_config
 from pin_identity.adapters.postgres import migrate
@@ -136,26 +135,26 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     args = parser.parse_args()
 
-    workdir = Path(tempfile.mkdtemp(prefix="bench-relay-"))
-    admin_url = ensure_embedded_postgres(workdir, database="postgres")
-    broker = start_broker(free_port(), workdir / "broker.log")
-    try:
-        raw, relay = [], []
-        for run in range(args.runs):
-            raw.append(raw_producer_rate(broker.bootstrap_servers, sample_messages(args.events)))
-            relay.append(relay_rate(admin_url, broker.bootstrap_servers, sample_messages(args.events), run))
-            print(f"run {run + 1}: raw {raw[-1]:,.0f} ev/s, relay {relay[-1]:,.0f} ev/s", flush=True)
-    finally:
-        stop_broker(broker.pid)
-        stop_embedded_postgres(workdir)
-    raw_median, relay_median = statistics.median(raw), statistics.median(relay)
-    print(
-        f"machine: {platform.machine()}, {platform.processor() or 'cpu'}, python {platform.python_version()}"
-    )
-    print(f"events per run: {args.events:,}, runs: {args.runs}")
-    print(f"raw producer median: {raw_median:,.0f} events/s")
-    print(f"outbox relay median: {relay_median:,.0f} events/s")
-    print(f"relay / raw: {relay_median / raw_median:.0%} (target >= 70%)")
+    with scratch_dir("bench-relay-") as workdir:
+        admin_url = ensure_embedded_postgres(workdir, database="postgres")
+        broker = start_broker(free_port(), workdir / "broker.log")
+        try:
+            raw, relay = [], []
+            for run in range(args.runs):
+                raw.append(raw_producer_rate(broker.bootstrap_servers, sample_messages(args.events)))
+                messages = sample_messages(args.events)
+                relay.append(relay_rate(admin_url, broker.bootstrap_servers, messages, run))
+                print(f"run {run + 1}: raw {raw[-1]:,.0f} ev/s, relay {relay[-1]:,.0f} ev/s", flush=True)
+        finally:
+            stop_broker(broker.pid)
+            stop_embedded_postgres(workdir)
+        raw_median, relay_median = statistics.median(raw), statistics.median(relay)
+        cpu = platform.processor() or "cpu"
+        print(f"machine: {platform.machine()}, {cpu}, python {platform.python_version()}")
+        print(f"events per run: {args.events:,}, runs: {args.runs}")
+        print(f"raw producer median: {raw_median:,.0f} events/s")
+        print(f"outbox relay median: {relay_median:,.0f} events/s")
+        print(f"relay / raw: {relay_median / raw_median:.0%} (target >= 70%)")
 
 
 if __name__ == "__main__":

@@ -26,7 +26,6 @@ import math
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
@@ -34,6 +33,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO, cast
 
+from bench_database import scratch_dir
 from pin_identity.adapters.kafka.embedded import free_port, start_broker, stop_broker
 from pin_identity.adapters.kafka.replay_source import TopicReplaySource
 from pin_identity.domain.talent import ImportStage
@@ -169,27 +169,27 @@ def summarise(reads: list[PageRead], fetch_requests: int) -> dict[str, Any]:
 def measure_layout(
     args: argparse.Namespace, partitions: int, dataset: TalentDataset, out: TextIO
 ) -> LayoutResult:
-    workdir = Path(tempfile.mkdtemp(prefix="bench-replay-"))
-    broker = start_broker(free_port(), workdir / "broker.log")
-    try:
-        config = {"bootstrap.servers": broker.bootstrap_servers}
-        create_talent_topics(config, partitions, tenants_topic=TENANTS_TOPIC, users_topic=USERS_TOPIC)
-        produce_to_topics(
-            config, dataset, tenants_topic=TENANTS_TOPIC, users_topic=USERS_TOPIC, timeout_s=600
-        )
-        result = LayoutResult(partitions, math.ceil(len(dataset.users) / partitions), loadavg(), "")
-        with cpu_hogs(args.cpu_hogs):
-            for run in range(args.runs):
-                reads, fetches = read_all_pages(
-                    broker.bootstrap_servers, args.page_size, args.pause_ms / 1000
-                )
-                summary = summarise(reads, fetches)
-                result.runs.append(summary)
-                print(f"  {partitions} partitions, run {run + 1}: {line(summary)}", file=out, flush=True)
-        result.load_after = loadavg()
-        return result
-    finally:
-        stop_broker(broker.pid)
+    with scratch_dir("bench-replay-") as workdir:
+        broker = start_broker(free_port(), workdir / "broker.log")
+        try:
+            config = {"bootstrap.servers": broker.bootstrap_servers}
+            create_talent_topics(config, partitions, tenants_topic=TENANTS_TOPIC, users_topic=USERS_TOPIC)
+            produce_to_topics(
+                config, dataset, tenants_topic=TENANTS_TOPIC, users_topic=USERS_TOPIC, timeout_s=600
+            )
+            result = LayoutResult(partitions, math.ceil(len(dataset.users) / partitions), loadavg(), "")
+            with cpu_hogs(args.cpu_hogs):
+                for run in range(args.runs):
+                    reads, fetches = read_all_pages(
+                        broker.bootstrap_servers, args.page_size, args.pause_ms / 1000
+                    )
+                    summary = summarise(reads, fetches)
+                    result.runs.append(summary)
+                    print(f"  {partitions} partitions, run {run + 1}: {line(summary)}", file=out, flush=True)
+            result.load_after = loadavg()
+            return result
+        finally:
+            stop_broker(broker.pid)
 
 
 def line(summary: dict[str, Any]) -> str:

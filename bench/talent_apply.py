@@ -23,18 +23,16 @@ import os
 import platform
 import statistics
 import sys
-import tempfile
 import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any, TextIO
 
 import psycopg
 
-from bench_database import checkpoint, fresh_database
+from bench_database import checkpoint, fresh_database, scratch_dir
 from pin_identity.adapters.postgres.database import ConnectionLimits, Database
 from pin_identity.adapters.postgres.embedded import ensure_embedded_postgres, stop_embedded_postgres
 from pin_identity.adapters.postgres.replica_store import PostgresReplicaTransactions
@@ -225,29 +223,29 @@ def main() -> None:
     args = parse_args()
     out = sys.stderr if args.json else sys.stdout
     snapshots = source_items(args.tenants, args.users)
-    workdir = Path(tempfile.mkdtemp(prefix="bench-talent-"))
-    admin_url = ensure_embedded_postgres(workdir, database="postgres")
-    try:
-        info = machine(admin_url)
-        print(f"machine: {info['arch']}, {info['cores']} cores, python {info['python']}", file=out)
-        runs = []
-        for run in range(args.runs):
-            runs.append(run_once(admin_url, snapshots, args.batch_size, run))
-            print(
-                f"run {run + 1}: "
-                + ", ".join(
-                    f"{p} {r.items_per_s:,.0f} items/s ({r.seconds:.1f} s, client CPU {r.cpu_s:.2f} s)"
-                    for p, r in runs[-1].items()
-                ),
-                file=out,
-                flush=True,
-            )
-    finally:
-        stop_embedded_postgres(workdir)
-    report = {**summary(args, snapshots, runs), "machine": info}
-    print_table(report, out)
-    if args.json:
-        print(json.dumps(report, indent=2))
+    with scratch_dir("bench-talent-") as workdir:
+        admin_url = ensure_embedded_postgres(workdir, database="postgres")
+        try:
+            info = machine(admin_url)
+            print(f"machine: {info['arch']}, {info['cores']} cores, python {info['python']}", file=out)
+            runs = []
+            for run in range(args.runs):
+                runs.append(run_once(admin_url, snapshots, args.batch_size, run))
+                print(
+                    f"run {run + 1}: "
+                    + ", ".join(
+                        f"{p} {r.items_per_s:,.0f} items/s ({r.seconds:.1f} s, client CPU {r.cpu_s:.2f} s)"
+                        for p, r in runs[-1].items()
+                    ),
+                    file=out,
+                    flush=True,
+                )
+        finally:
+            stop_embedded_postgres(workdir)
+        report = {**summary(args, snapshots, runs), "machine": info}
+        print_table(report, out)
+        if args.json:
+            print(json.dumps(report, indent=2))
 
 
 if __name__ == "__main__":
