@@ -12,7 +12,7 @@ from uuid import UUID
 from pin_identity.domain.events import AccessChangeTemplate, OutboxMessage
 from pin_identity.jobs.access_fanout import AccessFanOutJob, FanOutSettings, TaskOutcome
 from pin_identity.jobs.access_fanout_observer import FanOutObserver
-from pin_identity.jobs.ports import FanOutTask, LeaseLostError, PoisonedTask, QueueStats
+from pin_identity.jobs.ports import FanOutTask, LeaseLostError, PageWritten, PoisonedTask, QueueStats
 from tests.support.fanout import ManualClock, NoWakeups
 
 
@@ -24,12 +24,12 @@ class MemoryBatch:
 
     def write_page(
         self, role_id: UUID, after: UUID | None, size: int, template: AccessChangeTemplate
-    ) -> list[UUID]:
+    ) -> PageWritten:
         if self._queue.fail_pages:
             raise RuntimeError("database went away")
         users = [u for u in self._queue.users if after is None or u > after][:size]
         self.pending_events += [template.fill(u, None, "[]") for u in users]
-        return users
+        return PageWritten(len(users), users[-1] if users else None)
 
     def advance(self, *, cursor: UUID | None, processed: int, completed: bool) -> None:
         self.pending_advance = (cursor, processed, completed)

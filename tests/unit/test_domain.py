@@ -81,3 +81,43 @@ def test_user_access_changed_matches_the_contract_and_sorts_assignments() -> Non
 def test_a_scope_without_its_id_is_refused() -> None:
     with pytest.raises(ValueError, match="needs its id"):
         Scope(ScopeType.ORGANIZATION)
+
+
+@pytest.mark.parametrize("company_id", [None, uuid.UUID("6a0c1c1e-2f1b-4a55-9d5e-1f2a3b4c5d6e")])
+def test_a_template_fills_in_each_users_values_and_nothing_else(company_id: uuid.UUID | None) -> None:
+    role_id, correlation_id, user_id = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+    template = events.access_changed_template(
+        reason=AccessChangeReason.ROLE_ASSIGNED,
+        version=3,
+        changed_role_id=role_id,
+        correlation_id=correlation_id,
+        occurred_at=datetime(2026, 11, 30, 21, tzinfo=UTC),
+        traceparent="00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+    )
+    assert len(template.pieces) == len(template.slots) + 1
+    assert not any("slot:" in piece for piece in template.pieces)
+    assignments = '[{"assignmentId" : "a", "roleCode" : "code \\"%s\\" 100%"}]'
+    message = template.fill(user_id, company_id, assignments)
+    assert json.loads(message.value) == {
+        "eventId": str(message.event_id),
+        "eventType": "UserAccessChanged",
+        "contractVersion": 1,
+        "aggregateType": "User",
+        "aggregateId": str(user_id),
+        "occurredAt": "2026-11-30T21:00:00.000000Z",
+        "correlationId": str(correlation_id),
+        "payload": {
+            "userId": str(user_id),
+            "companyId": str(company_id) if company_id else None,
+            "changeReason": "RoleAssigned",
+            "version": 3,
+            "changedRoleId": str(role_id),
+            "activeAssignments": [{"assignmentId": "a", "roleCode": 'code "%s" 100%'}],
+        },
+    }
+    assert (message.key, message.correlation_id, message.traceparent) == (
+        str(user_id),
+        correlation_id,
+        template.traceparent,
+    )
+    assert template.fill(user_id, company_id, assignments).event_id != message.event_id

@@ -154,13 +154,13 @@ class AccessFanOutJob:
                 occurred_at=now,
                 traceparent=current_traceparent(),
             )
-            user_ids = batch.write_page(task.role_id, cursor, size, template)
-            next_cursor = user_ids[-1] if user_ids else cursor
-            batch.advance(cursor=next_cursor, processed=len(user_ids), completed=len(user_ids) < size)
+            page = batch.write_page(task.role_id, cursor, size, template)
+            next_cursor = page.last_user_id or cursor
+            batch.advance(cursor=next_cursor, processed=page.size, completed=page.size < size)
             batch.commit()
-            span.set_attribute("processedCount", len(user_ids))
-        self._observer.batch_committed(task, len(user_ids), next_cursor)
-        return len(user_ids), next_cursor
+            span.set_attribute("processedCount", page.size)
+        self._observer.batch_committed(task, page.size, next_cursor)
+        return page.size, next_cursor
 
     def _release(self, task: FanOutTask, *, count_attempt: bool, error: str | None) -> None:
         """Hand the lease back now instead of letting it run out (a failed attempt waits a back-off)."""

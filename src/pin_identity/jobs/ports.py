@@ -142,14 +142,21 @@ class QueueStats:
     failed: int
 
 
+class PageWritten(NamedTuple):
+    """A fan-out page as written: how many users it held, and the last one (the next cursor)."""
+
+    size: int
+    last_user_id: UUID | None
+
+
 class FanOutBatch(Protocol):
     """One batch's transaction; the lease was checked (and renewed) when it opened."""
 
     def write_page(
         self, role_id: UUID, after: UUID | None, size: int, template: AccessChangeTemplate
-    ) -> list[UUID]:
-        """Locks the next page of the role's users (by id, after `after`) and writes each one's
-        UserAccessChanged with their full snapshot from `template`; the page's user ids, in order."""
+    ) -> PageWritten:
+        """Locks the next page of the role's users (by id, after `after`, at most `size`) and writes each
+        one's UserAccessChanged with their full snapshot from `template`."""
         ...
 
     def advance(self, *, cursor: UUID | None, processed: int, completed: bool) -> None: ...

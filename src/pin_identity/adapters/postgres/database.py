@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+import weakref
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -49,12 +51,20 @@ class Fence:
             raise LeaseLostError(str(self.leased_id))
 
 
+# A connection given back to the pool less than this long ago is handed out again unchecked: the check is a
+# round trip per transaction, a tenth of a fan-out page's time (PgBouncer's server_check_delay is the same
+# idea). A server that went away within the window fails the first statement on it; the pool drops that
+# connection when it comes back.
+TRUSTED_AFTER_USE_S = 2.0
+
+
 class Database:
     """The process's pool plus dedicated connections for the few places that hold a session."""
 
     def __init__(self, url: str, *, limits: ConnectionLimits, max_size: int = 10, name: str = "pin-identity"):
         self.url = url
         self.limits = limits
+        self._given_back: weakref.WeakKeyDictionary[psycopg.Connection, float] = weakref.WeakKeyDictionary()
         self._pool = ConnectionPool(
             url,
             min_size=1,
@@ -62,8 +72,12 @@ class Database:
             kwargs={"options": limits.options(), "application_name": name},
             open=False,
             name=name,
-            check=ConnectionPool.check_connection,
+            check=self._check,
         )
+
+    def _check(self, conn: psycopg.Connection) -> None:
+        if time.monotonic() - self._given_back.get(conn, float("-inf")) > TRUSTED_AFTER_USE_S:
+            ConnectionPool.check_connection(conn)
 
     def open(self, timeout_s: float = 10.0) -> Database:
         """Fail fast with the server's own reason rather than a pool that retries in the background."""
@@ -84,7 +98,10 @@ class Database:
     @contextmanager
     def connection(self) -> Iterator[psycopg.Connection]:
         with self._pool.connection() as conn:
-            yield conn
+            try:
+                yield conn
+            finally:
+                self._given_back[conn] = time.monotonic()
 
     @contextmanager
     def transaction(self, fence: Fence | None = None) -> Iterator[psycopg.Connection]:

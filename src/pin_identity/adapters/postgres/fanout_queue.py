@@ -15,7 +15,7 @@ from pin_identity.adapters.postgres.database import Database, Fence
 from pin_identity.adapters.postgres.outbox_writer import template_params
 from pin_identity.domain.events import AccessChangeTemplate
 from pin_identity.domain.model import FanOutTaskStatus
-from pin_identity.jobs.ports import FanOutTask, LeaseLostError, PoisonedTask, QueueStats
+from pin_identity.jobs.ports import FanOutTask, LeaseLostError, PageWritten, PoisonedTask, QueueStats
 from pin_identity.operations.ports import TaskReplay
 from pin_identity.operations.read_models import FanOutTaskView
 
@@ -23,26 +23,30 @@ NIL_UUID = UUID(int=0)
 
 
 class PostgresFanOutBatch:
-    """One page's transaction on a connection in pipeline mode: the fence travels with the page's lock and the
-    page's events with the checkpoint, so a page waits on three replies (lock, advance, commit), not six."""
+    """One page's transaction on a connection in pipeline mode, waiting on two replies instead of six: the
+    fence goes out with the page's lock, the page's events with the checkpoint and the commit. The fence's
+    UPDATE holds the task's row until the commit, so once it answered, the checkpoint cannot miss the lease.
+    """
 
     def __init__(
         self, conn: psycopg.Connection, task: FanOutTask, now: datetime, lease_until: datetime, fence: Fence
     ):
         self._conn, self._task, self._now, self._lease_until = conn, task, now, lease_until
+        conn.execute(query("fanout_page_commits_without_flush"))
         self._fence, self._fence_reply = fence, fence.send(conn)
+        self._advanced: psycopg.Cursor[Any] | None = None
 
     def write_page(
         self, role_id: UUID, after: UUID | None, size: int, template: AccessChangeTemplate
-    ) -> list[UUID]:
+    ) -> PageWritten:
         params = {"role_id": role_id, "cursor": after or NIL_UUID, "limit": size}
-        page = self._conn.cursor(binary=True).execute(query("lock_fanout_page"), params)
+        locked = self._conn.cursor(binary=True).execute(query("lock_fanout_page"), params)
         self._fence.check(self._fence_reply)  # the first read: the fence and the lock go out together
-        user_ids = [row[0] for row in page]
-        if user_ids:
+        page_size, last_user_id, user_ids = locked.fetchone() or (0, None, None)
+        if page_size:
             params = {"user_ids": user_ids, **template_params(template)}
-            self._conn.execute(query("write_access_changes"), params)  # read with the checkpoint's reply
-        return user_ids
+            self._conn.execute(query("write_access_changes"), params)  # answered with the commit
+        return PageWritten(page_size, last_user_id)
 
     def advance(self, *, cursor: UUID | None, processed: int, completed: bool) -> None:
         params = {
@@ -54,11 +58,12 @@ class PostgresFanOutBatch:
             "now": self._now,
             "lease_until": self._lease_until,
         }
-        if self._conn.execute(query("advance_fanout_task"), params).fetchone() is None:
-            raise LeaseLostError(str(self._task.task_id))
+        self._advanced = self._conn.execute(query("advance_fanout_task"), params)
 
     def commit(self) -> None:
         self._conn.commit()
+        if self._advanced is not None and self._advanced.fetchone() is None:  # a broken fence, not a race
+            raise LeaseLostError(str(self._task.task_id))
 
 
 class PostgresFanOutQueue:
