@@ -541,7 +541,7 @@ ORDER BY id
 LIMIT %(limit)s;
 
 -- name: delete_outbox_events
-DELETE FROM identity.outbox_events WHERE id = ANY(%(ids)b::bigint[]);
+DELETE FROM identity.outbox_events WHERE id = ANY(%(ids)s::bigint[]);
 
 -- name: dead_letter_outbox_event
 WITH moved AS (DELETE FROM identity.outbox_events WHERE id = %(id)s RETURNING *)
