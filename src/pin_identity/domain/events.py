@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, NotRequired, TypedDict, Unpack
 from uuid import UUID
 
 from pin_identity.domain.model import AccessChangeReason, RenderedAccessSnapshot, UserAccessSnapshot
@@ -202,6 +202,17 @@ class AccessChangeTemplate:
         )
 
 
+class AccessChange(TypedDict):
+    """What the UserAccessChanged events of one operation or page say besides each user's snapshot."""
+
+    reason: AccessChangeReason
+    version: int
+    changed_role_id: UUID
+    correlation_id: UUID
+    occurred_at: datetime
+    traceparent: NotRequired[str | None]
+
+
 def access_changed_template(
     *,
     reason: AccessChangeReason,
@@ -234,48 +245,17 @@ def access_changed_template(
 
 
 def rendered_access_changed(
-    snapshots: Iterable[RenderedAccessSnapshot],
-    *,
-    reason: AccessChangeReason,
-    version: int,
-    changed_role_id: UUID,
-    correlation_id: UUID,
-    occurred_at: datetime,
-    traceparent: str | None = None,
+    snapshots: Iterable[RenderedAccessSnapshot], **change: Unpack[AccessChange]
 ) -> list[OutboxMessage]:
     """user_access_changed for snapshots the database rendered (activeAssignments already JSON)."""
-    template = access_changed_template(
-        reason=reason,
-        version=version,
-        changed_role_id=changed_role_id,
-        correlation_id=correlation_id,
-        occurred_at=occurred_at,
-        traceparent=traceparent,
-    )
+    template = access_changed_template(**change)
     return [template.fill(s.user_id, s.company_id, s.assignments_json) for s in snapshots]
 
 
-def user_access_changed(
-    snapshot: UserAccessSnapshot,
-    *,
-    reason: AccessChangeReason,
-    version: int,
-    changed_role_id: UUID,
-    correlation_id: UUID,
-    occurred_at: datetime,
-    traceparent: str | None = None,
-) -> OutboxMessage:
+def user_access_changed(snapshot: UserAccessSnapshot, **change: Unpack[AccessChange]) -> OutboxMessage:
     """UserAccessChanged with the user's full snapshot (point changes, inline announcements)."""
-    template = access_changed_template(
-        reason=reason,
-        version=version,
-        changed_role_id=changed_role_id,
-        correlation_id=correlation_id,
-        occurred_at=occurred_at,
-        traceparent=traceparent,
-    )
     assignments = _ENCODER.encode(_assignments(snapshot))
-    return template.fill(snapshot.user_id, snapshot.company_id, assignments)
+    return access_changed_template(**change).fill(snapshot.user_id, snapshot.company_id, assignments)
 
 
 @dataclass(frozen=True)
