@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -245,11 +244,11 @@ def access_changed_template(
 
 
 def rendered_access_changed(
-    snapshots: Iterable[RenderedAccessSnapshot], **change: Unpack[AccessChange]
-) -> list[OutboxMessage]:
-    """user_access_changed for snapshots the database rendered (activeAssignments already JSON)."""
+    snapshot: RenderedAccessSnapshot, **change: Unpack[AccessChange]
+) -> OutboxMessage:
+    """user_access_changed for a snapshot the database rendered (activeAssignments already JSON)."""
     template = access_changed_template(**change)
-    return [template.fill(s.user_id, s.company_id, s.assignments_json) for s in snapshots]
+    return template.fill(snapshot.user_id, snapshot.company_id, snapshot.assignments_json)
 
 
 def user_access_changed(snapshot: UserAccessSnapshot, **change: Unpack[AccessChange]) -> OutboxMessage:

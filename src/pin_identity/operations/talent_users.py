@@ -232,14 +232,15 @@ class _UserWrite:
             granted = user_id in self._granted
             for reason, role_id in _access_reasons(granted, role, revoked.get(user_id, [])):
                 snapshot, version = access[user_id]
-                messages += events.rendered_access_changed(
-                    [snapshot],
+                access_changed = events.rendered_access_changed(
+                    snapshot,
                     reason=reason,
                     version=version,
                     changed_role_id=role_id,
                     correlation_id=correlation_id,
                     occurred_at=now,
                 )
+                messages.append(access_changed)
         return messages
 
 
