@@ -144,6 +144,37 @@ def test_the_backlog_is_counted_while_short_and_estimated_from_the_ids_when_long
     assert 0 <= oldest_age_s < 60
 
 
+def test_a_removal_lost_with_its_session_is_sent_again_before_the_next_session_reads(
+    container: Container, database_url: str
+) -> None:
+    """A removal goes out after a read without being waited for. Should the session die before a sync
+    commits it, the row must not be read again: it would be published behind its key's later row, whose
+    removal the next session commits."""
+    key = uuid.uuid4()
+    _write(database_url, [_message(key, n) for n in range(1, 4)])
+    queue = PostgresOutboxQueue(container.database)
+    assert queue.try_become_active() is RelayRole.ACTIVE
+    [first] = queue.fetch_ready(1, 0)
+    queue.settle([first.outbox_id], {})
+    [second] = queue.fetch_ready(1, first.outbox_id)  # the first row's removal goes out after this read
+    with psycopg.connect(database_url, autocommit=True) as admin:
+        admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE application_name = 'pin-identity-outbox-relay'"
+        )
+    queue.settle([second.outbox_id], {})
+    with pytest.raises(psycopg.OperationalError):
+        queue.fetch_ready(10, second.outbox_id)
+    queue.stand_down()  # what the relay does after a failure
+    assert outbox_count(database_url) == 3  # neither removal was committed
+
+    assert queue.try_become_active() is RelayRole.TAKEN_OVER
+    [third] = queue.fetch_ready(10, 0)  # neither of the two rows already delivered
+    assert third.outbox_id > second.outbox_id
+    assert queue.is_drained() is False and outbox_count(database_url) == 1
+    queue.reset()
+
+
 def test_only_one_relay_is_active_and_a_standby_takes_over(container: Container, settings: Settings) -> None:
     first, second = PostgresOutboxQueue(container.database), PostgresOutboxQueue(Container(settings).database)
     assert first.try_become_active() is RelayRole.ACTIVE

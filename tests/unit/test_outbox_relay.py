@@ -63,10 +63,15 @@ class ScriptedPublisher:
         self.script = script
         self.sent: list[list[int]] = []
         self.discarded = 0
+        self.calls: list[str] = []  # "start" and "send", in order
         self._answers = PublishReport()
+
+    def start(self) -> None:
+        self.calls.append("start")
 
     def send(self, events: Sequence[PendingEvent]) -> PublishReport:
         self.sent.append([e.outbox_id for e in events])
+        self.calls.append("send")
         for event in events:
             verdict = self.script.get(event.outbox_id, "ok")
             if verdict == "reject":
@@ -133,7 +138,7 @@ def test_a_standby_relay_publishes_nothing_and_with_once_waits_for_the_outbox_to
     publisher = ScriptedPublisher({})
     stop = CountingStop(limit=5)
     OutboxRelay(queue, publisher, FAST).run(stop, once=True)
-    assert publisher.sent == [] and len(queue.rows) == 1
+    assert publisher.sent == [] and publisher.calls == [] and len(queue.rows) == 1  # no producer either
     assert len(stop.waits) == 5  # it stood by until stopped: another relay still had rows to publish
 
 
@@ -143,6 +148,19 @@ def test_with_once_the_relay_waits_until_the_other_jobs_of_its_process_ended() -
     stop = CountingStop()
     OutboxRelay(queue, ScriptedPublisher({}), FAST).run(stop, once=True, until=lambda: next(ended))
     assert queue.is_drained()  # and it returned after the third look, with nothing sent
+
+
+def test_an_active_relay_starts_its_producer_before_its_first_read() -> None:
+    reads: list[int] = []
+
+    class RecordingQueue(MemoryQueue):
+        def fetch_ready(self, limit: int, after: int) -> list[PendingEvent]:
+            reads.append(len(publisher.calls))  # how many publisher calls came before this read
+            return super().fetch_ready(limit, after)
+
+    publisher = ScriptedPublisher({})
+    OutboxRelay(RecordingQueue([_event(1)]), publisher, FAST).run(threading.Event(), once=True)
+    assert publisher.calls[:2] == ["start", "send"] and reads[0] == 1
 
 
 def test_a_relay_taking_over_from_one_that_did_not_stand_down_waits_its_grace_first() -> None:

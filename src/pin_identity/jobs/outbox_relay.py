@@ -115,8 +115,9 @@ class OutboxRelay:
             self._observer.took_over(self._settings.takeover_grace_s)
             if stop.wait(self._settings.takeover_grace_s):
                 return None
+        self._publisher.start()  # before the first read: the producer gets its id while the relay reads
         sent = self._send_next_batch()
-        self._keep_alive()  # after the first batch went: a new producer's start takes the longest
+        self._keep_alive()  # after the batch went: the broker works on it meanwhile
         waiting = not sent and self._in_flight  # for the broker's first answer, not for nothing
         self._settle(self._publisher.collect(self._settings.idle_wait_s if waiting else 0))
         if self._draining and not self._in_flight:

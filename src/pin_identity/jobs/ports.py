@@ -87,6 +87,10 @@ class OutboxQueue(Protocol):
 
 
 class EventPublisher(Protocol):
+    def start(self) -> None:
+        """Start the broker client unless it runs: its handshake then overlaps the caller's first reads."""
+        ...
+
     def send(self, events: Sequence[PendingEvent]) -> PublishReport:
         """Hand events to the broker client; the report holds only what failed at once."""
         ...

@@ -39,6 +39,13 @@ def producer_config(client_config: dict[str, str]) -> dict[str, Any]:
         "queue.buffering.max.messages": 200_000,
         "message.timeout.ms": 60_000,
         "compression.type": "lz4",
+        # A new idempotent producer sends nothing before it has a producer id, which it asks for over a
+        # broker connection. With sparse connections it opens one only for its first message's partition,
+        # and its id request waits on librdkafka's 500 ms retry timer meanwhile: 0.5 s before the first event,
+        # 1 s when that message came a few ms after the start (librdkafka 2.16, embedded broker). Connected to
+        # every broker at once, it has its id within a few ms. The relay writes to every partition, so it
+        # would connect to every partition's leader all the same.
+        "enable.sparse.connections": False,
     }
     # librdkafka's own log lines go through the standard logging module, not raw to stderr.
     return {**defaults, **client_config, "logger": _librdkafka_log}
@@ -111,6 +118,9 @@ class KafkaEventPublisher:
             self._classify(outbox_id, topic, error, self._answers)
 
         return on_delivery
+
+    def start(self) -> None:
+        self._current()
 
     def send(self, events: Sequence[PendingEvent]) -> PublishReport:
         producer = self._current()

@@ -67,7 +67,7 @@ class PostgresOutboxQueue:
     statement sent right after the next read, not waited for: the server deletes while the relay hands
     the batch to the producer (fewer, larger deletes, and no round trip of their own). Every statement
     that answers something sends the pending removals first and is followed by a sync, which commits what
-    was sent before it and raises its errors.
+    was sent before it and raises its errors. A removal is forgotten only once a sync committed it.
     """
 
     def __init__(self, database: Database):
@@ -79,6 +79,10 @@ class PostgresOutboxQueue:
         self._horizon = IdHorizon()
         # Removed with the next statement sent; kept across a new session (they were acknowledged).
         self._acknowledged: list[int] = []
+        # Sent for removal but not yet synced. Should the session die first, they are removed again in the
+        # next one: a row whose removal was lost while its key's later row was removed would otherwise be
+        # read again and published behind it.
+        self._removing: list[int] = []
         self._holder = f"{socket.gethostname()}:{os.getpid()}:{id(self):x}"
 
     def _session(self) -> psycopg.Connection:
@@ -105,7 +109,17 @@ class PostgresOutboxQueue:
 
     def _sync(self) -> None:
         if self._pipeline is not None:
-            self._pipeline.sync()
+            try:
+                self._pipeline.sync()
+            except BaseException:
+                self._take_back_removals()
+                raise
+            self._removing = []
+
+    def _take_back_removals(self) -> None:
+        """Removals not known to be committed are sent again (removing a row twice is harmless)."""
+        self._acknowledged[:0] = self._removing
+        self._removing = []
 
     def try_become_active(self) -> RelayRole:
         self._session()
@@ -123,14 +137,18 @@ class PostgresOutboxQueue:
             self._observe_horizon()
         if self._horizon.final <= after:
             return []
-        # Acknowledged rows go first, in the same round trip: after a rewind (`after` back at 0) the read
-        # would otherwise find rows already delivered and publish them again behind their key's newer ones.
-        self._send_removals()
+        if self._acknowledged and max(self._acknowledged) > after:
+            # After a rewind (`after` back at 0) the read would find rows already delivered, and publish them
+            # again behind their key's newer ones: their removal goes first, in the same round trip.
+            self._send_removals()
         # Binary transfer: the batch is megabytes of event values, and text parsing is the slow part.
         with conn.cursor(binary=True) as cursor:
             params = {"after": after, "final": self._horizon.final, "limit": limit}
             cursor.execute(query("fetch_ready_outbox_events"), params)
             self._sync()
+            # Not waited for: the server removes these rows while the relay hands the batch to the producer.
+            # The next statement's sync commits the removal (and raises its error).
+            self._send_removals()
             # tuple.__new__ is what PendingEvent._make calls, without a Python frame for each of the rows.
             rows = map(partial(tuple.__new__, PendingEvent), cursor.fetchall())
             return cast("list[PendingEvent]", list(rows))
@@ -154,11 +172,13 @@ class PostgresOutboxQueue:
             self._sync()
 
     def _send_removals(self) -> None:
+        conn = self._session()  # first: a session opened here sends what is pending itself
         if self._acknowledged:
             ids, self._acknowledged = self._acknowledged, []
+            self._removing.extend(ids)
             # The ids as the text of a bigint[]: psycopg's array dumper is a Python loop over the elements.
             listed = "{" + ",".join(map(str, ids)) + "}"
-            self._session().execute(query("delete_outbox_events"), {"ids": listed})
+            conn.execute(query("delete_outbox_events"), {"ids": listed})
 
     def backlog(self) -> tuple[int, float]:
         row = self._ask(query("outbox_backlog"))
@@ -191,6 +211,7 @@ class PostgresOutboxQueue:
                     self._pipeline_mode.close()
                 self._conn.close()
             finally:
+                self._take_back_removals()
                 self._conn = None
                 self._pipeline = None
                 self._active = False
