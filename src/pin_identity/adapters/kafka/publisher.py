@@ -6,6 +6,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
@@ -51,6 +52,14 @@ def producer_config(client_config: dict[str, str]) -> dict[str, Any]:
     return {**defaults, **client_config, "logger": _librdkafka_log}
 
 
+@dataclass(slots=True)
+class _TopicInFlight:
+    """One topic's events in flight, by key, and those acknowledged since the last collect()."""
+
+    by_key: dict[bytes, int] = field(default_factory=dict)
+    delivered: list[int] = field(default_factory=list)
+
+
 class KafkaEventPublisher:
     """Keeps one producer, and replaces it after a fatal error or a delivery timeout.
 
@@ -64,7 +73,6 @@ class KafkaEventPublisher:
         self._ensure_topics = ensure_topics
         self._producer: Producer | None = None
         self._replace = False
-        self._outstanding = 0
         self._answers = PublishReport()
         self._unknown_topic_retried: set[str] = set()
         self._topic_of_retry: dict[int, str] = {}
@@ -73,7 +81,8 @@ class KafkaEventPublisher:
         # The events in flight by topic and key: one callback serves them all, where a callback made per
         # event would leave tens of thousands of objects for the garbage collector to walk (full collections
         # took a third of the relay's time). A second event of a key in flight gets a callback of its own.
-        self._sent: dict[str, dict[bytes, int]] = {}
+        self._topics: dict[str, _TopicInFlight] = {}
+        self._one_offs = 0  # events in flight with a callback of their own
         self._on_delivery = self._delivery_handler(self._generation)
 
     def _on_error(self, error: KafkaError) -> None:
@@ -82,7 +91,7 @@ class KafkaEventPublisher:
         log.warning("kafka-client-error", code=error.name(), fatal=error.fatal())
 
     def _current(self) -> Producer:
-        if self._producer is not None and self._replace and self._outstanding == 0:
+        if self._producer is not None and self._replace and not self._outstanding():
             log.warning("kafka-producer-replaced")
             self._producer.purge()
             self._producer.flush(0)
@@ -93,16 +102,18 @@ class KafkaEventPublisher:
             self._replace = False
         return self._producer
 
+    def _outstanding(self) -> bool:
+        return self._one_offs > 0 or any(topic.by_key for topic in self._topics.values())
+
     def _delivery_handler(self, generation: int) -> Callable[[KafkaError | None, Message], None]:
         def on_delivery(error: KafkaError | None, msg: Message) -> None:
             if generation != self._generation:
                 return  # a discarded producer's purge: its rows stay in the outbox
-            self._outstanding -= 1
             topic = msg.topic() or ""
-            outbox_id = self._sent[topic].pop(msg.key())  # type: ignore[arg-type]
+            in_flight = self._topics[topic]
+            outbox_id = in_flight.by_key.pop(msg.key())  # type: ignore[arg-type]
             if error is None:  # the common case, inline: this runs once per event
-                self._answers.delivered.append(outbox_id)
-                self._published[topic] += 1
+                in_flight.delivered.append(outbox_id)
             else:
                 self._classify(outbox_id, topic, error, self._answers)
 
@@ -114,7 +125,7 @@ class KafkaEventPublisher:
         def on_delivery(error: KafkaError | None, _msg: Message) -> None:
             if generation != self._generation:
                 return
-            self._outstanding -= 1
+            self._one_offs -= 1
             self._classify(outbox_id, topic, error, self._answers)
 
         return on_delivery
@@ -131,12 +142,17 @@ class KafkaEventPublisher:
         return failed_at_once
 
     def collect(self, timeout_s: float) -> PublishReport:
-        if self._producer is not None and self._outstanding:
+        if self._producer is not None and self._outstanding():
             self._producer.poll(timeout_s)
             self._producer.poll(0)  # serve every answer already queued, not just the first
         elif timeout_s:
             time.sleep(timeout_s)
         answers, self._answers = self._answers, PublishReport()
+        for topic, in_flight in self._topics.items():
+            if in_flight.delivered:
+                answers.delivered.extend(in_flight.delivered)
+                self._published[topic] += len(in_flight.delivered)
+                in_flight.delivered.clear()
         self._recheck_unknown_topics(answers)
         for topic, count in self._published.items():
             metrics.outbox_published_total.labels(topic=topic).inc(count)
@@ -146,29 +162,34 @@ class KafkaEventPublisher:
         return answers
 
     def _produce(self, producer: Producer, event: PendingEvent, failed_at_once: PublishReport) -> None:
-        outbox_id, topic, key = event.outbox_id, event.topic, event.key.encode()
-        by_key = self._sent.setdefault(topic, {})
-        shared = not key or key in by_key
+        outbox_id, topic, key_text, value, event_type, correlation_id, traceparent = event
+        key = key_text.encode()
+        in_flight = self._topics.get(topic)
+        if in_flight is None:
+            in_flight = self._topics[topic] = _TopicInFlight()
+        shared = not key or key in in_flight.by_key
         on_delivery = self._one_off_handler(outbox_id, topic) if shared else self._on_delivery
         headers: list[tuple[str, str | bytes | None]] = [
-            ("event-type", event.event_type),
+            ("event-type", event_type),
             _CONTRACT_VERSION_HEADER,
-            ("correlation-id", event.correlation_id),
+            ("correlation-id", correlation_id),
         ]
-        if event.traceparent:
-            headers.append(("traceparent", event.traceparent))
+        if traceparent:
+            headers.append(("traceparent", traceparent))
         while True:
             try:
-                producer.produce(topic, event.value, key, headers=headers, on_delivery=on_delivery)
-                self._outstanding += 1
-                if not shared:
-                    by_key[key] = outbox_id
-                return
+                producer.produce(topic, value, key, headers=headers, on_delivery=on_delivery)
             except BufferError:
                 producer.poll(0.1)  # the local queue is full: let deliveries drain it
+                continue
             except KafkaException as exc:
                 self._classify(outbox_id, topic, exc.args[0], failed_at_once)
                 return
+            if shared:
+                self._one_offs += 1
+            else:
+                in_flight.by_key[key] = outbox_id
+            return
 
     def _classify(self, outbox_id: int, topic: str, error: KafkaError | None, report: PublishReport) -> None:
         if error is None:
@@ -210,9 +231,9 @@ class KafkaEventPublisher:
                     close()
             except (KafkaException, RuntimeError) as exc:
                 log.warning("kafka-producer-discard-failed", error=type(exc).__name__)
-        self._outstanding = 0
+        self._one_offs = 0
         self._answers = PublishReport()
-        self._sent.clear()
+        self._topics.clear()
         self._topic_of_retry.clear()
         self._replace = False
 
