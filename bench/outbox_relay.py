@@ -10,15 +10,15 @@ Each run times three things, each against a broker started for it alone:
 - the bare loop: the same messages read from a fresh outbox in pages and produced, with nothing else a relay
   must do (removing what was acknowledged, the lock, the order per key). It is what reading from PostgreSQL
   costs on its own: no relay that reads the outbox can be faster;
-- the relay itself (`outbox-relay --once`) over a fresh outbox.
+- the relay itself (`OutboxRelay.run(once=True)`) over a fresh outbox.
 
-All three include the producer's start, and all start it the same way: the producer starts, polls for
-10 ms (the relay reads its first batch meanwhile), then sends. A new idempotent producer cannot send before
-it has a producer id, and asks for one once a broker connection is up. Until 2026-11-30 the producers
-connected lazily (`enable.sparse.connections`), and the request waited on librdkafka's 500 ms retry timer:
-half a second of each ~0.6 s raw run was the same wait for both, and the ratio said little about the relay.
-Now the producer id arrives within a few ms. (A producer that sends its first message the very moment it
-starts still waits the 500 ms: hence the 10 ms.)
+All three include the producer's start. The relay starts its producer, then reads its first batch; the
+raw producer and the bare loop poll their new producer for 10 ms before they send or read. A new idempotent
+producer cannot send before it has a producer id, and asks for one once a broker connection is up. Until
+2026-11-30 the producers connected lazily (`enable.sparse.connections`), and the request waited on
+librdkafka's 500 ms retry timer: half a second of each ~0.6 s raw run was the same wait for both, and the
+ratio said little about the relay. Now the producer id arrives within a few ms. (A producer that sends its
+first message the very moment it starts still waits the 500 ms: hence the 10 ms.)
 
 Each timing starts after a garbage collection: this process holds a million objects of sample events, and
 a full collection of them (about 0.1 s) landing in one timing or the other said nothing about either.
