@@ -8,8 +8,8 @@ Target (issue 13): relay events/s >= 70% of the raw producer's, in the same run.
 Each run times three things, each against a broker started for it alone:
 - the raw producer: the messages, already in memory, produced with their headers;
 - the bare loop: the same messages read from a fresh outbox in pages and produced, with nothing else a relay
-  must do (removing what was acknowledged, the lock, the order per key). It is what reading from PostgreSQL
-  costs on its own: no relay that reads the outbox can be faster;
+  must do (removing what was acknowledged, the lock, the order per key). Like the relay, it reads a page,
+  then produces it: what reading from PostgreSQL costs on its own;
 - the relay itself (`OutboxRelay.run(once=True)`) over a fresh outbox.
 
 All three include the producer's start. The relay starts its producer, then reads its first batch; the
