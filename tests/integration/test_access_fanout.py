@@ -51,11 +51,10 @@ def _fanout_events(tap: EventTap, role_id: UUID, count: int) -> list[ConsumedEve
     return tap.wait_for(lambda e: _changed_by(e, role_id), count, timeout_s=60)
 
 
-def _every_fanout_event(tap: EventTap, role_id: UUID, count: int) -> list[ConsumedEvent]:
-    """The expected events, then whatever else of the role arrives until the topic is quiet: an exactly-once
-    assertion must see a late duplicate, which waiting for the count alone returns before."""
-    _fanout_events(tap, role_id, count)
-    return tap.settle(lambda e: _changed_by(e, role_id), quiet_s=0.5)
+def _every_fanout_event(tap: EventTap, role_id: UUID) -> list[ConsumedEvent]:
+    """Every event of the role on the topic (called once the outbox is drained): an exactly-once assertion
+    must see a late duplicate, which waiting for the expected count alone would return before."""
+    return tap.read_to_end(lambda e: _changed_by(e, role_id))
 
 
 def _changed_by(event: ConsumedEvent, role_id: UUID) -> bool:
@@ -100,7 +99,7 @@ def test_empty_role_completes_at_once_without_events(
     task = _task_row(database_url, task_id)
     assert (task["status"], task["processed_count"], task["cursor"]) == ("Completed", 0, None)
     assert task["completed_at"] is not None and task["lease_expires_at"] is None
-    assert tap.settle(lambda e: _changed_by(e, role_id), quiet_s=0.5) == []
+    assert tap.read_to_end(lambda e: _changed_by(e, role_id)) == []
 
 
 def test_mass_fanout_sends_one_event_per_unique_user_across_all_pages(
@@ -120,7 +119,7 @@ def test_mass_fanout_sends_one_event_per_unique_user_across_all_pages(
     run_until_idle(fanout_job(container, ManualClock(), batch_size=50))
     publish_outbox(container)
 
-    events = _every_fanout_event(tap, role_id, 173)
+    events = _every_fanout_event(tap, role_id)
     assert Counter(e.key for e in events) == Counter(str(u) for u in users)
     task = _task_row(database_url, task_id)
     assert (task["status"], task["processed_count"], task["cursor"]) == ("Completed", 173, max(users))
@@ -211,7 +210,7 @@ def test_restart_resumes_from_the_cursor_and_repeats_at_most_the_batch_in_flight
     run_until_idle(fanout_job(container, clock, batch_size=25))
     publish_outbox(container)
 
-    events = _every_fanout_event(tap, role_id, 120)
+    events = _every_fanout_event(tap, role_id)
     assert Counter(e.key for e in events) == Counter(str(u) for u in users)  # nothing lost, nothing twice
     task = _task_row(database_url, task_id)
     assert (task["status"], task["processed_count"]) == ("Completed", 120)
@@ -231,9 +230,7 @@ def test_parallel_workers_never_share_a_task(container: Container, database_url:
         worker.join(60)
     publish_outbox(container)
 
-    for role_id in roles:
-        _fanout_events(tap, role_id, 60)
-    settled = tap.settle(lambda e: any(_changed_by(e, role_id) for role_id in roles), quiet_s=0.5)
+    settled = tap.read_to_end(lambda e: any(_changed_by(e, role_id) for role_id in roles))
     for role_id, task_id in zip(roles, task_ids, strict=True):
         events = [e for e in settled if _changed_by(e, role_id)]
         assert len(events) == 60 and len({e.key for e in events}) == 60
@@ -303,7 +300,7 @@ def test_poison_task_fails_after_max_attempts_and_blocks_no_other_task(
     row = _task_row(database_url, poison_task)
     assert (row["status"], row["attempt_count"]) == ("Failed", 3)
     publish_outbox(container)
-    assert len(_every_fanout_event(tap, healthy_role, 10)) == 10
+    assert len(_every_fanout_event(tap, healthy_role)) == 10
 
     container.fanout_queue.replay(poison_task, clock())  # the runbook, once the cause is fixed
     run_until_idle(fanout_job(container, clock))
@@ -354,7 +351,7 @@ def test_cancellation_between_batches_keeps_committed_batches_and_releases_the_l
     )  # free at once, attempt not counted
     run_until_idle(fanout_job(container, clock, batch_size=10))
     publish_outbox(container)
-    assert Counter(e.key for e in _every_fanout_event(tap, role_id, 30)) == Counter(str(u) for u in users)
+    assert Counter(e.key for e in _every_fanout_event(tap, role_id)) == Counter(str(u) for u in users)
     assert _task_row(database_url, task_id)["status"] == "Completed"
 
 
@@ -385,7 +382,7 @@ def test_role_archived_between_enqueue_and_processing(
     assert [
         a["roleCode"] for a in {e.key: e for e in archived}[str(users[0])].payload["activeAssignments"]
     ] == ["kept"]
-    assert tap.settle(lambda e: _changed_by(e, role_id), quiet_s=0.3) == []
+    assert tap.read_to_end(lambda e: _changed_by(e, role_id)) == []
 
 
 def test_a_paused_worker_whose_lease_expired_cannot_commit(
@@ -410,7 +407,7 @@ def test_a_paused_worker_whose_lease_expired_cannot_commit(
     outcome = paused.process(task, threading.Event())  # the paused worker wakes up
     assert outcome == TaskOutcome.LEASE_LOST
     publish_outbox(container)
-    events = _every_fanout_event(tap, role_id, 40)
+    events = _every_fanout_event(tap, role_id)
     assert Counter(e.key for e in events) == Counter(str(u) for u in users)
     assert _task_row(database_url, task_id)["processed_count"] == 40
 
@@ -466,7 +463,7 @@ def test_a_paused_worker_cannot_write_while_the_worker_that_took_over_holds_the_
 
     assert _task_row(database_url, task_id)["status"] == "Completed"
     publish_outbox(container)
-    events = _every_fanout_event(tap, role_id, 40)
+    events = _every_fanout_event(tap, role_id)
     assert Counter(e.key for e in events) == Counter(str(u) for u in users)  # nothing lost, nothing twice
     by_claim = Counter(e.body["correlationId"] for e in events)
     assert by_claim == {str(task.claim_id): 10, str(taker_queue.claim_id): 30}

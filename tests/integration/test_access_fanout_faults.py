@@ -17,6 +17,8 @@ from pin_identity.domain.fanout import FanOutPolicy
 from pin_identity.operations import identity
 from tests.support import seed
 from tests.support.kafka_tap import ConsumedEvent, EventTap
+from tests.support.relay import outbox_count
+from tests.support.waiting import wait_until
 
 USERS = 20_000
 KILLS = 5
@@ -91,11 +93,13 @@ def test_sigkill_at_random_moments_loses_no_user(
 
     finisher = subprocess.Popen(command, env=env, stderr=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and len(received) < USERS:
-            drain()
-        # Every user arrived; duplicates may still be on their way: read on until the topic is quiet.
-        received = Counter(e.key for e in tap.settle(ours, quiet_s=1.0))
+        # The task done and the outbox drained: every event is acknowledged, so below the topic's end.
+        wait_until(
+            lambda: _task_status(database_url)[0] == "Completed" and outbox_count(database_url) == 0,
+            "the finisher completes the task and publishes every event",
+            timeout_s=120,
+        )
+        received = Counter(e.key for e in tap.read_to_end(ours))
     finally:
         finisher.send_signal(signal.SIGTERM)
         assert finisher.wait(timeout=60) == 0

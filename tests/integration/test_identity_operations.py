@@ -117,7 +117,7 @@ def test_revoking_twice_announces_once(container: Container, tap: EventTap) -> N
     identity.revoke_role_assignment(container.transactions, identity.Context.fresh(), assignment)
     identity.revoke_role_assignment(container.transactions, identity.Context.fresh(), assignment)
     publish_outbox(container)
-    events = tap.settle(_for(user_id))
+    events = tap.read_to_end(_for(user_id))
     assert [e.payload["changeReason"] for e in events] == ["RoleAssigned", "RoleRevoked"]
 
 
@@ -161,7 +161,7 @@ def test_archive_role_revokes_its_assignments_and_tells_each_user(
         ).fetchone()
     assert statuses == [("Revoked", 3)]
     assert role_status == ("Archived",)
-    assert not [e for e in tap.settle(_for(bystander)) if e.payload["changeReason"] == "RoleArchived"]
+    assert not [e for e in tap.read_to_end(_for(bystander)) if e.payload["changeReason"] == "RoleArchived"]
     with pytest.raises(ConflictError):
         seed.grant(container.transactions, bystander, archived, company_id)
 

@@ -47,7 +47,7 @@ class ProxiedBroker:
 @pytest.fixture
 def proxied_broker(tmp_path: Path) -> Iterator[ProxiedBroker]:
     proxy_port, broker_port = free_port(), free_port()
-    broker = start_broker(broker_port, tmp_path / "broker.log", advertised_port=proxy_port)
+    broker = start_broker(tmp_path / "broker", broker_port, advertised_port=proxy_port)
     proxy = TcpProxy(proxy_port, broker_port)
     bootstrap = f"127.0.0.1:{proxy_port}"
     ensure_topics({"bootstrap.servers": bootstrap}, PUBLISHED_TOPICS, TopicLayout(3, 1))
@@ -118,7 +118,7 @@ def test_one_keys_events_never_reorder_through_an_outage_longer_than_the_deliver
         while outbox_count(database_url) and time.monotonic() < deadline:
             time.sleep(0.2)
         assert outbox_count(database_url) == 0
-        events = tap.settle(lambda e: True, quiet_s=1.0)
+        events = tap.read_to_end(lambda e: True)
     finally:
         stop.set()
         relay.join(30)

@@ -31,9 +31,9 @@ def active_assignments(database_url: str, user_ids: Iterable[UUID]) -> dict[str,
 
 
 def assert_converged(tap: EventTap, database_url: str, user_ids: Iterable[UUID]) -> None:
-    """Once the topic is quiet, every user's last event carries exactly their Active assignments."""
+    """Once the outbox is drained, every user's last event carries exactly their Active assignments."""
     users = {str(user) for user in user_ids}
-    last = last_access_events(tap.settle(lambda e: e.key in users, quiet_s=1.0))
+    last = last_access_events(tap.read_to_end(lambda e: e.key in users))
     truth = active_assignments(database_url, [UUID(user) for user in users])
     drifted = {
         user: (last.get(user), truth.get(user, [])) for user in users if last.get(user) != truth.get(user, [])

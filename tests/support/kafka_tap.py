@@ -32,8 +32,15 @@ class EventTap:
                 return matching
             self.poll()
 
+    def read_to_end(self, where: Callable[[ConsumedEvent], bool]) -> list[ConsumedEvent]:
+        """Everything matching, read up to the end offsets the topics have now: once the outbox is drained
+        (every event acknowledged), that is everything published."""
+        self.received.extend(self._reader.read_to_end())
+        return [event for event in self.received if where(event)]
+
     def settle(self, where: Callable[[ConsumedEvent], bool], quiet_s: float = 1.0) -> list[ConsumedEvent]:
-        """Everything matching that arrives until the topics have been quiet for `quiet_s`."""
+        """Everything matching that arrives until the topics have been quiet for `quiet_s`: for showing that
+        nothing (more) arrives while something may still publish, never for "read everything"."""
         deadline = time.monotonic() + quiet_s
         seen = len(self.received)
         while time.monotonic() < deadline:

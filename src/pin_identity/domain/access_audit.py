@@ -1,21 +1,24 @@
 """The access audit's rules: does the last UserAccessChanged of each user carry that user's current truth?
 
 CONTRACTS section 4 (convergence): once the outbox is drained, the last event of every user on the access
-topic carries exactly that user's Active assignments. The audit keeps one fingerprint per user (not the
-events), so it reads a topic of millions of users in bounded memory.
+topic carries exactly that user's Active assignments. The audit compares two streams ordered by user id,
+each user's last event and each user's truth, as one merge: its memory does not grow with the users.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, MutableMapping, Set
+from collections.abc import Iterable, Iterator, Set
 from dataclasses import dataclass, field
 from typing import Any
 
-# A user key is the 16 bytes of the user's uuid; a fingerprint is 8 bytes of a hash, kept as an int.
+# A user key is the 16 bytes of the user's uuid (ordered as PostgreSQL orders uuids); a fingerprint is 8 bytes
+# of a hash, kept as a signed int (a bigint column holds it).
 UserKey = bytes
 Fingerprint = int
+# A user's last record on the topic: its fingerprint, or None for a tombstone (the user's events deleted).
+LastEvent = tuple[UserKey, Fingerprint | None]
 
 MAX_EXAMPLES = 20
 # The fingerprint of an event whose activeAssignments cannot be read: it matches no truth.
@@ -27,7 +30,7 @@ def fingerprint(active_assignments: Any) -> Fingerprint:
     if not isinstance(active_assignments, list):
         return UNREADABLE
     canonical = json.dumps(active_assignments, sort_keys=True, separators=(",", ":"))
-    return int.from_bytes(hashlib.blake2b(canonical.encode(), digest_size=8).digest(), "big")
+    return int.from_bytes(hashlib.blake2b(canonical.encode(), digest_size=8).digest(), "big", signed=True)
 
 
 NO_ASSIGNMENTS = fingerprint([])
@@ -41,6 +44,9 @@ class AuditReport:
     missing: int = 0
     pending: int = 0
     examples: list[str] = field(default_factory=list)
+    # Partitions not read to the end offsets taken when the audit began (stalled or unreachable): the counts
+    # then say nothing of the users whose events lie there.
+    incomplete: list[int] = field(default_factory=list)
 
     @property
     def converged(self) -> bool:
@@ -54,6 +60,7 @@ class AuditReport:
             "missing": self.missing,
             "pending": self.pending,
             "examples": self.examples,
+            "incompletePartitions": self.incomplete,
         }
 
     def _example(self, user: UserKey) -> None:
@@ -62,22 +69,32 @@ class AuditReport:
 
 
 def compare(
-    last_events: MutableMapping[UserKey, Fingerprint],
-    truths: Iterable[tuple[UserKey, Fingerprint]],
-    pending: Set[UserKey],
+    last_events: Iterable[LastEvent], truths: Iterable[tuple[UserKey, Fingerprint]], pending: Set[UserKey]
 ) -> AuditReport:
-    """`truths`: every user with an Active assignment; a user only on the topic must have none.
-
-    Consumes `last_events` (each user is popped once judged), so the caller's memory shrinks as it goes.
-    A user with an outbox row not yet published is pending, whatever the topic says.
-    """
+    """Both streams ordered by user key. `truths`: every user with an Active assignment; a user only on the
+    topic must have none. A user with an outbox row not yet published is pending, whatever the topic says."""
     report = AuditReport()
-    for user, truth in truths:
-        _judge(report, user, last_events.pop(user, None), truth, pending)
-    for user, last in last_events.items():
-        _judge(report, user, last, NO_ASSIGNMENTS, pending)
-    last_events.clear()
+    for user, last, truth in _merge(iter(last_events), iter(truths)):
+        if last is not None or truth != NO_ASSIGNMENTS:
+            _judge(report, user, last, truth, pending)
     return report
+
+
+def _merge(
+    last_events: Iterator[LastEvent], truths: Iterator[tuple[UserKey, Fingerprint]]
+) -> Iterator[tuple[UserKey, Fingerprint | None, Fingerprint]]:
+    """(user, last event or None, truth) for every user of either stream, in key order."""
+    last, truth = next(last_events, None), next(truths, None)
+    while last is not None or truth is not None:
+        if last is not None and (truth is None or last[0] < truth[0]):
+            yield last[0], last[1], NO_ASSIGNMENTS
+            last = next(last_events, None)
+        elif truth is not None and (last is None or truth[0] < last[0]):
+            yield truth[0], None, truth[1]
+            truth = next(truths, None)
+        elif last is not None and truth is not None:  # the same user in both
+            yield truth[0], last[1], truth[1]
+            last, truth = next(last_events, None), next(truths, None)
 
 
 def _judge(

@@ -14,15 +14,19 @@ from pin_identity.domain.access_audit import AuditReport
 from pin_identity.entrypoints.cli_common import JsonOption, command_group, container_from_env
 
 EXIT_DRIFT = 1
+# The topic could not be read to its end (a partition stalled or unreachable): the counts are not a verdict.
+EXIT_INCOMPLETE = 4
 
 access_app = command_group("The access stream (pin.identity.access.v1).")
 
 
 @access_app.command("audit")
 def access_audit(as_json: JsonOption = False) -> None:
-    """Compare each user's last UserAccessChanged on the topic with their Active assignments; exit 1 on drift.
+    """Compare each user's last UserAccessChanged on the topic with their Active assignments; exit 1 on drift,
+    4 when a partition could not be read to its end.
 
-    Reads every partition from its beginning. Users whose event is still in the outbox count as pending.
+    Reads every partition from its beginning to the end offsets taken at start. Users whose event is still
+    in the outbox count as pending.
     """
     stderr = Console(stderr=True)
     with container_from_env() as container:
@@ -38,6 +42,8 @@ def access_audit(as_json: JsonOption = False) -> None:
         typer.echo(json.dumps(report.to_json()))
     else:
         _print(report)
+    if report.incomplete:
+        raise typer.Exit(EXIT_INCOMPLETE)
     if not report.converged:
         raise typer.Exit(EXIT_DRIFT)
 
@@ -61,4 +67,10 @@ def _print(report: AuditReport) -> None:
     console.print(table)
     if report.examples:
         console.print("drifted or missing (up to 20): " + ", ".join(report.examples), soft_wrap=True)
-    console.print("converged" if report.converged else "NOT converged: see docs/runbooks.md#access-drift")
+    if report.incomplete:
+        partitions = ", ".join(str(p) for p in report.incomplete)
+        console.print(f"INCOMPLETE: partitions {partitions} not read to their end; the counts are no verdict")
+    elif report.converged:
+        console.print("converged")
+    else:
+        console.print("NOT converged: see docs/runbooks.md#access-drift")

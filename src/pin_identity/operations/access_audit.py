@@ -2,19 +2,30 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
 from typing import Protocol
 
-from pin_identity.domain.access_audit import AuditReport, Fingerprint, UserKey, compare
+from pin_identity.domain.access_audit import AuditReport, Fingerprint, LastEvent, UserKey, compare
 
 # (records read, records the topic held when reading began)
 Progress = Callable[[int, int], None]
+# Receives the records read, a batch at a time, in the order of each partition.
+KeepRecords = Callable[[Sequence[LastEvent]], None]
+
+
+@dataclass(frozen=True)
+class TopicRead:
+    records: int
+    # Partitions that could not be read to the end offsets taken when reading began.
+    incomplete: list[int] = field(default_factory=list)
 
 
 class AccessLog(Protocol):
-    def last_fingerprints(self, progress: Progress) -> dict[UserKey, Fingerprint]:
-        """Every partition of the access topic from its beginning to its end: each user's last event."""
+    def read(self, keep: KeepRecords, progress: Progress) -> TopicRead:
+        """Every partition of the access topic from its beginning to the end offsets taken when reading
+        begins (what is written after that is the next audit's business)."""
         ...
 
 
@@ -24,13 +35,27 @@ class TruthSnapshot(Protocol):
         ...
 
     def truths(self) -> Iterator[tuple[UserKey, Fingerprint]]:
-        """Every user holding an Active assignment, with the fingerprint of those assignments."""
+        """Every user holding an Active assignment, with the fingerprint of those assignments, by user key."""
+        ...
+
+    def last_events(self) -> Iterator[LastEvent]:
+        """The last record kept of each user, by user key."""
+        ...
+
+
+class AuditSession(Protocol):
+    def keep(self, records: Sequence[LastEvent]) -> None:
+        """Keep records read from the topic (a later record of a user supersedes an earlier one)."""
+        ...
+
+    def snapshot(self) -> AbstractContextManager[TruthSnapshot]:
+        """One consistent view of the database (pending rows and assignments as of the same moment)."""
         ...
 
 
 class AccessTruth(Protocol):
-    def snapshot(self) -> AbstractContextManager[TruthSnapshot]:
-        """One consistent view of the database (pending rows and assignments as of the same moment)."""
+    def session(self) -> AbstractContextManager[AuditSession]:
+        """Where one audit keeps the topic's records (off the heap: a million users in bounded memory)."""
         ...
 
 
@@ -38,6 +63,9 @@ def audit_access(log: AccessLog, truth: AccessTruth, progress: Progress) -> Audi
     # The topic first, then the database: a change committed meanwhile is still in the outbox (pending)
     # unless its event was published in the moment between the two, which shows as drift that a second
     # audit no longer finds. On a quiet system (the outbox drained) the answer is exact.
-    last_events = log.last_fingerprints(progress)
-    with truth.snapshot() as snapshot:
-        return compare(last_events, snapshot.truths(), snapshot.pending())
+    with truth.session() as session:
+        read = log.read(session.keep, progress)
+        with session.snapshot() as snapshot:
+            report = compare(snapshot.last_events(), snapshot.truths(), snapshot.pending())
+    report.incomplete = read.incomplete
+    return report

@@ -1,99 +1,132 @@
-"""The access topic read whole, for the audit: every partition from its beginning, each user's last event."""
+"""The access topic read whole, for the audit: every partition from its beginning to the end offsets taken
+when the read begins, each record reduced to (user, fingerprint of its activeAssignments)."""
 
 from __future__ import annotations
 
 import json
 import time
 import uuid
+from dataclasses import dataclass, field
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
 
-from pin_identity.domain.access_audit import UNREADABLE, Fingerprint, UserKey, fingerprint
+from pin_identity.adapters.kafka.offsets import watermarks
+from pin_identity.domain.access_audit import UNREADABLE, LastEvent, fingerprint
 from pin_identity.domain.events import ACCESS_TOPIC
 from pin_identity.observability.logging import get_logger
-from pin_identity.operations.access_audit import Progress
+from pin_identity.operations.access_audit import KeepRecords, Progress, TopicRead
 
 log = get_logger("access-audit")
 
+_BATCH = 5000
+
+
+@dataclass
+class _Ends:
+    """Each partition's end offset, as the broker gave it when the read began, and which are behind it."""
+
+    offsets: dict[int, int]
+    behind: set[int] = field(default_factory=set)
+    total: int = 0
+
+    def reached(self, partition: int) -> None:
+        self.behind.discard(partition)
+
 
 class KafkaAccessLog:
-    """Reads up to the end offsets seen when it starts, then on until the topic has been quiet for
-    `quiet_s` (a broker may report an end lower than the truth). Keeps 16 + 8 bytes per user, not events."""
+    """A partition is read when a record at or past its end offset arrives, or the consumer says it reached
+    the partition's end (the records just before the end may be gone: compacted away, or a transaction's
+    commit marker). A partition that brings nothing for `stall_s` is reported incomplete, never taken as
+    read: a stalled or unreachable partition must not pass for a converged one."""
 
-    def __init__(
-        self,
-        client_config: dict[str, str],
-        *,
-        topic: str = ACCESS_TOPIC,
-        quiet_s: float = 1.0,
-        stall_s: float = 15.0,
-    ):
+    def __init__(self, client_config: dict[str, str], *, topic: str = ACCESS_TOPIC, stall_s: float = 15.0):
         self._config = {
             **client_config,
             "group.id": "pin-identity-access-audit",  # never joined: partitions are assigned
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
+            "enable.partition.eof": True,
+            # Only committed events: what a consumer sees (the relay's aborted transactions never count).
+            "isolation.level": "read_committed",
+            # librdkafka prefetches up to 64 MB per partition by default; the audit keeps nothing, so 1 MB
+            # a partition keeps the fetcher ahead without holding a topic's worth of records.
+            "queued.max.messages.kbytes": 1024,
         }
-        self._topic, self._quiet_s, self._stall_s = topic, quiet_s, stall_s
+        self._topic, self._stall_s = topic, stall_s
 
-    def last_fingerprints(self, progress: Progress) -> dict[UserKey, Fingerprint]:
+    def read(self, keep: KeepRecords, progress: Progress) -> TopicRead:
         consumer = Consumer(self._config)
         try:
-            ends, total = self._assign(consumer)
-            return self._read(consumer, ends, total, progress) if ends else {}
+            ends = self._assign(consumer)
+            read = self._read(consumer, ends, keep, progress)
         finally:
             consumer.close()
+        if ends.behind:
+            log.warning("access-audit-read-short", partitions=sorted(ends.behind), records=read)
+        return TopicRead(read, sorted(ends.behind))
 
-    def _assign(self, consumer: Consumer) -> tuple[dict[int, int], int]:
+    def _assign(self, consumer: Consumer) -> _Ends:
         metadata = consumer.list_topics(self._topic, timeout=10)
         topic = metadata.topics.get(self._topic)
         if topic is None or topic.error is not None:
-            return {}, 0
-        ends, total = {}, 0
+            return _Ends({})
+        ends = _Ends({})
         for partition in topic.partitions:
-            low, high = consumer.get_watermark_offsets(TopicPartition(self._topic, partition), timeout=10)
-            ends[partition], total = high, total + max(high - low, 0)
-        consumer.assign([TopicPartition(self._topic, p, OFFSET_BEGINNING) for p in ends])
-        return ends, total
+            low, high = watermarks(consumer, TopicPartition(self._topic, partition))
+            ends.offsets[partition] = high
+            if high > low:
+                ends.behind.add(partition)
+                ends.total += high - low
+        consumer.assign([TopicPartition(self._topic, p, OFFSET_BEGINNING) for p in sorted(ends.behind)])
+        return ends
 
-    def _read(
-        self, consumer: Consumer, ends: dict[int, int], total: int, progress: Progress
-    ) -> dict[UserKey, Fingerprint]:
-        last: dict[UserKey, Fingerprint] = {}
-        behind = {p for p, end in ends.items() if end > 0}
+    def _read(self, consumer: Consumer, ends: _Ends, keep: KeepRecords, progress: Progress) -> int:
         read, heard = 0, time.monotonic()
-        while True:
-            messages = consumer.consume(5000, 0.2)
-            now = time.monotonic()
-            for message in messages:
-                if message.error() is not None:
-                    continue
-                heard = now
-                read += 1
-                _remember(last, message)
-                if (message.offset() or 0) + 1 >= ends.get(message.partition() or 0, 0):
-                    behind.discard(message.partition() or 0)
-            progress(read, max(total, read))
-            quiet_for = now - heard
-            if (not behind and quiet_for >= self._quiet_s) or quiet_for >= self._stall_s:
-                break
-        if behind:
-            log.warning("access-audit-read-short", partitions=sorted(behind), records=read)
-        return last
+        while ends.behind and time.monotonic() - heard < self._stall_s:
+            records: list[LastEvent] = []
+            for message in consumer.consume(_BATCH, 0.5):
+                heard = time.monotonic()
+                self._take(consumer, message, ends, records)
+            if records:
+                keep(records)
+                read += len(records)
+                progress(read, max(ends.total, read))
+        return read
+
+    def _take(self, consumer: Consumer, message: Message, ends: _Ends, records: list[LastEvent]) -> None:
+        partition = message.partition() or 0
+        if partition not in ends.behind:
+            return  # past its end: the next audit's business
+        error = message.error()
+        if error is not None:
+            if error.code() == KafkaError._PARTITION_EOF:
+                self._done(consumer, partition, ends)
+            return
+        offset = message.offset() or 0
+        if offset >= ends.offsets[partition]:
+            self._done(consumer, partition, ends)
+            return
+        record = _last_event(message)
+        if record is not None:
+            records.append(record)
+        if offset + 1 >= ends.offsets[partition]:
+            self._done(consumer, partition, ends)
+
+    def _done(self, consumer: Consumer, partition: int, ends: _Ends) -> None:
+        ends.reached(partition)
+        consumer.pause([TopicPartition(self._topic, partition)])
 
 
-def _remember(last: dict[UserKey, Fingerprint], message: Message) -> None:
+def _last_event(message: Message) -> LastEvent | None:
     key = message.key()
     try:
         user = uuid.UUID(key.decode() if isinstance(key, bytes) else str(key)).bytes
     except ValueError:
-        return  # not a user's event
+        return None  # not a user's event
     value = message.value()
     if value is None:
-        last.pop(user, None)  # a tombstone: compaction will forget the user's events
-        return
+        return user, None  # a tombstone: compaction will forget the user's events
     try:
-        body = json.loads(value)
-        last[user] = fingerprint(body["payload"]["activeAssignments"])
+        return user, fingerprint(json.loads(value)["payload"]["activeAssignments"])
     except (ValueError, KeyError, TypeError):
-        last[user] = UNREADABLE
+        return user, UNREADABLE

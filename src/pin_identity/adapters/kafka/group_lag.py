@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
+from pin_identity.adapters.kafka.offsets import watermarks
 from pin_identity.operations.ports import ConsumerLagUnavailableError
 from pin_identity.operations.read_models import PartitionLag
 
@@ -59,7 +60,7 @@ def _partitions(consumer: Consumer, topics: Sequence[str], timeout_s: float) -> 
 
 
 def _lag(consumer: Consumer, stored: TopicPartition, timeout_s: float) -> PartitionLag:
-    low, high = consumer.get_watermark_offsets(stored, timeout=timeout_s, cached=False)
+    low, high = watermarks(consumer, stored, timeout_s)
     committed = stored.offset if stored.offset >= 0 else None
     # With nothing committed the group starts from the beginning (auto.offset.reset = earliest).
     at = committed if committed is not None else low

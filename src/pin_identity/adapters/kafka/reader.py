@@ -1,13 +1,17 @@
-"""Reading our own events back (the demo's checks): no consumer group, partitions assigned at their end."""
+"""Reading our own events back (the demo's checks, the tests): no consumer group, partitions assigned at the
+end offsets they have when the reader is opened."""
 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+from pin_identity.adapters.kafka.offsets import watermarks
 
 
 @dataclass(frozen=True)
@@ -26,11 +30,9 @@ class ReadEvent:
 
 
 class TopicReader:
-    """Starts at each partition's high watermark, so it sees what is published after it was opened.
-
-    A broker may report a watermark lower than the truth (never higher), so a reader can also see a few
-    older records: callers filter by the ids they expect.
-    """
+    """Sees what is published after it was opened. `read_to_end` reads up to the end offsets the topics have
+    when it is called (what every acknowledged event lies below), so a caller whose events are all
+    acknowledged knows it has them all without waiting for a quiet period."""
 
     def __init__(self, client_config: dict[str, str], topics: Iterable[str]):
         self._consumer = Consumer(
@@ -39,36 +41,57 @@ class TopicReader:
                 "group.id": "pin-identity-reader",  # never joined: partitions are assigned, not subscribed
                 "enable.auto.commit": False,
                 "auto.offset.reset": "earliest",
+                "enable.partition.eof": True,
             }
         )
         metadata = self._consumer.list_topics(timeout=10)
-        assignment = []
+        self._assigned = []
         for topic in topics:
             for partition in metadata.topics[topic].partitions:
-                _, high = self._consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
-                assignment.append(TopicPartition(topic, partition, high))
-        self._consumer.assign(assignment)
+                _, high = watermarks(self._consumer, TopicPartition(topic, partition))
+                self._assigned.append(TopicPartition(topic, partition, high))
+        self._consumer.assign(self._assigned)
+        # How far each partition is read: the offset after the last record, or the end offset a fetch
+        # reported on reaching it (records just below it may be gone: compacted, or transaction markers).
+        self._read_to = {(tp.topic, tp.partition): tp.offset for tp in self._assigned}
 
     def read(self, timeout_s: float = 0.2, max_records: int = 10_000) -> list[ReadEvent]:
         events = []
         for message in self._consumer.consume(max_records, timeout_s):
-            if message.error():
-                continue
-            key, value = message.key(), message.value()
-            events.append(
-                ReadEvent(
-                    topic=message.topic() or "",
-                    partition=message.partition() or 0,
-                    offset=message.offset() or 0,
-                    key=key.decode() if isinstance(key, bytes) else str(key),
-                    headers=_headers(message.headers()),
-                    body=json.loads(value) if value else {},
-                )
-            )
+            where = (message.topic() or "", message.partition() or 0)
+            error = message.error()
+            if error is None:
+                self._read_to[where] = (message.offset() or 0) + 1
+                events.append(_event(message))
+            elif error.code() == KafkaError._PARTITION_EOF:
+                self._read_to[where] = max(self._read_to[where], message.offset() or 0)
+        return events
+
+    def read_to_end(self, timeout_s: float = 30.0) -> list[ReadEvent]:
+        """Everything up to the end offsets the topics have now; TimeoutError if that takes `timeout_s`."""
+        ends = {(tp.topic, tp.partition): watermarks(self._consumer, tp)[1] for tp in self._assigned}
+        events: list[ReadEvent] = []
+        deadline = time.monotonic() + timeout_s
+        while any(self._read_to[where] < end for where, end in ends.items()):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the topics were not read to their end offsets in {timeout_s:g} s")
+            events.extend(self.read())
         return events
 
     def close(self) -> None:
         self._consumer.close()
+
+
+def _event(message: Any) -> ReadEvent:
+    key, value = message.key(), message.value()
+    return ReadEvent(
+        topic=message.topic() or "",
+        partition=message.partition() or 0,
+        offset=message.offset() or 0,
+        key=key.decode() if isinstance(key, bytes) else str(key),
+        headers=_headers(message.headers()),
+        body=json.loads(value) if value else {},
+    )
 
 
 def _headers(raw: object) -> dict[str, str]:

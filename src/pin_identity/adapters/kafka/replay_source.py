@@ -25,6 +25,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._config import ConfigResource
 
+from pin_identity.adapters.kafka.offsets import watermarks
 from pin_identity.adapters.kafka.talent_stream import TALENT_SYNC_GROUP
 from pin_identity.adapters.talent_wire import topic_item
 from pin_identity.domain.talent import TENANTS_TOPIC, USERS_TOPIC, ImportStage, TalentItem
@@ -37,13 +38,9 @@ log = get_logger("talent-replay")
 _READ_TIMEOUT_S = 60.0
 _CLIENT_GROUP = "pin-identity-talent-import"  # never joined: partitions are assigned
 
-# How the reader fetches (BENCHMARKS.md, "TopicReplay: page time and partition size"):
+# How the reader fetches (BENCHMARKS.md, "TopicReplay"):
 # - fetch.wait.max.ms: a fetch waits for new data only at the end of a partition, but librdkafka keeps one
 #   fetch in flight per broker, so the first page of the next partition waits behind it (500 ms by default).
-#   The embedded broker spends the same budget listing the partition before it returns anything: 10 ms was
-#   too short for its larger partitions on a loaded machine (pages of up to 15 s); 50 ms is not.
-# - fetch.max.bytes: the embedded broker fills a response until it holds this much or the wait is over, so
-#   small responses (about 700 snapshots) come back sooner; a consumer's message.max.bytes must not exceed it.
 # - queued.min.messages: about one page of the largest size (2,000) is fetched ahead while the last page is
 #   applied, topped up in small steps (fetch.queue.backoff.ms) rather than in bursts that compete with it.
 _READER_SETTINGS: dict[str, str | int | bool] = {
@@ -51,8 +48,6 @@ _READER_SETTINGS: dict[str, str | int | bool] = {
     "enable.partition.eof": True,
     "auto.offset.reset": "earliest",
     "fetch.wait.max.ms": 50,
-    "fetch.max.bytes": 262_144,
-    "message.max.bytes": 262_144,
     "queued.min.messages": 2_000,
     "fetch.queue.backoff.ms": 10,
 }
@@ -128,8 +123,7 @@ class TopicReplaySource:
     def _watermarks(self, topic: str) -> list[tuple[int, int, int]]:
         try:
             return [
-                (p, *self._lookup().get_watermark_offsets(TopicPartition(topic, p), timeout=10))
-                for p in self._partitions(topic)
+                (p, *watermarks(self._lookup(), TopicPartition(topic, p))) for p in self._partitions(topic)
             ]
         except KafkaException as exc:
             raise SourceUnavailableError(f"offsets of {topic} cannot be read: {exc}") from None

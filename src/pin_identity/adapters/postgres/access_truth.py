@@ -1,19 +1,21 @@
-"""The database's side of the access audit: pending access events and each user's Active assignments."""
+"""The database's side of the access audit: where the topic's records are kept, pending access events, and
+each user's Active assignments."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 import psycopg
 
 from pin_identity.adapters.postgres.catalogue import query
 from pin_identity.adapters.postgres.database import Database
-from pin_identity.domain.access_audit import Fingerprint, UserKey, fingerprint
+from pin_identity.domain.access_audit import Fingerprint, LastEvent, UserKey, fingerprint
 from pin_identity.domain.events import ACCESS_TOPIC
 
 _CHUNK = 5000
+_COPY_NULL = "\\N"
 
 
 class PostgresTruthSnapshot:
@@ -27,7 +29,7 @@ class PostgresTruthSnapshot:
     def truths(self) -> Iterator[tuple[UserKey, Fingerprint]]:
         # A server-side cursor: a million users stream through in chunks, each rendered as the fan-out
         # renders its pages (so the audit compares events with exactly what the fan-out would write).
-        with self._conn.cursor(name="pin_identity_access_audit") as users:
+        with self._conn.cursor(name="pin_identity_audit_truths") as users:
             users.execute(query("users_with_active_assignments"))
             while chunk := users.fetchmany(_CHUNK):
                 rows = self._conn.execute(
@@ -36,17 +38,46 @@ class PostgresTruthSnapshot:
                 for user_id, _company_id, rendered in rows:
                     yield user_id.bytes, fingerprint(json.loads(rendered))
 
+    def last_events(self) -> Iterator[LastEvent]:
+        with self._conn.cursor(name="pin_identity_audit_last_events") as events:
+            events.execute(query("audit_last_events"))
+            while chunk := events.fetchmany(_CHUNK):
+                for user_id, last in chunk:
+                    yield user_id.bytes, last
+
+
+class PostgresAuditSession:
+    """A session of its own: its temporary table of topic records goes with it."""
+
+    def __init__(self, conn: psycopg.Connection):
+        self._conn = conn
+        self._seq = 0
+
+    def keep(self, records: Sequence[LastEvent]) -> None:
+        # One COPY per batch, each a short statement (statement_timeout applies to each).
+        lines = []
+        for user, last in records:
+            self._seq += 1
+            lines.append(f"{self._seq}\t{user.hex()}\t{_COPY_NULL if last is None else last}\n")
+        with self._conn.cursor() as cur, cur.copy(query("copy_audit_topic_records")) as copy:
+            copy.write("".join(lines))
+
+    @contextmanager
+    def snapshot(self) -> Iterator[PostgresTruthSnapshot]:
+        self._conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+        try:
+            with self._conn.transaction():
+                yield PostgresTruthSnapshot(self._conn)
+        finally:
+            self._conn.isolation_level = None
+
 
 class PostgresAccessTruth:
     def __init__(self, database: Database):
         self._database = database
 
     @contextmanager
-    def snapshot(self) -> Iterator[PostgresTruthSnapshot]:
-        with self._database.connection() as conn:
-            conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
-            try:
-                with conn.transaction():
-                    yield PostgresTruthSnapshot(conn)
-            finally:
-                conn.isolation_level = None
+    def session(self) -> Iterator[PostgresAuditSession]:
+        with self._database.dedicated(name="pin-identity access-audit") as conn:
+            conn.execute(query("create_audit_topic_records"))
+            yield PostgresAuditSession(conn)

@@ -134,6 +134,18 @@ WHERE topic = %(topic)s AND message_key ~ '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-
 -- name: users_with_active_assignments
 SELECT DISTINCT user_id FROM identity.role_assignments WHERE status = 'Active' ORDER BY user_id;
 
+-- name: create_audit_topic_records
+-- The access topic's records as one audit read them (seq: the order read, which is each partition's order),
+-- kept in the audit's own session rather than in its process: a million users cost the audit no memory.
+CREATE TEMP TABLE audit_topic_records (seq bigint NOT NULL, user_id uuid NOT NULL, fingerprint bigint);
+
+-- name: copy_audit_topic_records
+COPY pg_temp.audit_topic_records (seq, user_id, fingerprint) FROM STDIN;
+
+-- name: audit_last_events
+-- Each user's last record (a null fingerprint: a tombstone), by user id as the truths come.
+SELECT DISTINCT ON (user_id) user_id, fingerprint FROM pg_temp.audit_topic_records ORDER BY user_id, seq DESC;
+
 -- ---------------------------------------------------------------- access fan-out queue
 
 -- name: enqueue_fanout_task

@@ -1,0 +1,50 @@
+"""The audit's verdict from two streams ordered by user: the topic's last events and the database's truths."""
+
+from __future__ import annotations
+
+import uuid
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pin_identity.domain.access_audit import NO_ASSIGNMENTS, compare, fingerprint
+
+HOLDS = fingerprint([{"assignmentId": "a", "roleId": "r"}])
+OTHER = fingerprint([{"assignmentId": "b", "roleId": "r"}])
+
+
+def _users(count: int) -> list[bytes]:
+    return sorted(uuid.uuid4().bytes for _ in range(count))
+
+
+def test_each_user_is_judged_once_whichever_stream_holds_it() -> None:
+    matching, drifted, missing, revoked, tombstoned, pending = _users(6)
+    last_events = [(matching, HOLDS), (drifted, OTHER), (revoked, NO_ASSIGNMENTS), (tombstoned, None)]
+    truths = [(matching, HOLDS), (drifted, HOLDS), (missing, HOLDS), (pending, HOLDS)]
+
+    report = compare(sorted(last_events), sorted(truths), pending={pending})
+
+    assert (report.users, report.matching, report.drifted, report.missing, report.pending) == (5, 2, 1, 1, 1)
+    assert set(report.examples) == {str(uuid.UUID(bytes=drifted)), str(uuid.UUID(bytes=missing))}
+
+
+def test_a_user_only_on_the_topic_must_hold_nothing() -> None:
+    [user] = _users(1)
+    assert compare([(user, OTHER)], [], pending=set()).drifted == 1
+    assert compare([(user, NO_ASSIGNMENTS)], [], pending=set()).matching == 1
+
+
+@given(st.dictionaries(st.binary(min_size=16, max_size=16), st.sampled_from([HOLDS, OTHER, None])))
+def test_the_merge_counts_what_a_lookup_would(topic: dict[bytes, int | None]) -> None:
+    truths = {user: HOLDS for user in list(topic)[::2]}
+    report = compare(sorted(topic.items()), sorted(truths.items()), pending=set())
+
+    judged = {user for user, last in topic.items() if last is not None} | set(truths)
+    expected_matching = sum(
+        1
+        for user in judged
+        if topic.get(user) is not None and topic[user] == truths.get(user, NO_ASSIGNMENTS)
+    )
+    assert report.users == len(judged)
+    assert report.matching == expected_matching
+    assert report.missing == sum(1 for user in truths if topic.get(user) is None)
