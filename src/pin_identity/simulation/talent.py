@@ -436,8 +436,9 @@ class TalentTopicsError(RuntimeError):
     """Some snapshots or tombstones did not reach the broker."""
 
 
-# One record per batch: the embedded test broker reports wrong high watermarks for multi-record batches.
-_PRODUCER_CONFIG = {"linger.ms": 0, "batch.num.messages": 1, "enable.idempotence": True, "acks": "all"}
+# Batched as a real Talent producer batches (many records per batch, compressed): TopicReplay's offset
+# ranges and the consumer's lag must hold for batches of any size.
+_PRODUCER_CONFIG = {"linger.ms": 5, "compression.type": "lz4", "enable.idempotence": True, "acks": "all"}
 
 
 def produce_to_topics(
@@ -498,10 +499,8 @@ def _json_bytes(value: object) -> bytes:
         return json.dumps(value).encode("ascii")
 
 
-# The simulated Talent's layout, not Talent's (the product reads whatever layout a cluster has). The embedded
-# broker lists a partition's batches on every fetch, and with one record per batch it reads a partition past
-# about 10,000 records slowly, the more so on a loaded machine (BENCHMARKS.md, "TopicReplay: page time and
-# partition size"): twelve partitions keep the benchmark's 50,000 users at about 4,200 a partition.
+# The simulated Talent's layout, not Talent's: the product reads whatever layout a cluster has (BENCHMARKS.md
+# measures TopicReplay on 12 and on 3 partitions).
 TALENT_PARTITIONS = 12
 
 
