@@ -21,7 +21,7 @@ from pin_identity.adapters.postgres.outbox_writer import write_outbox
 from pin_identity.composition import Container
 from pin_identity.config import Settings
 from pin_identity.domain.events import ACCESS_TOPIC, OutboxMessage, envelope
-from pin_identity.jobs.ports import RelayRole
+from pin_identity.jobs.ports import PendingEvent, RelayRole
 from tests.support.kafka_tap import EventTap
 from tests.support.relay import RelaySignals, outbox_count
 from tests.support.tcp_proxy import TcpProxy
@@ -103,6 +103,28 @@ def test_a_row_that_commits_late_is_not_overtaken(
     relay.join(30)
     assert not relay.is_alive()
     assert [e.payload["n"] for e in tap.wait_for(lambda e: e.key == str(key), 2)] == [1, 2]
+
+
+def test_a_relay_starting_on_an_emptied_outbox_reads_the_next_row(
+    container: Container, database_url: str
+) -> None:
+    """Every row ever written published and removed, the id sequence far along (any restart after the first
+    day): the first reads find nothing up to the horizon, and a new row must still be read, not wait until
+    reads have walked up to where the horizon stood."""
+    _write(database_url, [_message(uuid.uuid4(), n) for n in range(5000)])
+    with psycopg.connect(database_url) as conn:
+        conn.execute("DELETE FROM identity.outbox_events")
+    queue = PostgresOutboxQueue(container.database)
+    try:
+        assert queue.try_become_active() is not RelayRole.STANDBY
+        assert queue.fetch_ready(2000, 0) == [] and queue.fetch_ready(2000, 0) == []
+        key = uuid.uuid4()
+        _write(database_url, [_message(key, 1)])
+        read: list[PendingEvent] = []
+        wait_until(lambda: bool(read.extend(queue.fetch_ready(2000, 0)) or read), "the new row is read")
+        assert [row.key for row in read] == [str(key)]
+    finally:
+        queue.reset()
 
 
 def test_a_row_that_commits_late_is_not_stepped_over_by_the_rows_after_it(

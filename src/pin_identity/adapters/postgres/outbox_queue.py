@@ -77,6 +77,10 @@ class PostgresOutboxQueue:
         self._pipeline: psycopg.Pipeline | None = None
         self._active = False
         self._horizon = IdHorizon()
+        # Every row up to this id was read as of the last fetch that came back short of its limit: what is
+        # known final above a reader's position may all be read already (or long deleted), so a look at the
+        # horizon is due even when `final` stands far above that position.
+        self._read_to_final = 0
         # Removed with the next statement sent; kept across a new session (they were acknowledged).
         self._acknowledged: list[int] = []
         # Sent for removal but not yet synced. Should the session die first, they are removed again in the
@@ -97,6 +101,7 @@ class PostgresOutboxQueue:
             self._conn = conn
             self._active = False
             self._horizon = IdHorizon()
+            self._read_to_final = 0
             self._observe_horizon()
         return self._conn
 
@@ -133,7 +138,8 @@ class PostgresOutboxQueue:
 
     def fetch_ready(self, limit: int, after: int) -> list[PendingEvent]:
         conn = self._session()
-        if self._horizon.final - after < limit:  # what is known final may not fill the batch: look again
+        # What is known final and not read yet may not fill the batch: look again.
+        if self._horizon.final - max(after, self._read_to_final) < limit:
             self._observe_horizon()
         if self._horizon.final <= after:
             return []
@@ -150,8 +156,10 @@ class PostgresOutboxQueue:
             # The next statement's sync commits the removal (and raises its error).
             self._send_removals()
             # tuple.__new__ is what PendingEvent._make calls, without a Python frame for each of the rows.
-            rows = map(partial(tuple.__new__, PendingEvent), cursor.fetchall())
-            return cast("list[PendingEvent]", list(rows))
+            rows = cursor.fetchall()
+            if len(rows) < limit:
+                self._read_to_final = self._horizon.final
+            return cast("list[PendingEvent]", list(map(partial(tuple.__new__, PendingEvent), rows)))
 
     def _observe_horizon(self) -> None:
         row = self._ask(query("outbox_id_horizon"))
