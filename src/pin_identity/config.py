@@ -30,6 +30,7 @@ class Settings(BaseSettings):
     talent_api_url: str | None = None
     talent_api_token: str | None = None
     admin_token: str | None = None
+    admin_tokens_file: Path | None = None
 
     fanout_polling_interval_s: Annotated[float, Field(gt=0)] = 5.0
     fanout_batch_size: Annotated[int, Field(ge=1, le=10_000)] = 500
@@ -64,6 +65,12 @@ class Settings(BaseSettings):
     def _check_kafka_config(cls, raw: str) -> str:
         _parse_kafka_properties(raw)
         return raw
+
+    @field_validator("admin_tokens_file", mode="before")
+    @classmethod
+    def _blank_is_unset(cls, raw: object) -> object:
+        # `PIN_IDENTITY_ADMIN_TOKENS_FILE=` would otherwise name the working directory.
+        return None if isinstance(raw, str) and not raw.strip() else raw
 
     @property
     def kafka_properties(self) -> dict[str, str]:

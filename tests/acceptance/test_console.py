@@ -1,5 +1,7 @@
 """The operator console (`GET /ui/`) in a real browser: Debian's headless `chromium`, driven by Playwright,
 against a real `pin-identity serve` on the test database and broker, with data made by the real use cases.
+`serve` has three operators: `admin` (PIN_IDENTITY_ADMIN_TOKEN), and a viewer and an operator of its tokens
+file; a viewer is offered no action, and no page asks another host for anything.
 
 Each test clicks through one section and saves screenshots of it at 1280 and 800 px under
 test-artifacts/console/. chromium is a requirement of `make test` (its `tools` target installs the Debian
@@ -8,6 +10,7 @@ package): a missing browser fails these tests rather than skipping them.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -19,11 +22,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
 import psycopg
 import pytest
-from playwright.sync_api import Browser, Page, expect, sync_playwright
+from playwright.sync_api import Browser, Page, Request, expect, sync_playwright
 
 from pin_identity.adapters.kafka.embedded import free_port, port_open
 from pin_identity.adapters.postgres.import_store import PostgresImportStore
@@ -36,10 +40,13 @@ from pin_identity.operations import identity
 from pin_identity.simulation.talent import TalentDataset, generate_dataset
 from tests.support import seed, talent
 from tests.support.health import wait_for_healthz
+from tests.support.operators import bearer, write_tokens_file
 from tests.support.talent_import import TalentWorld, job
 from tests.support.waiting import wait_until
 
-TOKEN = "console-test-token"
+TOKEN = "console-test-token"  # PIN_IDENTITY_ADMIN_TOKEN: the operator `admin`
+OPERATOR_TOKEN, VIEWER_TOKEN = "olga-console-token", "victor-console-token"
+OPERATORS = {"olga": ("operator", OPERATOR_TOKEN), "victor": ("viewer", VIEWER_TOKEN)}
 CLI = [sys.executable, "-m", "pin_identity.entrypoints.cli"]
 SERVE = [*CLI, "serve"]
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "console"
@@ -93,6 +100,7 @@ def console(subprocess_env: dict[str, str], api_world: TalentWorld, tmp_path: Pa
     env = {
         **subprocess_env,
         "PIN_IDENTITY_ADMIN_TOKEN": TOKEN,
+        "PIN_IDENTITY_ADMIN_TOKENS_FILE": str(write_tokens_file(tmp_path / "operators", OPERATORS)),
         "PIN_IDENTITY_TALENT_API_URL": api_world.api.url,
         "PIN_IDENTITY_TALENT_API_TOKEN": "talent-token",
         "PIN_IDENTITY_TALENT_TENANTS_TOPIC": api_world.topics.tenants,
@@ -112,7 +120,8 @@ def console(subprocess_env: dict[str, str], api_world: TalentWorld, tmp_path: Pa
     finally:
         server.kill()
         server.wait()
-    assert TOKEN not in log.read_text()
+    logged = log.read_text()
+    assert not any(token in logged for token in (TOKEN, OPERATOR_TOKEN, VIEWER_TOKEN))
 
 
 @pytest.fixture
@@ -136,9 +145,9 @@ def page(browser: Browser) -> Iterator[Page]:
     assert errors == []
 
 
-def sign_in(page: Page, console: Console, section: str = "imports") -> None:
+def sign_in(page: Page, console: Console, section: str = "imports", token: str = TOKEN) -> None:
     page.goto(f"{console.url}#{section}")
-    page.fill("#token-input", TOKEN)
+    page.fill("#token-input", token)
     page.click("#token-form button[type=submit]")
     expect(page.locator("#main")).to_be_visible()
     expect(page.locator(f"#{section}")).to_be_visible()
@@ -207,6 +216,11 @@ def audit_actions(console: Console) -> list[str]:
     return re.findall(r'"action": "([a-z-]+)"', console.log.read_text())
 
 
+def audit_lines(console: Console) -> list[dict[str, object]]:
+    lines = (json.loads(line) for line in console.log.read_text().splitlines() if line.startswith("{"))
+    return [line for line in lines if line["event"] == "admin-action"]
+
+
 # ---------------------------------------------------------------- the page and the token
 
 
@@ -242,6 +256,7 @@ def test_the_page_needs_no_token_and_each_data_call_sends_it(console: Console, p
     shoot(page, "sign-in")
 
     sign_in(page, console)
+    expect(page.locator("#signed-in")).to_contain_text("Signed in as admin (operator)")
     assert page.evaluate("sessionStorage.getItem('pin-identity.admin-token')") == TOKEN
     assert page.context.cookies() == []
     page.reload()  # the tab keeps the token
@@ -249,6 +264,113 @@ def test_the_page_needs_no_token_and_each_data_call_sends_it(console: Console, p
     page.click("#forget-token")
     expect(page.locator("#welcome")).to_be_visible()
     assert page.evaluate("sessionStorage.length") == 0
+
+
+# ---------------------------------------------------------------- operators and their roles
+
+ACTION_BUTTONS = {"Start run", "Cancel", "Reset leases", "Replay", "Replay all", "Replay selected", "Edit"}
+# What each section shows once drawn, with the data of the test below.
+DRAWN = {
+    "imports": "#run-detail .stage",
+    "quarantine": "#items-table tbody tr",
+    "fanout": "#tasks-table tbody tr",
+    "roles": "#roles-table tbody tr",
+}
+
+
+def offered_actions(page: Page) -> dict[str, list[str]]:
+    """Each section's visible controls that would change something: action buttons, item checkboxes."""
+    offered = {}
+    for section, drawn in DRAWN.items():
+        page.click(f'.tabs a[data-section="{section}"]')
+        expect(page.locator(drawn).first).to_be_visible()
+        shown = page.locator(f"#{section} button:visible").all_inner_texts()
+        actions = sorted({label for label in shown if label in ACTION_BUTTONS})
+        if page.locator(f"#{section} input.pick:visible, #q-select-all:visible").count():
+            actions.append("(item checkboxes)")
+        offered[section] = actions
+    return offered
+
+
+def test_a_viewer_is_offered_no_action_an_operator_every_one(
+    console: Console, page: Page, database_url: str
+) -> None:
+    poisoned_bootstrap(console.world)
+    _consumer_quarantine(console.container)
+    task_id = failed_fanout_task(console.container, database_url)
+    started = httpx.post(
+        f"{console.base}/admin/v1/talent-import/runs", json={"mode": "ApiPull"}, headers=bearer(TOKEN)
+    )
+    assert started.status_code == 202  # Running, with no worker: Cancel and Reset leases apply
+
+    sign_in(page, console, token=VIEWER_TOKEN)
+    expect(page.locator("#operator-name")).to_have_text("victor")
+    expect(page.locator("#operator-role")).to_have_text("viewer: read only")
+    viewer = offered_actions(page)
+    shoot(page, "viewer-roles")
+    # The server decides, whatever a page offers: the viewer's token cannot act.
+    refused = page.evaluate(
+        """async (token) => {
+            const answer = await fetch('/admin/v1/talent-sync/failed-items/replay', {
+                method: 'POST', body: '{}',
+                headers: {Authorization: `Bearer ${token}`, 'Content-Type': 'application/json'}});
+            return [answer.status, (await answer.json()).code];
+        }""",
+        VIEWER_TOKEN,
+    )
+
+    page.click("#forget-token")
+    sign_in(page, console, token=OPERATOR_TOKEN)
+    expect(page.locator("#signed-in")).to_contain_text("Signed in as olga (operator)")
+    operator = offered_actions(page)
+    print(f"actions offered: viewer {viewer}; operator {operator}")
+    assert viewer == {section: [] for section in DRAWN}
+    assert refused == [403, "IDENTITY_ADMIN_FORBIDDEN"]
+    assert operator == {
+        "imports": ["Cancel", "Reset leases", "Start run"],
+        "quarantine": ["Replay", "Replay all", "Replay selected", "(item checkboxes)"],
+        "fanout": ["Replay"],
+        "roles": ["Edit"],
+    }
+
+    page.click('.tabs a[data-section="fanout"]')
+    page.locator(f'#tasks-table tr[data-task-id="{task_id}"]').get_by_role("button", name="Replay").click()
+    expect(page.locator("#fanout-outcome")).to_contain_text(f"task {task_id} is Pending again")
+    [replayed] = [line for line in audit_lines(console) if line["action"] == "fanout-replay"]
+    assert (replayed["who"], replayed["client"]) == ("http:olga", "127.0.0.1")
+
+
+# ---------------------------------------------------------------- nothing from elsewhere
+
+
+def test_no_page_asks_another_host_for_anything(console: Console, page: Page, database_url: str) -> None:
+    """Every request the console makes while an operator goes through every section, and those of the pages
+    `serve` might serve as documentation (`/docs` and `/redoc` are gone: they loaded scripts from a CDN)."""
+    failed_fanout_task(console.container, database_url)
+    requested: list[Request] = []
+    page.context.on("request", lambda request: requested.append(request))  # noqa: PLW0108 - not a builtin
+    sign_in(page, console, token=OPERATOR_TOKEN)
+    for section in ("imports", "quarantine", "fanout", "roles", "health"):
+        page.click(f'.tabs a[data-section="{section}"]')
+        expect(page.locator(f"#{section}")).to_be_visible()
+    expect(page.locator('#h-cards [data-stat="fanout-failed"] .stat-value')).to_have_text("1")
+    answered = {}
+    for path in ("/openapi.json", "/docs", "/redoc"):
+        answer = page.goto(f"{console.base}{path}", wait_until="networkidle")
+        answered[path] = answer.status if answer else None
+
+    places = sorted({f"{urlsplit(r.url).scheme}://{urlsplit(r.url).netloc}" for r in requested})
+    print(f"{len(requested)} requests; hosts contacted: {places}")
+    assert places == [console.base]
+    paths = {urlsplit(r.url).path for r in requested}
+    assert {
+        "/ui/",
+        "/ui/console.js",
+        "/ui/console.css",
+        "/admin/v1/whoami",
+        "/admin/v1/health/summary",
+    } <= paths
+    assert answered == {"/openapi.json": 200, "/docs": 404, "/redoc": 404}
 
 
 # ---------------------------------------------------------------- imports
@@ -324,6 +446,7 @@ def test_imports_start_a_run_follow_its_progress_reset_leases_and_cancel_it(
     assert {"talent-import-start", "talent-import-reset-leases", "talent-import-cancel"} <= set(
         audit_actions(console)
     )
+    assert {(line["who"], line["client"]) for line in audit_lines(console)} == {("http:admin", "127.0.0.1")}
 
 
 # ---------------------------------------------------------------- quarantine

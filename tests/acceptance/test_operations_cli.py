@@ -1,12 +1,17 @@
-"""The runbooks' commands as processes: quarantine listing and replay, retention."""
+"""The runbooks' commands as processes: quarantine listing and replay, retention, the audit of each action."""
 
 from __future__ import annotations
 
+import getpass
 import json
 import uuid
 from typing import Any
 
+from pin_identity.domain.events import now_utc
+from pin_identity.domain.fanout import FanOutPolicy
 from pin_identity.domain.talent import ImportStage
+from pin_identity.domain.talent_import import ImportMode, ImportRequest
+from pin_identity.operations import identity
 from pin_identity.simulation.talent import TalentDataset
 from tests.acceptance.test_cli import run_cli
 from tests.support import seed, talent
@@ -106,3 +111,66 @@ def test_the_consumers_quarantine_from_the_command_line(
     assert json.loads(replayed.stdout) == {"applied": 1, "skipped": 0, "failed": 0}
     table = run_cli(env, "talent-import", "failed-items", "--consumer")
     assert table.returncode == 0 and "IDENTITY_SYNC" not in table.stdout
+
+
+def _audit_lines(stderr: str) -> list[dict[str, Any]]:
+    lines = (json.loads(line) for line in stderr.splitlines() if line.startswith("{"))
+    return [line for line in lines if line["event"] == "admin-action"]
+
+
+def _failed_fanout_task(world: TalentWorld) -> str:
+    """A role of one user changed through the queue, then failed as the job fails a poison task."""
+    transactions = world.container.transactions
+    company_id = seed.company(transactions)
+    role_id = seed.role(transactions, company_id)
+    seed.grant(transactions, seed.user(transactions, company_id), role_id, company_id)
+    change = identity.set_role_permissions(
+        transactions, identity.Context.fresh(), role_id=role_id, permissions=["a"], policy=FanOutPolicy(0)
+    )
+    _rows(
+        world,
+        "UPDATE identity.access_fanout_tasks SET status = 'Failed' WHERE id = %s RETURNING id",
+        [change.task_id],
+    )
+    return str(change.task_id)
+
+
+def test_every_action_of_the_command_line_names_the_os_user_in_its_audit_line(
+    subprocess_env: dict[str, str], api_world: TalentWorld
+) -> None:
+    api_world.publish(TalentDataset([talent.tenant(company_type="Cooperative")], []))
+    env = _env(subprocess_env, api_world)
+    store = api_world.container.import_store
+    role_id = seed.role(api_world.container.transactions, seed.company(api_world.container.transactions))
+    task_id = _failed_fanout_task(api_world)
+
+    done = run_cli(env, "talent-import", "run", "--mode", "api-pull", "--json")
+    run_id = json.loads(done.stdout)["runId"]
+    commands = [
+        ("talent-import", "replay-failed", run_id),
+        ("talent-import", "replay-failed", "--consumer"),
+        ("roles", "set-permissions", str(role_id), "deals.read"),
+        ("fanout", "replay", task_id),
+        ("maintenance", "prune", "--older-than", "30d"),
+    ]
+    answers = [done, *(run_cli(env, *command) for command in commands)]
+    running = str(store.create_run(ImportRequest(ImportMode.API_PULL), uuid.uuid4(), now_utc()).run_id)
+    answers += [run_cli(env, "talent-import", step, running) for step in ("reset-leases", "cancel")]
+
+    assert [answer.returncode for answer in answers] == [0] * len(answers), [a.stderr for a in answers]
+    audited = [_audit_lines(answer.stderr) for answer in answers]
+    for lines in audited:
+        print("cli audit line:", json.dumps(lines[0]))
+    assert [[line["action"] for line in lines] for lines in audited] == [
+        ["talent-import-run"],
+        ["talent-import-replay-failed"],
+        ["talent-sync-replay-failed"],
+        ["set-role-permissions"],
+        ["fanout-replay"],
+        ["maintenance-prune"],
+        ["talent-import-reset-leases"],
+        ["talent-import-cancel"],
+    ]
+    assert {(lines[0]["who"], "client" in lines[0]) for lines in audited} == {
+        (f"cli:{getpass.getuser()}", False)
+    }

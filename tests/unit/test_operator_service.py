@@ -27,6 +27,7 @@ from pin_identity.domain.talent_import import (
     RunStatus,
     StageCounters,
 )
+from pin_identity.operations.audit import Actor
 from pin_identity.operations.fanout_admin import FanOutAdmin
 from pin_identity.operations.imports import ImportOperations
 from pin_identity.operations.ports import (
@@ -39,7 +40,7 @@ from pin_identity.operations.read_models import FailedItemView, FanOutTaskView, 
 from pin_identity.operations.retention import RetentionAdmin
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
-WHO = "cli:tester"
+WHO = Actor("http:alice", client="10.1.2.3")
 
 
 def _run(status: RunStatus = RunStatus.RUNNING, *, listed: bool = True) -> ImportRun:
@@ -169,8 +170,8 @@ def test_start_creates_a_run_takes_the_lock_once_and_lets_go_of_it() -> None:
         run = world.operations.start(ImportRequest(ImportMode.API_PULL), who=WHO)
     assert (world.lock.acquisitions, world.lock.released) == (1, 1)
     assert world.source.closed
-    assert [(a["action"], a["who"], a["run_id"]) for a in lines] == [
-        ("talent-import-start", WHO, str(run.run_id))
+    assert [(a["action"], a["who"], a["client"], a["run_id"]) for a in lines] == [
+        ("talent-import-start", "http:alice", "10.1.2.3", str(run.run_id))
     ]
 
 

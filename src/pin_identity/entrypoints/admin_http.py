@@ -1,14 +1,14 @@
 """`pin-identity serve`: the platform-admin HTTP API of CONTRACTS section 6, with /metrics, /healthz, /readyz.
 
-Every `/admin/` route needs `Authorization: Bearer $PIN_IDENTITY_ADMIN_TOKEN`, checked before the body is
-read, and takes a body of at most 1 MiB (AdminGate); every error is RFC 9457 problem+json with a `code`
-(admin_problems). A route parses, calls the operator service (operations/), and answers its read model as a
-document (entrypoints.documents); the service writes the action's `admin-action` audit line.
+Every `/admin/` route needs `Authorization: Bearer <token>` of a known operator (admin_operators) whose role
+permits the method, checked before the body is read, and takes a body of at most 1 MiB (AdminGate); every
+error is RFC 9457 problem+json with a `code` (admin_problems). A route parses, calls the operator service
+(operations/), and answers its read model as a document (entrypoints.documents); the service writes the
+action's `admin-action` audit line, naming the operator.
 """
 
 from __future__ import annotations
 
-import hmac
 import signal
 import socket
 import threading
@@ -37,6 +37,7 @@ from pin_identity.entrypoints import admin_reads
 from pin_identity.entrypoints.admin_console import console
 from pin_identity.entrypoints.admin_models import (
     Health,
+    Readiness,
     ReplayRequest,
     RunAccepted,
     RunCancelled,
@@ -44,6 +45,7 @@ from pin_identity.entrypoints.admin_models import (
     StartImportRun,
     TaskReplayed,
 )
+from pin_identity.entrypoints.admin_operators import AdminRole, Operator, Operators
 from pin_identity.entrypoints.admin_problems import (
     PROBLEM_JSON,
     ProblemError,
@@ -60,6 +62,7 @@ from pin_identity.entrypoints.admin_routing import (
     Who,
     admin_router,
     caller,
+    client_address,
 )
 from pin_identity.entrypoints.documents import (
     FailedItem,
@@ -81,6 +84,7 @@ log = get_logger("admin-http")
 # request before its body: an unauthenticated client could make the server wait for, and parse, any body.
 MAX_BODY_BYTES = 1024 * 1024
 _ADMIN_PATHS = "/admin/"
+FORBIDDEN = "IDENTITY_ADMIN_FORBIDDEN"
 
 
 class _ClientGoneError(Exception):
@@ -105,7 +109,8 @@ def _announces_body(headers: Headers) -> bool:
 
 
 def _too_large(request: Request) -> ProblemError:
-    log.warning("admin-request-too-large", who=caller(request), path=request.url.path)
+    actor = caller(request)
+    log.warning("admin-request-too-large", who=actor.who, client=actor.client, path=request.url.path)
     return ProblemError(413, "IDENTITY_REQUEST_TOO_LARGE", f"the request body exceeds {MAX_BODY_BYTES} bytes")
 
 
@@ -145,13 +150,14 @@ async def _refuse(request: Request, refusal: ProblemError, send: Send) -> None:
 
 
 class AdminGate:
-    """Admission to every `/admin/` route before a byte of its body is read: without the bearer token
-    (compared in constant time) 401; a body over MAX_BODY_BYTES 413, by its Content-Length at once or,
-    chunked, as soon as it has grown that large. An admitted body reaches the route already read."""
+    """Admission to every `/admin/` route before a byte of its body is read: a token of no operator is 401, a
+    method the operator's role does not permit 403 (both logged, neither with the token); a body over
+    MAX_BODY_BYTES 413, by its Content-Length at once or, chunked, as soon as it has grown that large. An
+    admitted request reaches the route with its operator (`request.state.operator`) and its body read."""
 
-    def __init__(self, app: ASGIApp, *, token: str) -> None:
+    def __init__(self, app: ASGIApp, *, operators: Operators) -> None:
         self._app = app
-        self._token = token.encode()
+        self._operators = operators
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or not scope["path"].startswith(_ADMIN_PATHS):
@@ -159,7 +165,8 @@ class AdminGate:
             return
         request = Request(scope, receive)
         try:
-            self._admit(request)
+            request.state.operator = self._admit(request)
+            _check_announced_size(request)
             body = await _read_body(request)
         except ProblemError as refusal:
             await _refuse(request, refusal, send)
@@ -168,18 +175,32 @@ class AdminGate:
         else:
             await self._app(scope, _replaying(body, receive), send)
 
-    def _admit(self, request: Request) -> None:
-        if not hmac.compare_digest(_bearer_token(request.headers).encode(), self._token):
-            log.warning("admin-auth-failed", who=caller(request), path=request.url.path)
+    def _admit(self, request: Request) -> Operator:
+        operator = self._operators.authenticate(_bearer_token(request.headers))
+        where = {"client": client_address(request), "method": request.method, "path": request.url.path}
+        if operator is None:
+            log.warning("admin-auth-failed", **where)
             raise ProblemError(
                 401,
                 "IDENTITY_UNAUTHORIZED",
                 "a valid bearer token is required",
                 headers={"WWW-Authenticate": "Bearer"},
             )
-        size = _announced_size(request.headers)
-        if size is not None and size > MAX_BODY_BYTES:
-            raise _too_large(request)
+        if not operator.role.permits(request.method):
+            log.warning("admin-forbidden", who=f"http:{operator.name}", role=operator.role.value, **where)
+            raise ProblemError(
+                403,
+                FORBIDDEN,
+                f"operator {operator.name} has the role {operator.role.value}, which may only read; "
+                f"{request.method} needs the role operator",
+            )
+        return operator
+
+
+def _check_announced_size(request: Request) -> None:
+    size = _announced_size(request.headers)
+    if size is not None and size > MAX_BODY_BYTES:
+        raise _too_large(request)
 
 
 # ---------------------------------------------------------------- talent import
@@ -362,15 +383,30 @@ def liveness() -> Health:
     return Health(status="ok")
 
 
-@probes.get("/readyz", response_model=Health, responses=problem_responses(503))
-def readiness(request: Request) -> Health:
-    """200 when the database answers and the broker is reachable (checked at most every 5 s), else 503."""
+@probes.get("/readyz", response_model=Readiness, responses=problem_responses(503))
+def readiness(request: Request) -> Readiness:
+    """200 when the database answers and the broker is reachable (checked at most every 5 s), else 503.
+    `warnings` names what is wrong without making the process unready: a tokens file that cannot be read or
+    parsed (the operators read before stay in force, so every replica would otherwise leave the Service at
+    once over one typo)."""
     if not request.app.state.ready():
         raise ProblemError(503, "IDENTITY_NOT_READY", "the database or the broker is unreachable")
-    return Health(status="ready")
+    problem = request.app.state.operators.problem()
+    return Readiness(status="ready", warnings=[problem] if problem else [])
 
 
 # ---------------------------------------------------------------- the application
+
+
+def _forbidden_to_viewers(document: dict[str, Any]) -> dict[str, Any]:
+    """AdminGate answers 403 to a viewer's every admin action, whichever route it is: each says so."""
+    for path, operations in document.get("paths", {}).items():
+        for method, operation in operations.items():
+            if path.startswith(_ADMIN_PATHS) and not AdminRole.VIEWER.permits(method):
+                operation.setdefault("responses", {})["403"] = {
+                    "description": f"The operator's role (viewer) may only read (code `{FORBIDDEN}`)"
+                }
+    return document
 
 
 def _problem_json_errors(document: dict[str, Any]) -> dict[str, Any]:
@@ -391,7 +427,7 @@ def _problem_json_errors(document: dict[str, Any]) -> dict[str, Any]:
 class AdminApi(FastAPI):
     def openapi(self) -> dict[str, Any]:
         if self.openapi_schema is None:
-            self.openapi_schema = _problem_json_errors(super().openapi())
+            self.openapi_schema = _problem_json_errors(_forbidden_to_viewers(super().openapi()))
         return self.openapi_schema
 
 
@@ -402,25 +438,28 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
 
 
 def create_app(container: Container) -> FastAPI:
-    """The admin API over the container's adapters; refuses to exist without PIN_IDENTITY_ADMIN_TOKEN."""
-    token = container.settings.admin_token
-    if not token or not token.strip():
-        raise ConfigurationError("PIN_IDENTITY_ADMIN_TOKEN: required by serve")
+    """The admin API over the container's adapters; refuses to exist without an operator
+    (PIN_IDENTITY_ADMIN_TOKENS_FILE or PIN_IDENTITY_ADMIN_TOKEN) or with a tokens file it cannot use."""
+    operators = Operators.from_settings(container.settings)
     app = AdminApi(
         title="pin-identity platform-admin API",
         version=__version__,
         description="Talent import runs, the access fan-out queue, role permissions (CONTRACTS section 6).",
         lifespan=_lifespan,
         generate_unique_id_function=lambda route: route.name,  # operationId = the handler's name
+        # No /docs or /redoc: their pages load scripts from a CDN. The console and /openapi.json remain.
+        docs_url=None,
+        redoc_url=None,
     )
     app.state.container = container
+    app.state.operators = operators
     app.state.gauges = DatabaseGauges(container)
     app.state.ready = ReadinessCache(lambda: _ready(container))
     for router in (imports, sync, fanout, roles, *admin_reads.routers, probes, console):
         app.include_router(router)
     app.add_exception_handler(StarletteHTTPException, handle_exception)
     app.add_exception_handler(RequestValidationError, handle_exception)
-    app.add_middleware(AdminGate, token=token)
+    app.add_middleware(AdminGate, operators=operators)
     return app
 
 
@@ -433,13 +472,13 @@ def _listen(host: str, port: int) -> socket.socket:
 
 
 def serve_admin_api(container: Container, *, host: str, port: int) -> None:
-    """Run the API until SIGTERM/SIGINT. A missing token, an unreachable database or a busy port fail at
-    start (ConfigurationError: exit 2)."""
+    """Run the API until SIGTERM/SIGINT. No operator, an unusable tokens file, an unreachable database or a
+    busy port fail at start (ConfigurationError: exit 2)."""
     app = create_app(container)
     if not container.database.ping():
         raise ConfigurationError("PIN_IDENTITY_DATABASE_URL: database unreachable")
     listener = _listen(host, port)
-    log.info("admin-api-started", host=host, port=listener.getsockname()[1])
+    log.info("admin-api-started", host=host, port=listener.getsockname()[1], **app.state.operators.counts())
     # uvicorn re-raises the signal that stopped it once it has shut down gracefully; with these handlers in
     # place the process then ends normally (exit 0), like `worker` on SIGTERM/SIGINT.
     for signum in (signal.SIGTERM, signal.SIGINT):

@@ -112,3 +112,10 @@ class SetRolePermissions(ApiModel):
 
 class Health(ApiModel):
     status: Literal["ok", "ready"]
+
+
+class Readiness(ApiModel):
+    status: Literal["ready"]
+    warnings: list[str] = Field(
+        description="What is wrong without making the process unready (a tokens file that cannot be used)."
+    )

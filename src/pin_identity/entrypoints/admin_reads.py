@@ -1,7 +1,7 @@
-"""The admin API's routes for the operator console (`/ui/`): the list of runs, reset-leases and the replay
-of a run's quarantine, the roles with their size, and the health summary. Same admission, problem answers
-and audit lines as the routes of admin_http (CONTRACTS section 6); the console has no logic of its own
-beyond these."""
+"""The admin API's routes for the operator console (`/ui/`): who is signed in, the list of runs, reset-leases
+and the replay of a run's quarantine, the roles with their size, and the health summary. Same admission,
+problem answers and audit lines as the routes of admin_http (CONTRACTS section 6); the console has no logic
+of its own beyond these."""
 
 from __future__ import annotations
 
@@ -16,13 +16,26 @@ from pin_identity.domain.events import now_utc
 from pin_identity.domain.model import RoleStatus
 from pin_identity.domain.talent_import import ImportMode, RunStatus
 from pin_identity.entrypoints.admin_models import ReplayRequest
+from pin_identity.entrypoints.admin_operators import AdminRole
 from pin_identity.entrypoints.admin_problems import ProblemError, problem_responses
-from pin_identity.entrypoints.admin_routing import ContainerDep, RoleId, RunId, Who, admin_router
+from pin_identity.entrypoints.admin_routing import (
+    ContainerDep,
+    RoleId,
+    RunId,
+    SignedIn,
+    Who,
+    admin_router,
+)
 from pin_identity.entrypoints.documents import ApiModel, ReplayResult, StageCounts
 from pin_identity.observability import metrics
 from pin_identity.operations import read_models
 
 # ---------------------------------------------------------------- bodies
+
+
+class SignedInOperator(ApiModel):
+    name: str = Field(description="As the tokens file names them; `admin` for PIN_IDENTITY_ADMIN_TOKEN.")
+    role: AdminRole = Field(description="`viewer`: every GET; `operator`: every route.")
 
 
 class ImportRunSummary(ApiModel):
@@ -130,6 +143,18 @@ class HealthSummary(ApiModel):
     read_at: datetime
 
 
+# ---------------------------------------------------------------- the signed-in operator
+
+operators = admin_router("/admin/v1", "operators")
+
+
+@operators.get("/whoami", response_model=SignedInOperator)
+def whoami(operator: SignedIn) -> SignedInOperator:
+    """The operator this token belongs to and their role: the console shows it, and offers a viewer no
+    actions (the server still refuses them: 403 `IDENTITY_ADMIN_FORBIDDEN`)."""
+    return SignedInOperator(name=operator.name, role=operator.role)
+
+
 # ---------------------------------------------------------------- talent import runs
 
 runs = admin_router("/admin/v1/talent-import", "talent-import")
@@ -218,4 +243,4 @@ def health_summary(request: Request, container: ContainerDep) -> HealthSummary:
     )
 
 
-routers = (runs, roles, health)
+routers = (operators, runs, roles, health)

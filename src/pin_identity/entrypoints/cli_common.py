@@ -13,6 +13,7 @@ from pin_identity.composition import Container
 from pin_identity.config import ConfigurationError, load_settings
 from pin_identity.observability.logging import configure_logging
 from pin_identity.observability.tracing import configure_tracing
+from pin_identity.operations.audit import Actor
 
 JsonOption = Annotated[
     bool, typer.Option("--json", help="JSON on stdout, in the HTTP API's shapes (camelCase, ISO-8601).")
@@ -52,9 +53,9 @@ def container_from_env() -> Iterator[Container]:
         container.close()
 
 
-def operator() -> str:
-    """Who ran an admin command, for the audit line."""
+def operator() -> Actor:
+    """Who ran an admin command, for the audit line: the OS user."""
     try:
-        return f"cli:{getpass.getuser()}"
+        return Actor(f"cli:{getpass.getuser()}")
     except (OSError, KeyError):  # a container user without a passwd entry
-        return "cli:unknown"
+        return Actor("cli:unknown")

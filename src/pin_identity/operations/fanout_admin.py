@@ -8,7 +8,7 @@ from uuid import UUID
 
 from pin_identity.domain.errors import ConflictError, NotFoundError
 from pin_identity.domain.model import FanOutTaskStatus
-from pin_identity.operations.audit import admin_action
+from pin_identity.operations.audit import Actor, admin_action
 from pin_identity.operations.ports import FanOutTasks, TaskReplay
 from pin_identity.operations.read_models import FanOutTaskView
 
@@ -21,7 +21,7 @@ class FanOutAdmin:
         """The newest first."""
         return self._tasks.list_tasks(status, limit)
 
-    def replay(self, task_id: UUID, *, who: str) -> None:
+    def replay(self, task_id: UUID, *, who: Actor) -> None:
         """After the cause is fixed: a Failed task goes back to Pending with AttemptCount = 0, from its
         cursor."""
         outcome = self._tasks.replay(task_id, self._clock())

@@ -23,7 +23,7 @@ from pin_identity.domain.talent_import import (
     PageProgress,
 )
 from pin_identity.observability.logging import get_logger
-from pin_identity.operations.audit import admin_action
+from pin_identity.operations.audit import Actor, admin_action
 from pin_identity.operations.identity import Context
 from pin_identity.operations.ports import (
     ImportRuns,
@@ -147,7 +147,7 @@ class ImportOperations:
 
     # ---------------------------------------------------------------- starting a run
 
-    def run(self, request: ImportRequest, *, who: str) -> tuple[ImportRun, RunLock]:
+    def run(self, request: ImportRequest, *, who: Actor) -> tuple[ImportRun, RunLock]:
         """`talent-import run`: start or resume the run and keep its lock: the caller orchestrates the run."""
         lock = self._locks()
         with self._source(request.mode) as source:
@@ -155,7 +155,7 @@ class ImportOperations:
         admin_action("talent-import-run", who, **_started(run))
         return run, lock
 
-    def start(self, request: ImportRequest, *, who: str) -> ImportRun:
+    def start(self, request: ImportRequest, *, who: Actor) -> ImportRun:
         """Create a run (never resume one: a Running run is ALREADY_RUNNING) and let go of the lock at once: a
         `worker` running the `talent-import` job takes it and orchestrates the run."""
         lock = self._locks()
@@ -208,15 +208,15 @@ class ImportOperations:
             raise NotFoundError(f"import run {run_id} does not exist")
         return run
 
-    def cancel(self, run_id: UUID, *, who: str) -> None:
+    def cancel(self, run_id: UUID, *, who: Actor) -> None:
         """Running -> Cancelled at once: pages already claimed finish, Done pages are kept."""
         if not self._runs.request_cancel(run_id):
             run = self.existing_run(run_id)
             raise ImportNotRunningError(f"import run {run_id} is {run.status.value}, not Running")
         admin_action("talent-import-cancel", who, run_id=str(run_id))
-        log.info("import-cancelled", run_id=str(run_id), by=who)
+        log.info("import-cancelled", run_id=str(run_id), by=who.who)
 
-    def reset_leases(self, run_id: UUID, *, who: str) -> int:
+    def reset_leases(self, run_id: UUID, *, who: Actor) -> int:
         """The runbook's "stuck" case: every InProgress page of the run becomes claimable now."""
         self.existing_run(run_id)
         pages = self._runs.reset_leases(run_id)
@@ -231,7 +231,7 @@ class ImportOperations:
             self.existing_run(run_id)
         return self._runs.failed_items(run_id)
 
-    def replay_failed(self, run_id: UUID | None, item_ids: Sequence[UUID] | None, *, who: str) -> Replayed:
+    def replay_failed(self, run_id: UUID | None, item_ids: Sequence[UUID] | None, *, who: Actor) -> Replayed:
         """Apply quarantined items again (all when `item_ids` is None) after the operator fixed their cause;
         those that apply leave the quarantine."""
         if run_id is not None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
-from pin_identity.operations.audit import admin_action
+from pin_identity.operations.audit import Actor, admin_action
 from pin_identity.operations.ports import Retention
 from pin_identity.operations.read_models import Pruned
 
@@ -14,7 +14,7 @@ class RetentionAdmin:
     def __init__(self, retention: Retention, clock: Callable[[], datetime]):
         self._retention, self._clock = retention, clock
 
-    def prune(self, older_than: timedelta, *, who: str) -> Pruned:
+    def prune(self, older_than: timedelta, *, who: Actor) -> Pruned:
         """Completed/Failed fan-out tasks, finished import runs with their pages, and quarantine payloads
         older than the cutoff, in one transaction."""
         pruned = self._retention.prune(self._clock() - older_than)

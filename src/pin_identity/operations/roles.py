@@ -9,7 +9,7 @@ from uuid import UUID
 from pin_identity.domain.errors import NotFoundError
 from pin_identity.domain.fanout import FanOutPolicy
 from pin_identity.operations import identity
-from pin_identity.operations.audit import admin_action
+from pin_identity.operations.audit import Actor, admin_action
 from pin_identity.operations.ports import IdentityTransactions, RoleSummaries
 from pin_identity.operations.read_models import RoleSummary
 
@@ -29,7 +29,7 @@ class RoleAdmin:
         return found[0]
 
     def set_permissions(
-        self, role_id: UUID, permissions: Sequence[str], *, who: str
+        self, role_id: UUID, permissions: Sequence[str], *, who: Actor
     ) -> identity.PermissionsChange:
         """Replace the set, bump the role's version, notify its users inline (a small role) or enqueue a
         fan-out task, in one transaction."""

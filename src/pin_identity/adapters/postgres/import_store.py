@@ -270,9 +270,17 @@ class PostgresRunLock:
         return True
 
     def release(self) -> None:
-        if self._conn is not None:
-            self._conn.close()  # ending the session releases the lock
-            self._conn = None
+        if self._conn is None:
+            return
+        conn, self._conn = self._conn, None
+        try:
+            # Ending the session releases the lock too, but only once the server has seen the session end,
+            # some time after close() returns: meanwhile the lock would still be reported held, and refused.
+            conn.execute(query("release_import_lock"), {"key": self._key})
+        except psycopg.Error:
+            pass  # the session is gone, and its lock with it
+        finally:
+            conn.close()
 
     def holder(self) -> str | None:
         with self._database.connection() as conn:

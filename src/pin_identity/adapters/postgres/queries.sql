@@ -758,6 +758,9 @@ WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
 -- name: try_import_lock
 SELECT pg_try_advisory_lock(hashtextextended(%(key)s, 0));
 
+-- name: release_import_lock
+SELECT pg_advisory_unlock(hashtextextended(%(key)s, 0));
+
 -- name: reset_import_leases
 -- The holder is taken for dead: its attempt is given back, so a page on its last attempt is retried, not Failed.
 UPDATE identity.talent_import_pages

@@ -11,9 +11,13 @@
   const SECTIONS = ['imports', 'quarantine', 'fanout', 'roles', 'health'];
 
   const state = {
-    token: sessionStorage.getItem(TOKEN_KEY), timer: null, armed: new Map(), selectedRun: null, closedRun: null,
-    items: [], roles: [],
+    token: sessionStorage.getItem(TOKEN_KEY), operator: null, timer: null, armed: new Map(), selectedRun: null,
+    closedRun: null, items: [], roles: [],
   };
+
+  // What the signed-in operator may do, as GET /whoami said: a viewer is offered no action at all. The server
+  // decides regardless (a viewer's action is 403 IDENTITY_ADMIN_FORBIDDEN).
+  const canAct = () => Boolean(state.operator && state.operator.role === 'operator');
 
   // ------------------------------------------------------------------ small helpers
 
@@ -119,6 +123,7 @@
     let data = null;
     try { data = text ? JSON.parse(text) : null; } catch (_) { data = null; }
     if (response.status === 401) tokenRefused(data);
+    if (response.status === 403 && path !== '/whoami') signIn();  // the role may have changed: ask again
     if (response.ok) return { ok: true, status: response.status, data };
     return { ok: false, status: response.status, problem: data && typeof data === 'object' ? data : { detail: text } };
   }
@@ -152,6 +157,7 @@
   function tokenRefused(problem) {
     sessionStorage.removeItem(TOKEN_KEY);
     state.token = null;
+    state.operator = null;
     stopTimer();
     const code = problem && problem.code ? problem.code : 'IDENTITY_UNAUTHORIZED';
     notice(`The token was refused (401 ${code}). Enter it again.`);
@@ -160,10 +166,49 @@
 
   function showTokenState() {
     const hasToken = Boolean(state.token);
+    const known = Boolean(hasToken && state.operator);
     $('#token-form').hidden = hasToken;
     $('#session').hidden = !hasToken;
     $('#welcome').hidden = hasToken;
-    $('#main').hidden = !hasToken;
+    $('#main').hidden = !known;
+    $('#signed-in').hidden = !known;
+    if (known) {
+      $('#operator-name').textContent = state.operator.name;
+      $('#operator-role').textContent = state.operator.role === 'operator' ? 'operator' : 'viewer: read only';
+      document.body.dataset.role = state.operator.role;
+    } else {
+      delete document.body.dataset.role;
+      clearDrawn();
+    }
+    for (const control of document.querySelectorAll('[data-action]')) control.hidden = !canAct();
+    if (!canAct()) $('#role-editor').hidden = true;
+  }
+
+  // Signed out, nothing drawn for the last operator stays in the page: not on a shared screen, and not for the
+  // next operator, whose role may offer other actions.
+  function clearDrawn() {
+    for (const body of document.querySelectorAll('#main tbody')) body.replaceChildren();
+    for (const box of document.querySelectorAll('#main .outcome, #run-detail')) box.hidden = true;
+    $('#h-cards').replaceChildren();
+    $('#role-editor').hidden = true;
+    Object.assign(state, { items: [], roles: [], selectedRun: null, closedRun: null });
+  }
+
+  // Who the token belongs to and with which role; then the current section, drawn for that role.
+  async function signIn() {
+    if (!state.token) return showTokenState();
+    const result = await api('GET', '/whoami');
+    if (!result.ok) {
+      if (result.status !== 401) {
+        const problem = result.problem || {};
+        notice(`Signing in: ${result.status || ''} ${problem.code || ''} ${problem.detail || ''}`.trim());
+      }
+      return showTokenState();
+    }
+    state.operator = result.data;
+    showTokenState();
+    show(currentSection());
+    return undefined;
   }
 
   function useToken(event) {
@@ -175,13 +220,14 @@
     sessionStorage.setItem(TOKEN_KEY, token);
     input.value = '';
     notice('');
-    showTokenState();
-    show(currentSection());
+    state.operator = null;
+    signIn();
   }
 
   function forgetToken() {
     sessionStorage.removeItem(TOKEN_KEY);
     state.token = null;
+    state.operator = null;
     stopTimer();
     notice('');
     showTokenState();
@@ -213,7 +259,7 @@
       if (tab.dataset.section === name) tab.setAttribute('aria-current', 'page');
       else tab.removeAttribute('aria-current');
     }
-    if (state.token) LOADERS[name]();
+    if (state.token && state.operator) LOADERS[name]();
   }
 
   // ------------------------------------------------------------------ imports
@@ -253,7 +299,7 @@
     if (withDetails) {
       actions.push(button('Details', () => { state.selectedRun = run.runId; state.closedRun = null; loadRunDetail(run.runId); }));
     }
-    if (run.status === 'Running') {
+    if (run.status === 'Running' && canAct()) {
       actions.push(confirming(`cancel:${run.runId}`, 'Cancel', () => cancelRun(run.runId), { class: 'danger' }));
       actions.push(button('Reset leases', () => resetLeases(run.runId)));
     }
@@ -396,10 +442,10 @@
 
   function renderItems() {
     const rows = shownItems().map((item) => h('tr', { dataset: { itemId: item.itemId, code: item.errorCode } },
-      h('td', {}, h('input', { type: 'checkbox', class: 'pick', value: item.itemId, 'aria-label': `Select item ${item.itemId}`, onchange: updateSelection })),
+      h('td', {}, canAct() && h('input', { type: 'checkbox', class: 'pick', value: item.itemId, 'aria-label': `Select item ${item.itemId}`, onchange: updateSelection })),
       h('td', {}, h('code', { class: 'code' }, item.errorCode)),
       h('td', { class: 'reason' }, item.reason || '—'),
-      h('td', {}, button('Replay', () => replayItems([item.itemId]))),
+      h('td', {}, canAct() && button('Replay', () => replayItems([item.itemId]))),
       h('td', {}, mono(item.itemId)),
       h('td', {}, item.stage),
       h('td', {}, mono(item.externalId)),
@@ -410,7 +456,9 @@
     setRows($('#items-table'), rows);
     $('#q-select-all').checked = false;
     const label = $('#q-code').value ? `Replay the ${rows.length} shown` : 'Replay all';
-    $('#q-replay-all').replaceWith(confirming('replay-all', label, replayAll, { id: 'q-replay-all', disabled: rows.length === 0 }));
+    $('#q-replay-all').replaceWith(confirming('replay-all', label, replayAll, {
+      id: 'q-replay-all', disabled: rows.length === 0, 'data-action': true, hidden: !canAct(),
+    }));
     updateSelection();
   }
 
@@ -459,7 +507,7 @@
     const rows = tasks.map((task) => h('tr', { dataset: { taskId: task.taskId, status: task.status } },
       h('td', {}, mono(task.taskId)),
       h('td', {}, badge(task.status)),
-      h('td', {}, task.status === 'Failed' ? button('Replay', () => replayTask(task.taskId)) : ''),
+      h('td', {}, task.status === 'Failed' && canAct() ? button('Replay', () => replayTask(task.taskId)) : ''),
       h('td', { class: 'num' }, number(task.processedCount)),
       h('td', { class: 'num' }, number(task.attemptCount)),
       h('td', { class: 'reason' }, task.lastError || '—'),
@@ -502,7 +550,7 @@
       h('td', { class: 'num' }, number(role.version)),
       h('td', { class: 'num' }, number(role.holders)),
       h('td', { class: 'chips' }, role.permissions.length ? role.permissions.map((p) => h('span', { class: 'chip' }, p)) : '—'),
-      h('td', {}, button('Edit', () => editRole(role))),
+      h('td', {}, canAct() && button('Edit', () => editRole(role))),
     ));
     setRows($('#roles-table'), rows);
   }
@@ -609,5 +657,5 @@
 
   wire();
   showTokenState();
-  show(currentSection());
+  signIn();
 })();
