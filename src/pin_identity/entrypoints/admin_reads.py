@@ -13,12 +13,11 @@ from fastapi import Query, Request
 from pydantic import Field
 
 from pin_identity.domain.events import now_utc
-from pin_identity.domain.model import RoleStatus
 from pin_identity.domain.talent_import import ImportMode, RunStatus
 from pin_identity.entrypoints.admin_models import ReplayRequest
 from pin_identity.entrypoints.admin_problems import ProblemError, problem_responses
 from pin_identity.entrypoints.admin_routing import ContainerDep, RoleId, RunId, Who, admin_router
-from pin_identity.entrypoints.documents import ApiModel, ReplayResult, StageCounts
+from pin_identity.entrypoints.documents import ApiModel, ReplayResult, RoleView, StageCounts
 from pin_identity.observability import metrics
 from pin_identity.operations import read_models
 
@@ -62,32 +61,6 @@ class ImportRunSummary(ApiModel):
 class LeasesReset(ApiModel):
     run_id: UUID
     pages: int = Field(description="InProgress pages made claimable now.")
-
-
-class RoleView(ApiModel):
-    role_id: UUID
-    code: str
-    name: str
-    company_id: UUID | None = Field(description="Null for a system role.")
-    company_name: str | None
-    status: RoleStatus
-    version: int
-    permissions: list[str]
-    holders: int = Field(description="Users holding an Active assignment of the role: its fan-out size.")
-
-    @classmethod
-    def of(cls, role: read_models.RoleSummary) -> RoleView:
-        return cls(
-            role_id=role.role_id,
-            code=role.code,
-            name=role.name,
-            company_id=role.company_id,
-            company_name=role.company_name,
-            status=role.status,
-            version=role.version,
-            permissions=list(role.permissions),
-            holders=role.holders,
-        )
 
 
 class PartitionLagView(ApiModel):

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from pin_identity.domain.fanout import FanOutPath
-from pin_identity.domain.model import FanOutTaskStatus
+from pin_identity.domain.model import FanOutTaskStatus, RoleStatus
 from pin_identity.domain.talent import ImportStage
 from pin_identity.domain.talent_import import ImportMode, PageStatus, RunStatus, StageCounters
 from pin_identity.operations.identity import PermissionsChange
@@ -22,6 +22,7 @@ from pin_identity.operations.read_models import (
     ImportRunView,
     Pruned,
     Replayed,
+    RoleSummary,
 )
 
 
@@ -161,6 +162,34 @@ class FanOutTask(ApiModel):
     @classmethod
     def of(cls, view: FanOutTaskView) -> FanOutTask:
         return cls.model_validate(view, from_attributes=True)
+
+
+class RoleView(ApiModel):
+    """`GET /admin/v1/roles[/{roleId}]`, `roles list|show --json`."""
+
+    role_id: UUID
+    code: str
+    name: str
+    company_id: UUID | None = Field(description="Null for a system role.")
+    company_name: str | None
+    status: RoleStatus
+    version: int
+    permissions: list[str]
+    holders: int = Field(description="Users holding an Active assignment of the role: its fan-out size.")
+
+    @classmethod
+    def of(cls, role: RoleSummary) -> RoleView:
+        return cls(
+            role_id=role.role_id,
+            code=role.code,
+            name=role.name,
+            company_id=role.company_id,
+            company_name=role.company_name,
+            status=role.status,
+            version=role.version,
+            permissions=list(role.permissions),
+            holders=role.holders,
+        )
 
 
 class PermissionsChanged(ApiModel):
