@@ -77,6 +77,7 @@ def every_command(*, serve_port: int) -> list[tuple[str, ...]]:
         ("talent-import", "reset-leases", UNKNOWN),
         ("talent-import", "replay-failed", UNKNOWN),
         ("access", "audit", "--json"),
+        ("access", "show", UNKNOWN),
         ("serve", "--port", str(serve_port)),
         ("demo", "--companies", "1", "--users", "201"),
     ]
@@ -128,6 +129,7 @@ def test_unknown_ids(subprocess_env: dict[str, str], container: Container) -> No
     cases = [
         Case(("roles", "set-permissions", UNKNOWN, "deals.read"), 2, (NOT_FOUND, UNKNOWN)),
         Case(("roles", "show", UNKNOWN), 2, (NOT_FOUND, UNKNOWN)),
+        Case(("access", "show", UNKNOWN), 2, (NOT_FOUND, UNKNOWN)),
         Case(("fanout", "replay", UNKNOWN), 2, (NOT_FOUND, UNKNOWN)),
         *(
             Case(("talent-import", command, UNKNOWN), 2, (NOT_FOUND, UNKNOWN))

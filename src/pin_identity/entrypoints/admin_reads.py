@@ -1,7 +1,7 @@
 """The admin API's routes for the operator console (`/ui/`): the list of runs, reset-leases and the replay
-of a run's quarantine, the roles with their size, and the health summary. Same admission, problem answers
-and audit lines as the routes of admin_http (CONTRACTS section 6); the console has no logic of its own
-beyond these."""
+of a run's quarantine, the roles with their size, the health summary, and one user's access (`access show`).
+Same admission, problem answers and audit lines as the routes of admin_http (CONTRACTS section 6); the console
+has no logic of its own beyond these."""
 
 from __future__ import annotations
 
@@ -12,12 +12,14 @@ from uuid import UUID
 from fastapi import Query, Request
 from pydantic import Field
 
+from pin_identity.composition import BrokerUnreachableError
+from pin_identity.config import ConfigurationError
 from pin_identity.domain.events import now_utc
 from pin_identity.domain.talent_import import ImportMode, RunStatus
 from pin_identity.entrypoints.admin_models import ReplayRequest
 from pin_identity.entrypoints.admin_problems import ProblemError, problem_responses
-from pin_identity.entrypoints.admin_routing import ContainerDep, RoleId, RunId, Who, admin_router
-from pin_identity.entrypoints.documents import ApiModel, ReplayResult, RoleView, StageCounts
+from pin_identity.entrypoints.admin_routing import ContainerDep, RoleId, RunId, UserId, Who, admin_router
+from pin_identity.entrypoints.documents import ApiModel, ReplayResult, RoleView, StageCounts, UserAccessReport
 from pin_identity.observability import metrics
 from pin_identity.operations import read_models
 
@@ -191,4 +193,25 @@ def health_summary(request: Request, container: ContainerDep) -> HealthSummary:
     )
 
 
-routers = (runs, roles, health)
+# ---------------------------------------------------------------- one user's access
+
+access = admin_router("/admin/v1/access", "access")
+
+
+@access.get("/users/{userId}", response_model=UserAccessReport, responses=problem_responses(404, 503))
+def show_user_access(user_id: UserId, container: ContainerDep) -> UserAccessReport:
+    """`access show`: the user's Active assignments beside their last UserAccessChanged on
+    pin.identity.access.v1 (read from the end of the partition the user's key goes to), the user's access
+    events still in the outbox or dead-lettered, and the verdict (`matching`, `pending`, `drifted`,
+    `missing`); 200 whatever the verdict. 503 `IDENTITY_BROKER_UNAVAILABLE` when the broker does not answer
+    within 5 s; 503 `IDENTITY_MISCONFIGURED` when PIN_IDENTITY_KAFKA_CONFIG sets a partitioner whose
+    placement cannot be computed (`random`)."""
+    try:
+        return UserAccessReport.of(container.access_show(user_id))
+    except BrokerUnreachableError as exc:
+        raise ProblemError(503, "IDENTITY_BROKER_UNAVAILABLE", str(exc)) from None
+    except ConfigurationError as exc:
+        raise ProblemError(503, "IDENTITY_MISCONFIGURED", str(exc)) from None
+
+
+routers = (runs, roles, health, access)

@@ -6,11 +6,13 @@ Python code names fields in snake_case; JSON carries the camelCase aliases."""
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
+from pin_identity.domain.access_audit import Verdict
 from pin_identity.domain.fanout import FanOutPath
 from pin_identity.domain.model import FanOutTaskStatus, RoleStatus
 from pin_identity.domain.talent import ImportStage
@@ -20,9 +22,12 @@ from pin_identity.operations.read_models import (
     FailedItemView,
     FanOutTaskView,
     ImportRunView,
+    LastAccessEvent,
     Pruned,
+    QueuedAccessEvent,
     Replayed,
     RoleSummary,
+    UserAccess,
 )
 
 
@@ -202,6 +207,88 @@ class PermissionsChanged(ApiModel):
     @classmethod
     def of(cls, change: PermissionsChange) -> PermissionsChanged:
         return cls.model_validate(change, from_attributes=True)
+
+
+# ---------------------------------------------------------------- one user's access
+
+
+class AccessEventOnTopic(ApiModel):
+    """The user's last record on pin.identity.access.v1, as far as its value could be read."""
+
+    partition: int
+    offset: int
+    event_id: str | None
+    version: int | None
+    change_reason: str | None
+    changed_role_id: str | None
+    occurred_at: datetime | None
+    active_assignments: Any = Field(description="The event's activeAssignments as it was sent.")
+
+    @classmethod
+    def of(cls, event: LastAccessEvent) -> AccessEventOnTopic:
+        return cls.model_validate(event, from_attributes=True)
+
+
+class QueuedAccessEventView(ApiModel):
+    outbox_id: int
+    event_id: UUID
+    change_reason: str | None
+    version: int | None
+    queued_at: datetime
+    error: str | None = Field(description="A dead letter's: why the broker refused it for good.")
+
+    @classmethod
+    def of(cls, event: QueuedAccessEvent) -> QueuedAccessEventView:
+        return cls.model_validate(event, from_attributes=True)
+
+
+class AssignmentDifferenceView(ApiModel):
+    only_in_database: list[str] = Field(description="Active now, not in the last event: consumers lack it.")
+    only_on_topic: list[str] = Field(
+        description="In the last event, not Active now: consumers still grant it."
+    )
+    changed: list[str] = Field(description="In both, with other fields (role code, scope, expiry).")
+
+
+class UserAccessReport(ApiModel):
+    """`GET /admin/v1/access/users/{userId}`, `access show --json`."""
+
+    user_id: UUID
+    company_id: UUID | None
+    verdict: Verdict = Field(
+        description="`matching`: the last event carries the Active assignments; `pending`: an access event "
+        "of the user waits in the outbox; `drifted`: the last event carries other assignments; `missing`: "
+        "Active assignments and no event."
+    )
+    active_assignments: list[dict[str, Any]] = Field(
+        description="The user's Active assignments now, rendered as the event's activeAssignments."
+    )
+    last_event: AccessEventOnTopic | None
+    partition: int | None = Field(
+        description="The partition the user's key goes to (null: the topic does not exist)."
+    )
+    records_read: int = Field(description="Records read from that partition's end to find the last event.")
+    difference: AssignmentDifferenceView
+    outbox: list[QueuedAccessEventView] = Field(description="The user's access events not yet published.")
+    dead_letters: list[QueuedAccessEventView] = Field(
+        description="The user's access events the broker refused for good (outbox_dead_letters)."
+    )
+
+    @classmethod
+    def of(cls, access: UserAccess) -> UserAccessReport:
+        state, search, last = access.state, access.search, access.search.last_event
+        return cls(
+            user_id=state.user_id,
+            company_id=state.company_id,
+            verdict=access.verdict,
+            active_assignments=state.active_assignments,
+            last_event=AccessEventOnTopic.of(last) if last is not None else None,
+            partition=search.partition,
+            records_read=search.records_read,
+            difference=AssignmentDifferenceView.model_validate(access.difference, from_attributes=True),
+            outbox=[QueuedAccessEventView.of(event) for event in state.waiting],
+            dead_letters=[QueuedAccessEventView.of(event) for event in state.dead_letters],
+        )
 
 
 # ---------------------------------------------------------------- retention

@@ -134,6 +134,24 @@ WHERE topic = %(topic)s AND message_key ~ '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-
 -- name: users_with_active_assignments
 SELECT DISTINCT user_id FROM identity.role_assignments WHERE status = 'Active' ORDER BY user_id;
 
+-- name: user_exists
+SELECT EXISTS (SELECT 1 FROM identity.users WHERE id = %(user_id)s);
+
+-- name: queued_access_events_of_user
+-- `access show`: the user's access events still in the outbox (oldest first), then those the broker refused
+-- for good (dead letters). Neither table has an index on the key: the outbox is read whole, which costs
+-- nothing while the relay keeps it drained and grows with a backlog (BENCHMARKS.md, "access show").
+SELECT false, id, event_id, value::jsonb #>> '{payload,changeReason}', value::jsonb #>> '{payload,version}',
+       created_at, NULL::text
+FROM identity.outbox_events
+WHERE topic = %(topic)s AND message_key = %(key)s
+UNION ALL
+SELECT true, id, event_id, value::jsonb #>> '{payload,changeReason}', value::jsonb #>> '{payload,version}',
+       failed_at, error
+FROM identity.outbox_dead_letters
+WHERE topic = %(topic)s AND message_key = %(key)s
+ORDER BY 1, 2;
+
 -- ---------------------------------------------------------------- access fan-out queue
 
 -- name: enqueue_fanout_task
