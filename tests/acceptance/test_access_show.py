@@ -80,7 +80,7 @@ def test_exit_status_follows_the_verdict(
 
 
 def test_the_table_names_the_verdict_the_event_and_what_waits(
-    container: Container, subprocess_env: dict[str, str]
+    container: Container, subprocess_env: dict[str, str], database_url: str
 ) -> None:
     user, grant = _granted(container)
     publish_outbox(container)
@@ -94,6 +94,19 @@ def test_the_table_names_the_verdict_the_event_and_what_waits(
     assert code == 0
     assert "verdict  pending" in stdout and "only on the topic" in stdout
     assert "access events waiting in the outbox" in stdout and "RoleRevoked" in stdout
+    print(stdout)
+
+    publish_outbox(container)
+    granted = uuid.uuid4()  # behind the service's back: no event
+    with psycopg.connect(database_url) as conn:
+        conn.execute(
+            "INSERT INTO identity.role_assignments (id, role_id, user_id, scope_type)"
+            " SELECT %s, role_id, user_id, 'Platform' FROM identity.role_assignments WHERE id = %s",
+            (granted, grant),
+        )
+    code, stdout, _ = _show(subprocess_env, user)
+    assert code == 1
+    assert "verdict  drifted" in stdout and str(granted) in stdout and "only in the database" in stdout
     print(stdout)
 
 

@@ -147,7 +147,8 @@ def _assignment_rows(report: UserAccessReport) -> list[tuple[str, ...]]:
         **{a: "differs" for a in differs.changed},
     }
     rows, seen = [], set()
-    for item in [*report.active_assignments, *(topic if isinstance(topic, list) else [])]:
+    database = [a.model_dump(by_alias=True) for a in report.active_assignments]
+    for item in [*database, *(topic if isinstance(topic, list) else [])]:
         if not isinstance(item, dict) or item.get("assignmentId") in seen:
             continue
         seen.add(item.get("assignmentId"))

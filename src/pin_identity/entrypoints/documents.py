@@ -212,6 +212,20 @@ class PermissionsChanged(ApiModel):
 # ---------------------------------------------------------------- one user's access
 
 
+class AccessAssignment(ApiModel):
+    """An Active assignment as UserAccessChanged's activeAssignments carries it (CONTRACTS section 4), its
+    values in the event's own text."""
+
+    assignment_id: str
+    role_id: str
+    role_code: str
+    scope_type: str
+    scope_organization_id: str | None
+    scope_project_group_id: str | None
+    scope_project_id: str | None
+    expires_at: str | None
+
+
 class AccessEventOnTopic(ApiModel):
     """The user's last record on pin.identity.access.v1, as far as its value could be read."""
 
@@ -260,8 +274,8 @@ class UserAccessReport(ApiModel):
         "of the user waits in the outbox; `drifted`: the last event carries other assignments; `missing`: "
         "Active assignments and no event."
     )
-    active_assignments: list[dict[str, Any]] = Field(
-        description="The user's Active assignments now, rendered as the event's activeAssignments."
+    active_assignments: list[AccessAssignment] = Field(
+        description="The user's Active assignments now, rendered as the event renders them."
     )
     last_event: AccessEventOnTopic | None
     partition: int | None = Field(
@@ -281,7 +295,7 @@ class UserAccessReport(ApiModel):
             user_id=state.user_id,
             company_id=state.company_id,
             verdict=access.verdict,
-            active_assignments=state.active_assignments,
+            active_assignments=[AccessAssignment.model_validate(a) for a in state.active_assignments],
             last_event=AccessEventOnTopic.of(last) if last is not None else None,
             partition=search.partition,
             records_read=search.records_read,

@@ -119,8 +119,9 @@ class KafkaUserAccessLog:
                 raise AccessLogUnavailableError(
                     f"{self._topic} [{partition}]: nothing read from offset {start} in {self._timeout_s:g} s"
                 )
-            for message in messages:
+            if messages:
                 heard = time.monotonic()
+            for message in messages:
                 error = message.error()
                 if error is not None:
                     if error.code() == KafkaError._PARTITION_EOF:
