@@ -80,6 +80,7 @@ bench: $(STAMP) kafka
 	$(BIN)/python bench/access_fanout.py
 	$(BIN)/python bench/talent_apply.py
 	$(BIN)/python bench/talent_import.py
+	$(BIN)/python bench/access_show.py
 
 clean:
 	rm -rf $(VENV) .pin-identity

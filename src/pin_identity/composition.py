@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any
+from uuid import UUID
 
 import psycopg
 
@@ -17,8 +18,10 @@ from pin_identity.adapters.embedded_state import (
 )
 from pin_identity.adapters.kafka import embedded as embedded_kafka
 from pin_identity.adapters.kafka.access_log import KafkaAccessLog
+from pin_identity.adapters.kafka.access_lookup import KafkaUserAccessLog
 from pin_identity.adapters.kafka.distribution import KafkaRuntime, KafkaRuntimeUnavailableError, kafka_runtime
 from pin_identity.adapters.kafka.group_lag import KafkaConsumerLag
+from pin_identity.adapters.kafka.partitioning import UnsupportedPartitionerError
 from pin_identity.adapters.kafka.publisher import KafkaEventPublisher
 from pin_identity.adapters.kafka.reader import TopicReader
 from pin_identity.adapters.kafka.replay_source import TopicReplaySource
@@ -61,15 +64,22 @@ from pin_identity.jobs.ports import RunLock, SourceNotConfiguredError, SourceUna
 from pin_identity.jobs.talent_import import ImportSettings, TalentImportJob
 from pin_identity.jobs.talent_sync import TalentSyncJob, TalentSyncSettings
 from pin_identity.operations.access_audit import Progress, audit_access
+from pin_identity.operations.access_show import AccessLogUnavailableError, show_access
 from pin_identity.operations.fanout_admin import FanOutAdmin
 from pin_identity.operations.health import HealthReads
 from pin_identity.operations.imports import ImportOperations
 from pin_identity.operations.ports import ConsumerLagUnavailableError
+from pin_identity.operations.read_models import UserAccess
 from pin_identity.operations.retention import RetentionAdmin
 from pin_identity.operations.roles import RoleAdmin
 
 # A command that needs the broker waits this long for it at start (a healthy one answers in milliseconds).
 BROKER_START_TIMEOUT_S = 5.0
+
+
+class BrokerUnreachableError(ConfigurationError):
+    """A read that needs the broker now (`access show`) got no answer: the CLI says it as any configuration
+    failure (exit 2, naming the variable), the HTTP API as 503."""
 
 
 def _missing_extra(what: str) -> ConfigurationError:
@@ -320,6 +330,19 @@ class Container:
         truth = PostgresAccessTruth(self.database)
         self.require_broker()
         return audit_access(KafkaAccessLog(self.kafka_client_config), truth, progress)
+
+    def access_show(self, user_id: UUID) -> UserAccess:
+        """NotFoundError for an unknown user; BrokerUnreachableError when the broker does not answer;
+        ConfigurationError when PIN_IDENTITY_KAFKA_CONFIG sets a partitioner whose placement cannot be
+        computed."""
+        try:
+            log = KafkaUserAccessLog(self.kafka_client_config)
+        except UnsupportedPartitionerError as exc:
+            raise ConfigurationError(f"PIN_IDENTITY_KAFKA_CONFIG: {exc}") from None
+        try:
+            return show_access(log, PostgresAccessTruth(self.database), user_id)
+        except AccessLogUnavailableError as exc:
+            raise BrokerUnreachableError(_BROKER_FAILURES[BrokerFailure.UNREACHABLE].format(exc)) from None
 
     def close(self) -> None:
         for close in reversed(self._closers):

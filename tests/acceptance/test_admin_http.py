@@ -35,10 +35,12 @@ from pin_identity.config import ConfigurationError, Settings
 from pin_identity.entrypoints.admin_http import create_app
 from pin_identity.operations import identity
 from pin_identity.simulation.talent import SimulatedTalentApi, generate_dataset
+from tests.acceptance.test_cli import run_cli
 from tests.conftest import TalentTopics
 from tests.support import seed, talent
 from tests.support.health import wait_for_healthz
 from tests.support.operators import bearer, write_tokens_file
+from tests.support.relay import publish_outbox
 from tests.support.talent_import import job
 from tests.support.waiting import wait_until
 
@@ -50,6 +52,7 @@ UNKNOWN = "00000000-0000-4000-8000-00000000beef"
 RUNS = "/admin/v1/talent-import/runs"
 TASKS = "/admin/v1/access-fanout/tasks"
 SYNC_ITEMS = "/admin/v1/talent-sync/failed-items"
+ACCESS = "/admin/v1/access/users"
 MIB = 1024 * 1024  # the largest body an admin route takes (CONTRACTS section 6)
 GIB = 1024 * MIB
 
@@ -354,6 +357,47 @@ def test_set_role_permissions_errors(client: TestClient, admin_container: Contai
     assert_problem(archived, 409, "IDENTITY_CONFLICT")
 
 
+# ---------------------------------------------------------------- one user's access
+
+
+def test_a_users_access_is_the_document_access_show_prints(
+    client: TestClient, admin_container: Container, subprocess_env: dict[str, str]
+) -> None:
+    company = seed.company(admin_container.transactions)
+    role = seed.role(admin_container.transactions, company)
+    user = seed.user(admin_container.transactions, company)
+    grant = seed.grant(admin_container.transactions, user, role, company)
+    publish_outbox(admin_container)
+    answer = client.get(f"{ACCESS}/{user}", headers=AUTH)
+    assert answer.status_code == 200, answer.text
+    document = answer.json()
+    assert (document["verdict"], document["outbox"], document["deadLetters"]) == ("matching", [], [])
+    assert [a["assignmentId"] for a in document["activeAssignments"]] == [str(grant)]
+    assert document["lastEvent"]["activeAssignments"] == document["activeAssignments"]
+    printed = run_cli(subprocess_env, "access", "show", str(user), "--json")
+    assert json.loads(printed.stdout) == document
+
+    identity.revoke_role_assignment(admin_container.transactions, identity.Context.fresh(), grant)
+    pending = client.get(f"{ACCESS}/{user}", headers=AUTH).json()
+    assert pending["verdict"] == "pending"  # 200 whatever the verdict: the answer is the document
+    assert pending["difference"] == {"onlyInDatabase": [], "onlyOnTopic": [str(grant)], "changed": []}
+
+
+def test_a_users_access_errors(client: TestClient, admin_container: Container, settings: Settings) -> None:
+    assert_problem(client.get(f"{ACCESS}/{UNKNOWN}", headers=AUTH), 404, "IDENTITY_NOT_FOUND")
+    malformed = assert_problem(client.get(f"{ACCESS}/nope", headers=AUTH), 422, "IDENTITY_INVALID_REQUEST")
+    assert malformed["errors"][0]["location"] == "path.userId"
+    user = seed.user(admin_container.transactions)
+    no_broker = _admin_container(settings, kafka_bootstrap_servers="127.0.0.1:1")
+    try:
+        with TestClient(create_app(no_broker)) as unready:
+            answer = unready.get(f"{ACCESS}/{user}", headers=AUTH)
+    finally:
+        no_broker.close()
+    body = assert_problem(answer, 503, "IDENTITY_BROKER_UNAVAILABLE")
+    assert body["detail"].startswith("PIN_IDENTITY_KAFKA_BOOTSTRAP_SERVERS: broker unreachable")
+
+
 def test_the_consumers_quarantine_is_listed_with_reasons_and_replayed(
     client: TestClient, admin_container: Container
 ) -> None:
@@ -412,6 +456,7 @@ ROLE_MATRIX: dict[tuple[str, str], tuple[str, dict[str, Any] | None, int, int]] 
         404,
     ),
     ("GET", "/admin/v1/health/summary"): ("/admin/v1/health/summary", None, 200, 200),
+    ("GET", f"{ACCESS}/{{userId}}"): (f"{ACCESS}/{UNKNOWN}", None, 404, 404),
 }
 
 
@@ -640,7 +685,7 @@ def test_schemathesis_finds_no_server_error(
             documented = opened.get("/openapi.json").json()["paths"]
     finally:
         container.close()
-    assert len(fuzzed) == sum(len(operations) for operations in documented.values()) >= 20
+    assert len(fuzzed) == sum(len(operations) for operations in documented.values()) >= 21
 
 
 # ---------------------------------------------------------------- the `serve` command

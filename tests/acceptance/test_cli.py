@@ -10,6 +10,7 @@ import sys
 import httpx
 import pytest
 
+from pin_identity import __version__
 from pin_identity.adapters.kafka.embedded import free_port
 from pin_identity.composition import Container
 from tests.support import seed
@@ -135,3 +136,8 @@ def test_worker_serves_metrics_health_and_readiness(
     finally:
         worker.send_signal(signal.SIGTERM)
         assert worker.wait(timeout=30) == 0
+
+
+def test_version(subprocess_env: dict[str, str]) -> None:
+    result = run_cli(subprocess_env, "--version")
+    assert (result.returncode, result.stdout) == (0, f"pin-identity {__version__}\n")

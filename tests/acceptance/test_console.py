@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
@@ -41,6 +42,7 @@ from pin_identity.simulation.talent import TalentDataset, generate_dataset
 from tests.support import seed, talent
 from tests.support.health import wait_for_healthz
 from tests.support.operators import bearer, write_tokens_file
+from tests.support.relay import publish_outbox
 from tests.support.talent_import import TalentWorld, job
 from tests.support.waiting import wait_until
 
@@ -239,6 +241,7 @@ def test_the_page_needs_no_token_and_each_data_call_sends_it(console: Console, p
         "/admin/v1/roles",
         "/admin/v1/roles/{roleId}",
         "/admin/v1/health/summary",
+        "/admin/v1/access/users/{userId}",
     } <= paths
     auth = {"Authorization": f"Bearer {TOKEN}"}
     for unknown in (f"talent-import/runs/{uuid.uuid4()}/reset-leases", f"roles/{uuid.uuid4()}"):
@@ -579,6 +582,61 @@ def test_roles_show_size_and_permissions_and_a_change_is_inline_or_queued(
     page.locator("#roles-outcome").get_by_role("button", name="See it in Fan-out").click()
     expect(page.locator(f'#tasks-table tr[data-task-id="{task_id}"]')).to_contain_text("Pending")
     assert audit_actions(console).count("set-role-permissions") == 2
+
+
+# ---------------------------------------------------------------- access
+
+
+def _look_up(page: Page, user: uuid.UUID | str) -> None:
+    page.fill("#a-user", str(user))
+    page.click("#access-find button[type=submit]")
+
+
+def test_access_looks_a_user_up_with_the_answer_of_access_show(
+    console: Console, page: Page, database_url: str, subprocess_env: dict[str, str]
+) -> None:
+    container = console.container
+    company = seed.company(container.transactions)
+    role = seed.role(container.transactions, company, code="site-manager")
+    matching, drifted = (seed.user(container.transactions, company) for _ in range(2))
+    granted = {user: seed.grant(container.transactions, user, role, company) for user in (matching, drifted)}
+    publish_outbox(container)
+    with psycopg.connect(database_url) as conn:  # behind the service's back: consumers still grant it
+        conn.execute(
+            "UPDATE identity.role_assignments SET status = 'Revoked' WHERE id = %s", (granted[drifted],)
+        )
+
+    sign_in(page, console, "access")
+    _look_up(page, matching)
+    expect(page.locator("#access-detail")).to_have_attribute("data-verdict", "matching")
+    expect(page.locator("#access-table tbody tr")).to_have_count(1)
+    row = page.locator(f'#access-table tr[data-assignment-id="{granted[matching]}"]')
+    expect(row).to_have_attribute("data-standing", "same in both")
+    expect(page.locator("#access-detail")).to_contain_text("RoleAssigned")
+    shoot(page, "access-matching")
+
+    _look_up(page, drifted)
+    expect(page.locator("#access-detail")).to_have_attribute("data-verdict", "drifted")
+    row = page.locator(f'#access-table tr[data-assignment-id="{granted[drifted]}"]')
+    expect(row).to_have_attribute("data-standing", "only on the topic")
+    shown = run_cli_json(subprocess_env, "access", "show", str(drifted))
+    expect(page.locator("#access-detail")).to_contain_text(f"offset {shown['lastEvent']['offset']:,}")
+    assert shown["verdict"] == "drifted"
+    shoot(page, "access-drifted")
+
+    unknown = uuid.uuid4()
+    _look_up(page, unknown)
+    expect(page.locator("#access-outcome")).to_contain_text("404 IDENTITY_NOT_FOUND")
+    expect(page.locator("#access-detail")).to_be_hidden()
+
+
+def run_cli_json(env: dict[str, str], *args: str) -> dict[str, Any]:
+    result = subprocess.run(
+        [*CLI, *args, "--json"], env=env, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.stdout, result.stderr
+    document: dict[str, Any] = json.loads(result.stdout)
+    return document
 
 
 # ---------------------------------------------------------------- health

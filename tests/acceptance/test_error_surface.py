@@ -63,6 +63,8 @@ def every_command(*, serve_port: int) -> list[tuple[str, ...]]:
         ("worker", "--once"),
         ("worker", "--jobs", "access-fanout", "--once"),
         ("roles", "set-permissions", UNKNOWN, "deals.read"),
+        ("roles", "list"),
+        ("roles", "show", UNKNOWN),
         ("fanout", "list"),
         ("fanout", "replay", UNKNOWN),
         ("talent-import", "run", "--mode", "api-pull"),
@@ -75,6 +77,7 @@ def every_command(*, serve_port: int) -> list[tuple[str, ...]]:
         ("talent-import", "reset-leases", UNKNOWN),
         ("talent-import", "replay-failed", UNKNOWN),
         ("access", "audit", "--json"),
+        ("access", "show", UNKNOWN),
         ("serve", "--port", str(serve_port)),
         ("demo", "--companies", "1", "--users", "201"),
     ]
@@ -95,8 +98,8 @@ BROKER_CASES = [
 
 
 def test_an_unreachable_database(subprocess_env: dict[str, str]) -> None:
-    touch_no_database = {("kafka", "ensure-topics"), ("embedded", "stop")}
-    commands = [*every_command(serve_port=free_port()), ("embedded", "stop")]
+    touch_no_database = {("kafka", "ensure-topics"), ("embedded", "stop"), ("--version",)}
+    commands = [*every_command(serve_port=free_port()), ("embedded", "stop"), ("--version",)]
     cases = [Case(args, 0) if args in touch_no_database else Case(args, 2, (DATABASE,)) for args in commands]
     run_table({**subprocess_env, **NO_DATABASE, "PIN_IDENTITY_ADMIN_TOKEN": "t"}, cases)
 
@@ -125,6 +128,8 @@ def test_unknown_ids(subprocess_env: dict[str, str], container: Container) -> No
     run_id = str(finished.run_id)
     cases = [
         Case(("roles", "set-permissions", UNKNOWN, "deals.read"), 2, (NOT_FOUND, UNKNOWN)),
+        Case(("roles", "show", UNKNOWN), 2, (NOT_FOUND, UNKNOWN)),
+        Case(("access", "show", UNKNOWN), 2, (NOT_FOUND, UNKNOWN)),
         Case(("fanout", "replay", UNKNOWN), 2, (NOT_FOUND, UNKNOWN)),
         *(
             Case(("talent-import", command, UNKNOWN), 2, (NOT_FOUND, UNKNOWN))

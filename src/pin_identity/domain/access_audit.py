@@ -3,6 +3,7 @@
 CONTRACTS section 4 (convergence): once the outbox is drained, the last event of every user on the access
 topic carries exactly that user's Active assignments. The audit compares two streams ordered by user id,
 each user's last event and each user's truth, as one merge: its memory does not grow with the users.
+`access show` judges one user by the same rule (`verdict`) and says which assignments differ (`difference`).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import hashlib
 import json
 from collections.abc import Iterable, Iterator, Set
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 # A user key is the 16 bytes of the user's uuid (ordered as PostgreSQL orders uuids); a fingerprint is 8 bytes
@@ -34,6 +36,60 @@ def fingerprint(active_assignments: Any) -> Fingerprint:
 
 
 NO_ASSIGNMENTS = fingerprint([])
+
+
+class Verdict(StrEnum):
+    MATCHING = "matching"
+    DRIFTED = "drifted"
+    MISSING = "missing"
+    PENDING = "pending"
+
+    @property
+    def converged(self) -> bool:
+        """Nothing to repair: the topic carries the truth, or the outbox is about to."""
+        return self in (Verdict.MATCHING, Verdict.PENDING)
+
+
+def verdict(last: Fingerprint | None, truth: Fingerprint, *, pending: bool) -> Verdict:
+    """One user: `last` is the fingerprint of their last event on the topic (None: no event), `truth` that of
+    their Active assignments now. A user with an access event still in the outbox is pending, whatever the
+    topic says; one with neither an event nor an Active assignment has nothing to carry."""
+    if pending:
+        return Verdict.PENDING
+    if last is None:
+        return Verdict.MATCHING if truth == NO_ASSIGNMENTS else Verdict.MISSING
+    return Verdict.MATCHING if last == truth else Verdict.DRIFTED
+
+
+@dataclass(frozen=True)
+class AssignmentDifference:
+    """Assignment ids by where they stand. `only_on_topic`: what consumers still grant and the database no
+    longer holds Active (the incident's first question); `only_in_database`: what consumers do not know yet;
+    `changed`: the same assignment with other fields (role code, scope, expiry)."""
+
+    only_in_database: tuple[str, ...] = ()
+    only_on_topic: tuple[str, ...] = ()
+    changed: tuple[str, ...] = ()
+
+
+def difference(database: Any, topic: Any) -> AssignmentDifference:
+    """Both sides as activeAssignments arrays (the event's wire form); entries without an id are ignored."""
+    ours, theirs = _by_id(database), _by_id(topic)
+    return AssignmentDifference(
+        only_in_database=tuple(sorted(ours.keys() - theirs.keys())),
+        only_on_topic=tuple(sorted(theirs.keys() - ours.keys())),
+        changed=tuple(sorted(a for a in ours.keys() & theirs.keys() if ours[a] != theirs[a])),
+    )
+
+
+def _by_id(assignments: Any) -> dict[str, Any]:
+    if not isinstance(assignments, list):
+        return {}
+    return {
+        item["assignmentId"]: item
+        for item in assignments
+        if isinstance(item, dict) and isinstance(item.get("assignmentId"), str)
+    }
 
 
 @dataclass
@@ -63,8 +119,18 @@ class AuditReport:
             "incompletePartitions": self.incomplete,
         }
 
-    def _example(self, user: UserKey) -> None:
-        if len(self.examples) < MAX_EXAMPLES:
+    def count(self, user: UserKey, judged: Verdict) -> None:
+        self.users += 1
+        match judged:
+            case Verdict.MATCHING:
+                self.matching += 1
+            case Verdict.PENDING:
+                self.pending += 1
+            case Verdict.MISSING:
+                self.missing += 1
+            case Verdict.DRIFTED:
+                self.drifted += 1
+        if not judged.converged and len(self.examples) < MAX_EXAMPLES:
             self.examples.append(_uuid_text(user))
 
 
@@ -75,8 +141,8 @@ def compare(
     topic must have none. A user with an outbox row not yet published is pending, whatever the topic says."""
     report = AuditReport()
     for user, last, truth in _merge(iter(last_events), iter(truths)):
-        if last is not None or truth != NO_ASSIGNMENTS:
-            _judge(report, user, last, truth, pending)
+        if last is not None or truth != NO_ASSIGNMENTS:  # a user only tombstoned on the topic is no one's
+            report.count(user, verdict(last, truth, pending=user in pending))
     return report
 
 
@@ -95,22 +161,6 @@ def _merge(
         elif last is not None and truth is not None:  # the same user in both
             yield truth[0], last[1], truth[1]
             last, truth = next(last_events, None), next(truths, None)
-
-
-def _judge(
-    report: AuditReport, user: UserKey, last: Fingerprint | None, truth: Fingerprint, pending: Set[UserKey]
-) -> None:
-    report.users += 1
-    if user in pending:
-        report.pending += 1
-    elif last is None:
-        report.missing += 1
-        report._example(user)
-    elif last != truth:
-        report.drifted += 1
-        report._example(user)
-    else:
-        report.matching += 1
 
 
 def _uuid_text(user: UserKey) -> str:

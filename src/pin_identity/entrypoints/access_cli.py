@@ -1,9 +1,12 @@
-"""`pin-identity access audit`: does the access topic carry every user's current truth (convergence)?"""
+"""`pin-identity access audit`: does the access topic carry every user's current truth (convergence)?
+`pin-identity access show USER_ID`: does it for this user (an authorization incident's first question)?"""
 
 from __future__ import annotations
 
 import json
 import sys
+from typing import Annotated, Any
+from uuid import UUID
 
 import typer
 from rich.console import Console
@@ -12,6 +15,16 @@ from rich.table import Table
 
 from pin_identity.domain.access_audit import AuditReport
 from pin_identity.entrypoints.cli_common import JsonOption, command_group, container_from_env
+from pin_identity.entrypoints.cli_output import (
+    Column,
+    print_fields,
+    print_json,
+    print_rows,
+    stdout,
+    text,
+    when,
+)
+from pin_identity.entrypoints.documents import QueuedAccessEventView, UserAccessReport
 
 EXIT_DRIFT = 1
 # The topic could not be read to its end (a partition stalled or unreachable): the counts are not a verdict.
@@ -74,3 +87,132 @@ def _print(report: AuditReport) -> None:
         console.print("converged")
     else:
         console.print("NOT converged: see docs/runbooks.md#access-drift")
+
+
+# ---------------------------------------------------------------- access show
+
+
+@access_app.command("show")
+def access_show(
+    user_id: Annotated[UUID, typer.Argument(help="The user.")],
+    as_json: JsonOption = False,
+) -> None:
+    """One user's Active assignments beside their last UserAccessChanged on the topic, the access events still
+    in the outbox, and a verdict: exit 0 when matching or pending, 1 when drifted or missing.
+
+    Reads only the partition the user's key goes to, backwards from its end.
+    """
+    with container_from_env() as container:
+        access = container.access_show(user_id)
+    report = UserAccessReport.of(access)
+    if as_json:
+        print_json(report)
+    else:
+        _print_access(report)
+    if not access.verdict.converged:
+        raise typer.Exit(EXIT_DRIFT)
+
+
+_ASSIGNMENT_COLUMNS = (
+    Column("assignment id", whole=True),
+    Column("role", whole=True),
+    Column("scope"),
+    Column("expires"),
+    Column("standing", whole=True),
+)
+
+
+def _print_access(report: UserAccessReport) -> None:
+    console = stdout()
+    verdict = report.verdict.value
+    if not report.verdict.converged:
+        verdict += "  (docs/runbooks.md#access-drift)"
+    print_fields(
+        [("user", str(report.user_id)), ("company", report.company_id), ("verdict", verdict)],
+        title="access show",
+        console=console,
+    )
+    console.print()
+    print_rows(
+        _ASSIGNMENT_COLUMNS,
+        _assignment_rows(report),
+        title="assignments: Active in the database, or carried by the last event",
+        empty="no Active assignment, none in the last event",
+        console=console,
+    )
+    console.print()
+    _print_last_event(report, console)
+    if report.outbox:
+        console.print()
+        _print_queued("waiting in the outbox", report.outbox, console)
+    if report.dead_letters:
+        console.print()
+        _print_queued("refused by the broker (outbox_dead_letters)", report.dead_letters, console)
+
+
+def _assignment_rows(report: UserAccessReport) -> list[tuple[str, ...]]:
+    topic = report.last_event.active_assignments if report.last_event is not None else []
+    differs = report.difference
+    standing = {
+        **{a: "only in the database" for a in differs.only_in_database},
+        **{a: "only on the topic" for a in differs.only_on_topic},
+        **{a: "differs" for a in differs.changed},
+    }
+    rows, seen = [], set()
+    database = [a.model_dump(by_alias=True) for a in report.active_assignments]
+    for item in [*database, *(topic if isinstance(topic, list) else [])]:
+        if not isinstance(item, dict) or item.get("assignmentId") in seen:
+            continue
+        seen.add(item.get("assignmentId"))
+        rows.append(_assignment_row(item, standing))
+    return rows
+
+
+def _assignment_row(item: dict[str, Any], standing: dict[str, str]) -> tuple[str, ...]:
+    assignment = str(item.get("assignmentId"))
+    scope = item.get("scopeOrganizationId") or item.get("scopeProjectGroupId") or item.get("scopeProjectId")
+    return (
+        assignment,
+        str(item.get("roleCode")),
+        f"{item.get('scopeType')} {scope}" if scope else str(item.get("scopeType")),
+        str(item.get("expiresAt") or "-"),
+        standing.get(assignment, "same in both"),
+    )
+
+
+def _print_last_event(report: UserAccessReport, console: Console) -> None:
+    records = f"{report.records_read:,} record{'' if report.records_read == 1 else 's'}"
+    where = f"partition {report.partition}, {records} read from its end"
+    if report.partition is None:
+        where = "the topic does not exist"
+    event = report.last_event
+    if event is None:
+        console.print(f"last event on pin.identity.access.v1: none ({where})")
+        return
+    fields = [
+        ("partition", event.partition),
+        ("offset", event.offset),
+        ("version", event.version),
+        ("change reason", event.change_reason),
+        ("changed role", event.changed_role_id),
+        ("occurred at", when(event.occurred_at)),
+        ("event id", event.event_id),
+    ]
+    print_fields(fields, title=f"last event on pin.identity.access.v1 ({where})", console=console)
+
+
+_QUEUED_COLUMNS = (
+    Column("outbox id", whole=True),
+    Column("change reason", whole=True),
+    Column("version"),
+    Column("since"),
+    Column("error"),
+)
+
+
+def _print_queued(title: str, events: list[QueuedAccessEventView], console: Console) -> None:
+    rows = [
+        (str(e.outbox_id), e.change_reason or "-", text(e.version), when(e.queued_at), e.error or "-")
+        for e in events
+    ]
+    print_rows(_QUEUED_COLUMNS, rows, title=f"access events {title}", empty="", console=console)

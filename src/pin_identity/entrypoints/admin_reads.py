@@ -1,7 +1,7 @@
 """The admin API's routes for the operator console (`/ui/`): who is signed in, the list of runs, reset-leases
-and the replay of a run's quarantine, the roles with their size, and the health summary. Same admission,
-problem answers and audit lines as the routes of admin_http (CONTRACTS section 6); the console has no logic
-of its own beyond these."""
+and the replay of a run's quarantine, the roles with their size, the health summary, and one user's access
+(`access show`). Same admission, problem answers and audit lines as the routes of admin_http (CONTRACTS
+section 6); the console has no logic of its own beyond these."""
 
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ from uuid import UUID
 from fastapi import Query, Request
 from pydantic import Field
 
+from pin_identity.composition import BrokerUnreachableError
+from pin_identity.config import ConfigurationError
 from pin_identity.domain.events import now_utc
-from pin_identity.domain.model import RoleStatus
 from pin_identity.domain.talent_import import ImportMode, RunStatus
 from pin_identity.entrypoints.admin_models import ReplayRequest
 from pin_identity.entrypoints.admin_operators import AdminRole
@@ -23,10 +24,11 @@ from pin_identity.entrypoints.admin_routing import (
     RoleId,
     RunId,
     SignedIn,
+    UserId,
     Who,
     admin_router,
 )
-from pin_identity.entrypoints.documents import ApiModel, ReplayResult, StageCounts
+from pin_identity.entrypoints.documents import ApiModel, ReplayResult, RoleView, StageCounts, UserAccessReport
 from pin_identity.observability import metrics
 from pin_identity.operations import read_models
 
@@ -75,32 +77,6 @@ class ImportRunSummary(ApiModel):
 class LeasesReset(ApiModel):
     run_id: UUID
     pages: int = Field(description="InProgress pages made claimable now.")
-
-
-class RoleView(ApiModel):
-    role_id: UUID
-    code: str
-    name: str
-    company_id: UUID | None = Field(description="Null for a system role.")
-    company_name: str | None
-    status: RoleStatus
-    version: int
-    permissions: list[str]
-    holders: int = Field(description="Users holding an Active assignment of the role: its fan-out size.")
-
-    @classmethod
-    def of(cls, role: read_models.RoleSummary) -> RoleView:
-        return cls(
-            role_id=role.role_id,
-            code=role.code,
-            name=role.name,
-            company_id=role.company_id,
-            company_name=role.company_name,
-            status=role.status,
-            version=role.version,
-            permissions=list(role.permissions),
-            holders=role.holders,
-        )
 
 
 class PartitionLagView(ApiModel):
@@ -243,4 +219,25 @@ def health_summary(request: Request, container: ContainerDep) -> HealthSummary:
     )
 
 
-routers = (operators, runs, roles, health)
+# ---------------------------------------------------------------- one user's access
+
+access = admin_router("/admin/v1/access", "access")
+
+
+@access.get("/users/{userId}", response_model=UserAccessReport, responses=problem_responses(404, 503))
+def show_user_access(user_id: UserId, container: ContainerDep) -> UserAccessReport:
+    """`access show`: the user's Active assignments beside their last UserAccessChanged on
+    pin.identity.access.v1 (read from the end of the partition the user's key goes to), the user's access
+    events still in the outbox or dead-lettered, and the verdict (`matching`, `pending`, `drifted`,
+    `missing`); 200 whatever the verdict. 503 `IDENTITY_BROKER_UNAVAILABLE` when the broker does not answer
+    within 5 s; 503 `IDENTITY_MISCONFIGURED` when PIN_IDENTITY_KAFKA_CONFIG sets a partitioner whose
+    placement cannot be computed (`random`)."""
+    try:
+        return UserAccessReport.of(container.access_show(user_id))
+    except BrokerUnreachableError as exc:
+        raise ProblemError(503, "IDENTITY_BROKER_UNAVAILABLE", str(exc)) from None
+    except ConfigurationError as exc:
+        raise ProblemError(503, "IDENTITY_MISCONFIGURED", str(exc)) from None
+
+
+routers = (operators, runs, roles, health, access)

@@ -48,6 +48,7 @@ Who = Annotated[Actor, Depends(caller)]
 RunId = Annotated[UUID, Path(alias="runId", description="The import run.")]
 TaskId = Annotated[UUID, Path(alias="taskId", description="The fan-out task.")]
 RoleId = Annotated[UUID, Path(alias="roleId", description="The role.")]
+UserId = Annotated[UUID, Path(alias="userId", description="The user.")]
 
 
 def admin_router(prefix: str, tag: str) -> APIRouter:

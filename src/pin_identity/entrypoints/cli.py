@@ -13,6 +13,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from pin_identity import __version__
 from pin_identity.composition import dependency_error, stop_embedded_servers
 from pin_identity.config import ConfigurationError, Settings, load_settings
 from pin_identity.domain.errors import IdentityError
@@ -49,6 +50,12 @@ app.add_typer(talent_import_app, name="talent-import")
 app.add_typer(access_app, name="access")
 
 
+def _print_version(wanted: bool) -> None:
+    if wanted:
+        typer.echo(f"pin-identity {__version__}")
+        raise typer.Exit(EXIT_OK)
+
+
 @app.callback(invoke_without_command=True)
 def root(
     ctx: typer.Context,
@@ -58,6 +65,10 @@ def root(
             "--run-initial-import",
             help="Run the Talent bootstrap (mode from PIN_IDENTITY_TALENT_IMPORT_MODE) and exit.",
         ),
+    ] = False,
+    _version: Annotated[
+        bool,
+        typer.Option("--version", is_eager=True, callback=_print_version, help="Print the version and exit."),
     ] = False,
 ) -> None:
     if initial_import:

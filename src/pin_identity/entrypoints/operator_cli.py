@@ -19,11 +19,75 @@ from pin_identity.entrypoints.cli_output import (
     text,
     when,
 )
-from pin_identity.entrypoints.documents import FanOutTask, PermissionsChanged, PruneResult
+from pin_identity.entrypoints.documents import FanOutTask, PermissionsChanged, PruneResult, RoleView
 
 roles_app = command_group("Role definitions.")
 fanout_app = command_group("The access fan-out queue.")
 maintenance_app = command_group("Retention.")
+
+
+_ROLE_COLUMNS = (
+    Column("role id", whole=True),
+    Column("code", whole=True),
+    Column("name"),
+    Column("company"),
+    Column("status", whole=True),
+    Column("version"),
+    Column("holders"),
+    Column("permissions"),
+)
+
+
+@roles_app.command("list")
+def roles_list(
+    code: Annotated[str | None, typer.Option("--code", help="Only roles with this code.")] = None,
+    limit: Annotated[int, typer.Option("--limit", min=1, max=1000, help="At most this many.")] = 100,
+    as_json: JsonOption = False,
+) -> None:
+    """Roles with their permissions and size (holders): system roles first, then by company and code."""
+    with container_from_env() as container:
+        roles = container.role_admin.roles(code=code, limit=limit)
+    if as_json:
+        print_json([RoleView.of(role) for role in roles])
+        return
+    rows = [
+        (
+            str(role.role_id),
+            role.code,
+            role.name,
+            role.company_name or (str(role.company_id) if role.company_id else "system role"),
+            role.status.value,
+            text(role.version),
+            text(role.holders),
+            ", ".join(role.permissions) or "-",
+        )
+        for role in roles
+    ]
+    print_rows(_ROLE_COLUMNS, rows, title="roles", empty="no role found", console=stdout())
+
+
+@roles_app.command("show")
+def roles_show(
+    role_id: Annotated[UUID, typer.Argument(help="The role.")],
+    as_json: JsonOption = False,
+) -> None:
+    """One role with its permissions and size (holders)."""
+    with container_from_env() as container:
+        role = container.role_admin.role(role_id)
+    if as_json:
+        print_json(RoleView.of(role))
+        return
+    fields = [
+        ("role id", role.role_id),
+        ("code", role.code),
+        ("name", role.name),
+        ("company", role.company_name or role.company_id or "system role"),
+        ("status", role.status.value),
+        ("version", role.version),
+        ("holders", role.holders),
+        ("permissions", ", ".join(role.permissions) or None),
+    ]
+    print_fields(fields, title=f"role {role.code}", console=stdout())
 
 
 @roles_app.command("set-permissions")

@@ -1,5 +1,6 @@
 """What operators read: a run with its progress, the list of runs, a quarantined item, a fan-out task, a role
-with its size, what a prune removed, and the health the console shows (dead letters, a consumer group's lag).
+with its size, what a prune removed, the health the console shows (dead letters, a consumer group's lag), and
+one user's access (`access show`).
 
 The stores answer with these values and the operator service hands them on; the CLI and the HTTP API render
 them (one JSON shape for both, in entrypoints.documents).
@@ -9,8 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 from uuid import UUID
 
+from pin_identity.domain.access_audit import AssignmentDifference, Verdict
 from pin_identity.domain.model import FanOutTaskStatus, RoleStatus
 from pin_identity.domain.talent import ImportStage
 from pin_identity.domain.talent_import import (
@@ -166,3 +169,62 @@ class ConsumerLag:
     def total(self) -> int | None:
         """Records behind on every partition; None when the broker did not say."""
         return None if self.error is not None else sum(lag.lag for lag in self.partitions)
+
+
+# ---------------------------------------------------------------- one user's access (`access show`)
+
+
+@dataclass(frozen=True)
+class LastAccessEvent:
+    """A user's last record on the access topic. Fields its value did not carry readably are None; an
+    unreadable `active_assignments` matches no truth."""
+
+    partition: int
+    offset: int
+    event_id: str | None
+    version: int | None
+    change_reason: str | None
+    changed_role_id: str | None
+    occurred_at: datetime | None
+    active_assignments: Any  # the event's activeAssignments as it was sent
+
+
+@dataclass(frozen=True)
+class AccessLogSearch:
+    """Where the user's key goes on the access topic (None: the topic does not exist), how much of that
+    partition was read from its end, and the user's last event there (None: not one since its beginning)."""
+
+    partition: int | None
+    records_read: int
+    last_event: LastAccessEvent | None
+
+
+@dataclass(frozen=True)
+class QueuedAccessEvent:
+    """A UserAccessChanged of the user still in the outbox, or refused by the broker for good (`error`)."""
+
+    outbox_id: int
+    event_id: UUID
+    change_reason: str | None
+    version: int | None
+    queued_at: datetime
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class UserAccessState:
+    """The database's side, read in one snapshot."""
+
+    user_id: UUID
+    company_id: UUID | None
+    active_assignments: list[dict[str, Any]]  # rendered as the event's activeAssignments
+    waiting: tuple[QueuedAccessEvent, ...]  # in the outbox, oldest first
+    dead_letters: tuple[QueuedAccessEvent, ...]
+
+
+@dataclass(frozen=True)
+class UserAccess:
+    state: UserAccessState
+    search: AccessLogSearch
+    verdict: Verdict
+    difference: AssignmentDifference

@@ -146,6 +146,24 @@ COPY pg_temp.audit_topic_records (seq, user_id, fingerprint) FROM STDIN;
 -- Each user's last record (a null fingerprint: a tombstone), by user id as the truths come.
 SELECT DISTINCT ON (user_id) user_id, fingerprint FROM pg_temp.audit_topic_records ORDER BY user_id, seq DESC;
 
+-- name: user_exists
+SELECT EXISTS (SELECT 1 FROM identity.users WHERE id = %(user_id)s);
+
+-- name: queued_access_events_of_user
+-- `access show`: the user's access events still in the outbox (oldest first), then those the broker refused
+-- for good (dead letters). Neither table has an index on the key: the outbox is read whole, which costs
+-- nothing while the relay keeps it drained and grows with a backlog (BENCHMARKS.md, "access show").
+SELECT false, id, event_id, value::jsonb #>> '{payload,changeReason}', value::jsonb #>> '{payload,version}',
+       created_at, NULL::text
+FROM identity.outbox_events
+WHERE topic = %(topic)s AND message_key = %(key)s
+UNION ALL
+SELECT true, id, event_id, value::jsonb #>> '{payload,changeReason}', value::jsonb #>> '{payload,version}',
+       failed_at, error
+FROM identity.outbox_dead_letters
+WHERE topic = %(topic)s AND message_key = %(key)s
+ORDER BY 1, 2;
+
 -- ---------------------------------------------------------------- access fan-out queue
 
 -- name: enqueue_fanout_task

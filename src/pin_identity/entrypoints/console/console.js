@@ -8,7 +8,7 @@
   const POLL_RUNNING_MS = 2000;
   const POLL_HEALTH_MS = 5000;
   const CONFIRM_MS = 4000;
-  const SECTIONS = ['imports', 'quarantine', 'fanout', 'roles', 'health'];
+  const SECTIONS = ['imports', 'quarantine', 'fanout', 'roles', 'access', 'health'];
 
   const state = {
     token: sessionStorage.getItem(TOKEN_KEY), operator: null, timer: null, armed: new Map(), selectedRun: null,
@@ -587,6 +587,77 @@
       button('See it in Fan-out', () => { location.hash = '#fanout'; })];
   }
 
+  // ------------------------------------------------------------------ access (one user: `access show`)
+
+  const VERDICTS = {
+    matching: 'the last event on the topic carries the Active assignments',
+    pending: 'an access event of the user waits in the outbox: consumers hear it once the relay sends it',
+    drifted: 'the last event carries other assignments than the database: see the runbook, access-drift',
+    missing: 'Active assignments, and no event for the user on the topic: see the runbook, access-drift',
+  };
+
+  async function loadAccess() {
+    const userId = $('#a-user').value.trim();
+    if (!userId) return undefined;
+    const current = latest('access');
+    const result = await api('GET', `/access/users/${encodeURIComponent(userId)}`);
+    if (!current()) return undefined;
+    if (!result.ok) {
+      $('#access-detail').hidden = true;
+      $('#access-tables').hidden = true;
+      return showOutcome($('#access-outcome'), result);
+    }
+    $('#access-outcome').hidden = true;
+    renderAccess(result.data);
+    return undefined;
+  }
+
+  function renderAccess(report) {
+    const event = report.lastEvent;
+    const where = report.partition === null ? 'the topic does not exist'
+      : `partition ${report.partition}, ${number(report.recordsRead)} record${report.recordsRead === 1 ? '' : 's'} read from its end`;
+    const facts = [['User', mono(report.userId)], ['Company', mono(report.companyId)], ['Searched', where]];
+    if (event) {
+      facts.push(['Last event', `offset ${number(event.offset)} · version ${number(event.version)} · ${event.changeReason || '—'}`],
+        ['Occurred (UTC)', utc(event.occurredAt)], ['Event id', mono(event.eventId)]);
+    } else {
+      facts.push(['Last event', 'none for this user on pin.identity.access.v1']);
+    }
+    const card = $('#access-detail');
+    card.hidden = false;
+    card.dataset.verdict = report.verdict;
+    card.replaceChildren(
+      h('div', { class: 'detail-head' }, h('h3', {}, 'Verdict ', badge(report.verdict))),
+      h('p', { class: 'facts' }, VERDICTS[report.verdict] || ''),
+      h('dl', { class: 'facts-grid' }, facts.map(([term, value]) => [h('dt', {}, term), h('dd', {}, value)])),
+    );
+    $('#access-tables').hidden = false;
+    setRows($('#access-table'), assignmentRows(report));
+    const queued = [...report.outbox.map((e) => ['outbox', e]), ...report.deadLetters.map((e) => ['dead letter', e])];
+    $('#queued-table tbody').replaceChildren(...(queued.length ? queued.map(([place, e]) => h('tr', { dataset: { outboxId: e.outboxId } },
+      h('td', { class: 'num' }, String(e.outboxId)), h('td', {}, place), h('td', {}, e.changeReason || '—'),
+      h('td', { class: 'num' }, number(e.version)), timeCell(e.queuedAt), h('td', { class: 'reason' }, e.error || '—')))
+      : [h('tr', {}, h('td', { colspan: 6, class: 'empty' }, 'None: nothing waits in the outbox for this user.'))]));
+  }
+
+  function assignmentRows(report) {
+    const diff = report.difference;
+    const standing = new Map([
+      ...diff.onlyInDatabase.map((id) => [id, 'only in the database']),
+      ...diff.onlyOnTopic.map((id) => [id, 'only on the topic']),
+      ...diff.changed.map((id) => [id, 'differs']),
+    ]);
+    const onTopic = report.lastEvent && Array.isArray(report.lastEvent.activeAssignments) ? report.lastEvent.activeAssignments : [];
+    const seen = new Set();
+    return [...report.activeAssignments, ...onTopic].filter((a) => a && !seen.has(a.assignmentId) && seen.add(a.assignmentId))
+      .map((a) => h('tr', { dataset: { assignmentId: a.assignmentId, standing: standing.get(a.assignmentId) || 'same in both' } },
+        h('td', {}, mono(a.assignmentId)),
+        h('td', {}, standing.get(a.assignmentId) || 'same in both'),
+        h('td', {}, h('code', { class: 'code' }, a.roleCode)),
+        h('td', {}, a.scopeType, ' ', mono(a.scopeOrganizationId || a.scopeProjectGroupId || a.scopeProjectId || '')),
+        timeCell(a.expiresAt)));
+  }
+
   // ------------------------------------------------------------------ health
 
   function card(label, value, note, key) {
@@ -631,7 +702,9 @@
 
   // ------------------------------------------------------------------ wiring
 
-  Object.assign(LOADERS, { imports: loadImports, quarantine: loadQuarantine, fanout: loadFanout, roles: loadRoles, health: loadHealth });
+  Object.assign(LOADERS, {
+    imports: loadImports, quarantine: loadQuarantine, fanout: loadFanout, roles: loadRoles, access: loadAccess, health: loadHealth,
+  });
 
   function wire() {
     $('#token-form').addEventListener('submit', useToken);
@@ -646,6 +719,7 @@
     $('#q-replay-selected').addEventListener('click', () => replayItems(picked()));
     $('#f-status').addEventListener('change', loadFanout);
     $('#role-find').addEventListener('submit', (event) => { event.preventDefault(); loadRoles(); });
+    $('#access-find').addEventListener('submit', (event) => { event.preventDefault(); loadAccess(); });
     $('#role-editor').addEventListener('submit', savePermissions);
     $('#r-close').addEventListener('click', () => { $('#role-editor').hidden = true; });
     for (const refresh of document.querySelectorAll('[data-refresh]')) {

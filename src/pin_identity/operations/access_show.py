@@ -1,0 +1,50 @@
+"""`access show`: one user's Active assignments beside their last event on the access topic, and a verdict."""
+
+from __future__ import annotations
+
+from typing import Protocol
+from uuid import UUID
+
+from pin_identity.domain.access_audit import difference, fingerprint, verdict
+from pin_identity.domain.errors import NotFoundError
+from pin_identity.operations.read_models import AccessLogSearch, UserAccess, UserAccessState
+
+
+class AccessLogUnavailableError(Exception):
+    """The access topic could not be read (the broker did not answer in time, or refused the read)."""
+
+
+class UserAccessLog(Protocol):
+    def last_event(self, user_id: UUID) -> AccessLogSearch:
+        """The user's last record, searched from the end of the one partition their key goes to;
+        AccessLogUnavailableError when the broker does not answer."""
+        ...
+
+
+class UserAccessStates(Protocol):
+    def user_exists(self, user_id: UUID) -> bool: ...
+
+    def user_state(self, user_id: UUID) -> UserAccessState | None:
+        """Active assignments and the user's access events not yet published, as of one moment."""
+        ...
+
+
+def show_access(log: UserAccessLog, states: UserAccessStates, user_id: UUID) -> UserAccess:
+    """NotFoundError for a user the database does not hold (the topic is not read for it)."""
+    if not states.user_exists(user_id):
+        raise NotFoundError(f"user {user_id} does not exist")
+    # The topic first, then the database, as the audit does (operations.access_audit): a change committed in
+    # between is still in the outbox (pending) unless it was also published in between, which shows as drift
+    # that a second look no longer finds.
+    search = log.last_event(user_id)
+    state = states.user_state(user_id)
+    if state is None:  # users are never deleted; a database restored meanwhile is the only way here
+        raise NotFoundError(f"user {user_id} does not exist")
+    last = search.last_event
+    on_topic = last.active_assignments if last is not None else None
+    judged = verdict(
+        fingerprint(on_topic) if last is not None else None,
+        fingerprint(state.active_assignments),
+        pending=bool(state.waiting),
+    )
+    return UserAccess(state, search, judged, difference(state.active_assignments, on_topic or []))
