@@ -8,7 +8,7 @@ from collections.abc import Mapping
 import psycopg
 
 from pin_identity.composition import Container
-from pin_identity.jobs.outbox_relay_observer import RelayObserver
+from pin_identity.jobs.outbox_relay_observer import HELD_AFTER_S, RelayObserver
 
 
 def publish_outbox(container: Container) -> None:
@@ -26,7 +26,8 @@ class RelaySignals(RelayObserver):
     """The relay's observer (its log lines and metrics as usual) that also sets `not_delivered` when the
     broker hands events back undelivered (the producer gave up on them: an outage, a delivery timeout)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, held_after_s: float = HELD_AFTER_S) -> None:
+        super().__init__(held_after_s=held_after_s)
         self.not_delivered = threading.Event()
 
     def delivery_failed(self, retry: Mapping[int, str]) -> None:

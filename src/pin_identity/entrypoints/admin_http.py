@@ -72,7 +72,7 @@ from pin_identity.entrypoints.documents import (
     ReplayResult,
 )
 from pin_identity.entrypoints.probes import ReadinessCache
-from pin_identity.jobs.ports import SourceNotConfiguredError
+from pin_identity.jobs.ports import OutboxBacklog, SourceNotConfiguredError
 from pin_identity.observability import metrics
 from pin_identity.observability.logging import describe_error, get_logger
 
@@ -310,8 +310,8 @@ def set_role_permissions(
 # ---------------------------------------------------------------- metrics and probes
 
 
-class OutboxBacklog(Protocol):
-    def backlog(self) -> tuple[int, float]: ...
+class _BacklogReader(Protocol):
+    def backlog(self) -> OutboxBacklog: ...
     def reset(self) -> None: ...
 
 
@@ -321,10 +321,11 @@ class DatabaseGauges:
 
     def __init__(self, container: Container):
         self._container = container
-        self._outbox: OutboxBacklog | None = None
+        self._outbox: _BacklogReader | None = None
         self._lock = threading.Lock()
+        self.outbox = OutboxBacklog(0, 0.0)  # as the last refresh read it
 
-    def _outbox_backlog(self) -> tuple[int, float]:
+    def _outbox_backlog(self) -> OutboxBacklog:
         with self._lock:
             if self._outbox is None:
                 self._outbox = self._container.outbox_backlog_reader()
@@ -338,13 +339,14 @@ class DatabaseGauges:
         """False when the database did not answer: the gauges keep their last values (a scrape still answers,
         and the log says why)."""
         try:
-            backlog, oldest_age_s = self._outbox_backlog()
+            outbox = self._outbox_backlog()
             stats = self._container.fanout_queue.stats(now_utc())
             running = self._container.import_store.running_run()
         except (psycopg.Error, PoolTimeout, ConfigurationError) as exc:
             log.warning("metrics-refresh-failed", error=describe_error(exc))
             return False
-        metrics.record_outbox_backlog(backlog, oldest_age_s)
+        self.outbox = outbox
+        metrics.record_outbox_backlog(outbox.waiting, outbox.oldest_age_s, outbox.held_s)
         metrics.record_fanout_queue(stats.backlog, stats.failed)
         metrics.record_import_running(running.started_at if running else None)
         return True

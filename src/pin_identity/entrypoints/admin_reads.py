@@ -104,12 +104,28 @@ class ConsumerLag(ApiModel):
         return cls(group=lag.group, total=lag.total, partitions=partitions, error=lag.error)
 
 
+class OutboxWriterView(ApiModel):
+    """A session whose transaction took an outbox id and has not ended (null figures: not visible to the
+    admin API's database role; see the runbook)."""
+
+    pid: int | None
+    application_name: str | None
+    transaction_seconds: float | None
+
+
 class HealthSummary(ApiModel):
     """The gauges `/metrics` serves, read the same way at the same moment, plus what only a worker's
     `/metrics` carries (consumer lag, dead letters), read from the broker and the database."""
 
     outbox_backlog: int = Field(description="`identity_outbox_backlog`")
     outbox_oldest_age_seconds: float = Field(description="`identity_outbox_oldest_age_seconds`")
+    outbox_publishing_held_seconds: float = Field(
+        description="`identity_outbox_publishing_held_seconds`: how long the oldest running transaction that "
+        "took an outbox id has run (nothing after its id is published until it ends)"
+    )
+    outbox_held_by: OutboxWriterView | None = Field(
+        description="That transaction's session (null when no transaction holds an outbox id)"
+    )
     fanout_backlog: int = Field(description="`identity_access_fanout_queue_backlog`")
     fanout_failed: int = Field(description="`identity_access_fanout_failed_tasks`")
     import_running: bool = Field(description="`identity_import_running`: a run is Running")
@@ -203,9 +219,16 @@ def health_summary(request: Request, container: ContainerDep) -> HealthSummary:
     if not request.app.state.gauges.refresh():  # stale figures must not pass for the present
         raise ProblemError(503, "IDENTITY_DATABASE_UNAVAILABLE", "the database is unavailable; try again")
     dead = container.health.dead_letters()
+    writer = request.app.state.gauges.outbox.held_by
     fields: dict[str, Any] = {
         "outbox_backlog": int(_gauge("identity_outbox_backlog")),
         "outbox_oldest_age_seconds": _gauge("identity_outbox_oldest_age_seconds"),
+        "outbox_publishing_held_seconds": _gauge("identity_outbox_publishing_held_seconds"),
+        "outbox_held_by": None
+        if writer is None
+        else OutboxWriterView(
+            pid=writer.pid, application_name=writer.application_name, transaction_seconds=writer.transaction_s
+        ),
         "fanout_backlog": int(_gauge("identity_access_fanout_queue_backlog")),
         "fanout_failed": int(_gauge("identity_access_fanout_failed_tasks")),
         "import_running": _gauge("identity_import_running") > 0,

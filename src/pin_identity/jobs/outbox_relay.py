@@ -11,6 +11,7 @@ from pin_identity.domain.backoff import Backoff
 from pin_identity.jobs.outbox_relay_observer import RelayObserver
 from pin_identity.jobs.ports import (
     EventPublisher,
+    OutboxIdsWentBackError,
     OutboxQueue,
     PendingEvent,
     PublishReport,
@@ -100,6 +101,9 @@ class OutboxRelay:
                 if once and until() and self._queue.is_drained():
                     return  # before the pause: --once ends as soon as the outbox is empty
                 stop.wait(pause)
+            except OutboxIdsWentBackError as exc:  # a new session reads from the outbox's first row again
+                self._observer.ids_went_back(exc.read_up_to, exc.now_at)
+                self._stand_down()
             except Exception as exc:  # any failure: stop the producer, drop the session, back off
                 self._observer.failed(exc)
                 self._stand_down()
@@ -133,7 +137,7 @@ class OutboxRelay:
             self._queue.heartbeat()
         if now >= self._backlog_due:
             self._backlog_due = now + self._settings.backlog_every_s
-            self._observer.backlog(*self._queue.backlog())
+            self._observer.backlog(self._queue.backlog())
 
     def _send_next_batch(self) -> int | None:
         """How many rows were sent; None when there was no room to look (so nothing is known to be idle)."""

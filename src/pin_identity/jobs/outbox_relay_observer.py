@@ -8,13 +8,22 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from pin_identity.jobs.ports import OutboxBacklog, OutboxWriter
 from pin_identity.observability import metrics
 from pin_identity.observability.logging import get_logger
 
 log = get_logger("outbox-relay")
 
 
+# A transaction that took an outbox id and runs this long is named in the log (a hung request of a writer).
+HELD_AFTER_S = 10.0
+
+
 class RelayObserver:
+    def __init__(self, *, held_after_s: float = HELD_AFTER_S) -> None:
+        self._held_after_s = held_after_s
+        self._held_by_reported: OutboxWriter | None = None  # the writer last named as holding publishing
+
     def started(self) -> None:
         log.info("outbox-relay-started")
 
@@ -25,8 +34,35 @@ class RelayObserver:
         """The lock came from a relay that did not stand down cleanly: this one waits `grace_s` first."""
         log.warning("outbox-relay-took-over", grace_s=grace_s)
 
-    def backlog(self, waiting: int, oldest_age_s: float) -> None:
-        metrics.record_outbox_backlog(waiting, oldest_age_s)
+    def backlog(self, backlog: OutboxBacklog) -> None:
+        """Every few seconds. A writer whose transaction runs past `held_after_s` holds every event behind its
+        outbox id, revocations included: said once per such writer, and once more when publishing goes on."""
+        metrics.record_outbox_backlog(backlog.waiting, backlog.oldest_age_s, backlog.held_s)
+        writer = backlog.held_by if backlog.held_s >= self._held_after_s else None
+        if writer is not None and (
+            self._held_by_reported is None or writer.pid != self._held_by_reported.pid
+        ):
+            log.warning(
+                "outbox-publishing-held",
+                pid=writer.pid,
+                application_name=writer.application_name,
+                transaction_s=round(backlog.held_s, 1),
+                waiting=backlog.waiting,
+                runbook="docs/runbooks.md#outbox-publishing-held",
+            )
+        elif writer is None and self._held_by_reported is not None:
+            log.info("outbox-publishing-resumed", pid=self._held_by_reported.pid)
+        self._held_by_reported = writer
+
+    def ids_went_back(self, read_up_to: int, now_at: int) -> None:
+        """The outbox id sequence restarted below what was read: the relay reads from the first row again."""
+        metrics.outbox_id_resets_total.inc()
+        log.error(
+            "outbox-ids-went-back",
+            read_up_to=read_up_to,
+            sequence_at=now_at,
+            runbook="docs/runbooks.md#outbox-ids-went-back",
+        )
 
     def dead_lettered(self, rejected: Mapping[int, str]) -> None:
         """The broker refused these events for good (outbox id -> error): they left the outbox."""

@@ -52,6 +52,33 @@ class PublishReport:
     retry: dict[int, str] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class OutboxWriter:
+    """A session whose transaction took an outbox id and has not ended: the relay publishes nothing after
+    that id until it does. Its figures are None where the relay's role may not see other roles' sessions."""
+
+    pid: int | None
+    application_name: str | None
+    transaction_s: float | None
+
+
+@dataclass(frozen=True)
+class OutboxBacklog:
+    waiting: int  # rows not yet acknowledged
+    oldest_age_s: float  # the age of the oldest of them
+    held_s: float = 0.0  # how long the oldest running writer's transaction has run: publishing waits on it
+    held_by: OutboxWriter | None = None
+
+
+class OutboxIdsWentBackError(Exception):
+    """The outbox's id sequence stands below what the relay already read (a `TRUNCATE ... RESTART IDENTITY`
+    or an `ALTER SEQUENCE ... RESTART`): rows written since lie below the relay's read position."""
+
+    def __init__(self, read_up_to: int, now_at: int):
+        super().__init__(f"the outbox id sequence went back from {read_up_to} to {now_at}")
+        self.read_up_to, self.now_at = read_up_to, now_at
+
+
 class RelayRole(StrEnum):
     STANDBY = "standby"  # another relay holds the lock
     ACTIVE = "active"  # this relay holds the lock, and the one before it stood down cleanly
@@ -64,12 +91,13 @@ class OutboxQueue(Protocol):
         ...
 
     def fetch_ready(self, limit: int, after: int) -> list[PendingEvent]:
-        """Committed rows with ids above `after`, in outbox order, never past a row that may still commit."""
+        """Committed rows with ids above `after`, in outbox order, never past a row that may still commit.
+        OutboxIdsWentBackError when the id sequence restarted below what this session read."""
         ...
 
     def settle(self, delivered: Sequence[int], rejected: Mapping[int, str]) -> None: ...
-    def backlog(self) -> tuple[int, float]:
-        """Rows waiting, and the age in seconds of the oldest."""
+    def backlog(self) -> OutboxBacklog:
+        """Rows waiting, the age of the oldest, and the oldest running writer publishing waits on."""
         ...
 
     def is_drained(self) -> bool:

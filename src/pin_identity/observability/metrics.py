@@ -25,6 +25,13 @@ outbox_publish_errors_total = Counter(
 )
 outbox_backlog = Gauge("identity_outbox_backlog", "Outbox events not yet acknowledged by the broker")
 outbox_oldest_age_seconds = Gauge("identity_outbox_oldest_age_seconds", "Age of the oldest unpublished event")
+outbox_publishing_held_seconds = Gauge(
+    "identity_outbox_publishing_held_seconds",
+    "How long the oldest running transaction that took an outbox id has run (nothing after it is published)",
+)
+outbox_id_resets_total = Counter(
+    "identity_outbox_id_resets_total", "Times the outbox id sequence was found below what the relay had read"
+)
 
 # ---- access fan-out (spec: Наблюдаемость; plus CONTRACTS 4a)
 fanout_task_duration_ms = Histogram(
@@ -101,10 +108,11 @@ import_run_started = Gauge(
 )
 
 
-def record_outbox_backlog(waiting: int, oldest_age_s: float) -> None:
+def record_outbox_backlog(waiting: int, oldest_age_s: float, held_s: float) -> None:
     """The outbox's gauges, as the relay sees them every few seconds and `serve` at each scrape."""
     outbox_backlog.set(waiting)
     outbox_oldest_age_seconds.set(oldest_age_s)
+    outbox_publishing_held_seconds.set(held_s)
 
 
 def record_import_running(started_at: datetime | None) -> None:

@@ -13,7 +13,13 @@ import psycopg
 
 from pin_identity.adapters.postgres.catalogue import query
 from pin_identity.adapters.postgres.database import Database
-from pin_identity.jobs.ports import PendingEvent, RelayRole
+from pin_identity.jobs.ports import (
+    OutboxBacklog,
+    OutboxIdsWentBackError,
+    OutboxWriter,
+    PendingEvent,
+    RelayRole,
+)
 
 
 class IdHorizon:
@@ -43,6 +49,10 @@ class IdHorizon:
 
     def observe(self, last_value: int, writers: Collection[str], *, prepared: bool = False) -> None:
         """One reading (step 1 for the next call; steps 2 and 3 for earlier ones)."""
+        if last_value < max(self._last_read or 0, self.final):
+            # Ids are handed out again below what is read (a restarted sequence): rows written from now on
+            # would lie below the reader's position, never read. Raised at every reading until a new horizon.
+            raise OutboxIdsWentBackError(max(self._last_read or 0, self.final), last_value)
         if prepared:
             return  # a writer may have changed its name: wait until no prepared transaction is left
         now_writing = frozenset(writers)
@@ -188,9 +198,10 @@ class PostgresOutboxQueue:
             listed = "{" + ",".join(map(str, ids)) + "}"
             conn.execute(query("delete_outbox_events"), {"ids": listed})
 
-    def backlog(self) -> tuple[int, float]:
-        row = self._ask(query("outbox_backlog"))
-        return int(row[0]), float(row[1])
+    def backlog(self) -> OutboxBacklog:
+        waiting, oldest_age_s, writing, pid, application_name, running_s = self._ask(query("outbox_backlog"))
+        writer = OutboxWriter(pid, application_name, running_s) if writing else None
+        return OutboxBacklog(int(waiting), float(oldest_age_s), float(running_s or 0.0), writer)
 
     def is_drained(self) -> bool:
         return bool(self._ask(query("outbox_is_empty"))[0])

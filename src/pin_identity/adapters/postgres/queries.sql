@@ -593,10 +593,26 @@ FROM moved;
 -- fan-out): the first 10,000 rows in id order are counted; past that, the id range stands for the count (ids
 -- are dense, so it overstates only by the rows already removed out of order and the ids of rolled-back
 -- writes). The oldest row is among the first in id order; a row stuck there is what the age alert is for.
-WITH head AS (SELECT id, created_at FROM identity.outbox_events ORDER BY id LIMIT 10000)
+-- Then the oldest running transaction that took an outbox id (it holds the id sequence's lock until it ends,
+-- see outbox_id_horizon): the relay publishes nothing after its id meanwhile. Its pid and figures need the
+-- right to see other roles' sessions (pg_read_all_stats); without it they read null.
+WITH head AS (SELECT id, created_at FROM identity.outbox_events ORDER BY id LIMIT 10000),
+writer AS (
+    SELECT a.pid, a.application_name, EXTRACT(EPOCH FROM now() - a.xact_start)::float8 AS running_s
+    FROM pg_locks l
+    JOIN pg_stat_activity a ON a.pid = l.pid
+    WHERE l.locktype = 'relation'
+      AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+      AND l.relation = 'identity.outbox_events_id_seq'::regclass
+      AND l.pid <> pg_backend_pid()
+    ORDER BY a.xact_start NULLS LAST
+    LIMIT 1
+)
 SELECT CASE WHEN count(*) < 10000 THEN count(*)
             ELSE (SELECT max(id) FROM identity.outbox_events) - min(head.id) + 1 END,
-       COALESCE(EXTRACT(EPOCH FROM now() - min(head.created_at)), 0)::float8
+       COALESCE(EXTRACT(EPOCH FROM now() - min(head.created_at)), 0)::float8,
+       EXISTS (SELECT FROM writer), (SELECT pid FROM writer), (SELECT application_name FROM writer),
+       (SELECT running_s FROM writer)
 FROM head;
 
 -- ---------------------------------------------------------------- health

@@ -660,6 +660,15 @@
 
   // ------------------------------------------------------------------ health
 
+  // As the relay's log line: a writer open this long is named (outbox-publishing-held).
+  const HELD_AFTER_S = 10;
+
+  function heldBy(writer) {
+    if (writer === null) return 'no transaction holds an outbox id';
+    const who = writer.pid === null ? 'a session this role cannot see' : `pid ${writer.pid} (${writer.applicationName || 'no application name'})`;
+    return `by ${who}: nothing after its outbox id is published until it ends (runbook: outbox-publishing-held)`;
+  }
+
   function card(label, value, note, key) {
     return h('div', { class: 'stat', dataset: { stat: key } },
       h('div', { class: 'stat-label' }, label), h('div', { class: 'stat-value' }, value), h('div', { class: 'stat-note' }, note));
@@ -683,6 +692,7 @@
     $('#h-cards').replaceChildren(
       card('Outbox backlog', number(s.outboxBacklog), 'events not yet acknowledged by the broker', 'outbox-backlog'),
       card('Oldest unpublished event', duration(s.outboxOldestAgeSeconds), 'age of the oldest outbox row', 'outbox-oldest-age'),
+      card('Publishing held', duration(s.outboxPublishingHeldSeconds), heldBy(s.outboxHeldBy), 'outbox-held'),
       card('Consumer lag', lag.total === null ? 'unknown' : number(lag.total), lag.error || `records behind, group ${lag.group}`, 'consumer-lag'),
       card('Dead letters', number(s.deadLetters), s.newestDeadLetterAt ? `newest ${utc(s.newestDeadLetterAt)} UTC` : 'outbox events the broker rejected for good', 'dead-letters'),
       card('Fan-out backlog', number(s.fanoutBacklog), 'Pending tasks and expired leases', 'fanout-backlog'),
@@ -690,7 +700,8 @@
       card('Import running', s.importRunning ? 'yes' : 'no', 'a talent-import run is Running', 'import-running'),
     );
     for (const stat of document.querySelectorAll('#h-cards .stat')) {
-      const alarming = (stat.dataset.stat === 'fanout-failed' && s.fanoutFailed > 0) || (stat.dataset.stat === 'dead-letters' && s.deadLetters > 0);
+      const alarming = (stat.dataset.stat === 'fanout-failed' && s.fanoutFailed > 0) || (stat.dataset.stat === 'dead-letters' && s.deadLetters > 0)
+        || (stat.dataset.stat === 'outbox-held' && s.outboxPublishingHeldSeconds >= HELD_AFTER_S);
       stat.classList.toggle('alarm', alarming);
     }
     $('#h-group').textContent = `(group ${lag.group})`;

@@ -1,0 +1,127 @@
+"""What the relay says about the outbox's writers: a transaction that took an outbox id and never commits
+holds publishing (named within seconds, measured by a gauge, everything published once it ends), and an id
+sequence restarted below the relay's read position is noticed and read from the start again."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime
+
+import psycopg
+import pytest
+from structlog.testing import capture_logs
+
+from pin_identity.adapters.postgres.outbox_writer import write_outbox
+from pin_identity.composition import Container
+from pin_identity.domain.events import ACCESS_TOPIC, OutboxMessage, envelope
+from pin_identity.jobs.outbox_relay import RelaySettings
+from pin_identity.observability import metrics
+from tests.support.kafka_tap import EventTap
+from tests.support.relay import RelaySignals, outbox_count
+from tests.support.waiting import wait_until
+
+# The backlog (and the writer holding publishing) is read every 0.2 s, and a writer open 1 s is named: the
+# production figures are 5 s and 10 s, the mechanism the same.
+FAST_LOOKS = RelaySettings(backlog_every_s=0.2)
+
+
+def _message(key: uuid.UUID, n: int) -> OutboxMessage:
+    return envelope(
+        event_type="UserAccessChanged",
+        topic=ACCESS_TOPIC,
+        aggregate_type="User",
+        aggregate_id=key,
+        payload={"n": n},
+        correlation_id=uuid.uuid4(),
+        occurred_at=datetime.now(UTC),
+    )
+
+
+def _write(database_url: str, *messages: OutboxMessage) -> None:
+    with psycopg.connect(database_url) as conn:
+        write_outbox(conn, list(messages))
+
+
+@pytest.fixture
+def relay(container: Container) -> Iterator[RelaySignals]:
+    signals = RelaySignals(held_after_s=1.0)
+    stop = threading.Event()
+    thread = threading.Thread(
+        target=container.outbox_relay(FAST_LOOKS, signals).run, args=(stop,), daemon=True
+    )
+    thread.start()
+    yield signals
+    stop.set()
+    thread.join(30)
+
+
+def _gauge(name: str) -> float:
+    return metrics.registry.get_sample_value(name) or 0.0
+
+
+def test_a_writer_that_never_commits_is_named_measured_and_everything_goes_once_it_ends(
+    container: Container, tap: EventTap, database_url: str
+) -> None:
+    held_key, behind_key = uuid.uuid4(), uuid.uuid4()
+    ours = {str(held_key), str(behind_key)}
+    with psycopg.connect(database_url, application_name="hung-request") as hung, capture_logs() as logs:
+        write_outbox(hung, [_message(held_key, 1)])  # took an outbox id; left open, as a hung request
+        hung_pid = hung.info.backend_pid
+        _write(database_url, _message(behind_key, 1))  # committed, but after the open writer's id
+        signals = RelaySignals(held_after_s=1.0)
+        stop = threading.Event()
+        relay = threading.Thread(
+            target=container.outbox_relay(FAST_LOOKS, signals).run, args=(stop,), daemon=True
+        )
+        relay.start()
+        try:
+            wait_until(
+                lambda: any(line["event"] == "outbox-publishing-held" for line in logs),
+                "the relay names the writer holding publishing",
+                timeout_s=15,
+            )
+            held = next(line for line in logs if line["event"] == "outbox-publishing-held")
+            assert (held["pid"], held["application_name"]) == (hung_pid, "hung-request")
+            assert held["transaction_s"] >= 1.0
+            assert _gauge("identity_outbox_publishing_held_seconds") >= 1.0
+            assert tap.settle(lambda e: e.key in ours, quiet_s=0.5) == []  # nothing overtakes the writer
+            hung.commit()
+            events = tap.wait_for(lambda e: e.key in ours, 2, timeout_s=30)
+            wait_until(
+                lambda: any(line["event"] == "outbox-publishing-resumed" for line in logs),
+                "the relay says publishing goes on",
+            )
+        finally:
+            stop.set()
+            relay.join(30)
+    assert [e.key for e in events] == [str(held_key), str(behind_key)]
+    assert _gauge("identity_outbox_publishing_held_seconds") < 1.0
+    assert outbox_count(database_url) == 0
+
+
+@pytest.mark.parametrize(
+    "restart",
+    [
+        "ALTER SEQUENCE identity.outbox_events_id_seq RESTART WITH 1",
+        "TRUNCATE identity.outbox_events RESTART IDENTITY",
+    ],
+    ids=["alter-sequence", "truncate"],
+)
+def test_an_id_sequence_restarted_below_the_read_position_is_reported_and_read_again(
+    container: Container, tap: EventTap, database_url: str, relay: RelaySignals, restart: str
+) -> None:
+    before = [_message(uuid.uuid4(), n) for n in range(50)]
+    _write(database_url, *before)
+    tap.wait_for(lambda e: e.key in {m.key for m in before}, 50)
+    resets = _gauge("identity_outbox_id_resets_total")
+    with capture_logs() as logs:
+        with psycopg.connect(database_url, autocommit=True) as dba:
+            dba.execute(restart)
+        after = [_message(uuid.uuid4(), n) for n in range(5)]
+        _write(database_url, *after)  # ids 1..5: below every id the relay has read
+        tap.wait_for(lambda e: e.key in {m.key for m in after}, 5, timeout_s=30)
+    went_back = [line for line in logs if line["event"] == "outbox-ids-went-back"]
+    assert went_back and went_back[0]["read_up_to"] >= 50 and went_back[0]["sequence_at"] <= 5
+    assert _gauge("identity_outbox_id_resets_total") == resets + 1
