@@ -188,9 +188,16 @@ class Container:
     def outbox_relay(
         self, settings: RelaySettings | None = None, observer: RelayObserver | None = None
     ) -> OutboxRelay:
-        publisher = KafkaEventPublisher(self.kafka_client_config, ensure_topics=self.ensure_topics)
-        self._closers.append(publisher.close)
         queue = PostgresOutboxQueue(self.database)
+        # One transactional.id per outbox: the relay that takes over fences every producer before it. An
+        # operator may set one in PIN_IDENTITY_KAFKA_CONFIG (a cluster whose ACLs grant a prefix); it must
+        # then be this outbox's alone.
+        configured = self.settings.kafka_properties.get("transactional.id")
+        transactional_id = configured or queue.transactional_id()
+        publisher = KafkaEventPublisher(
+            self.kafka_client_config, ensure_topics=self.ensure_topics, transactional_id=transactional_id
+        )
+        self._closers.append(publisher.close)
         self._closers.append(queue.reset)
         return OutboxRelay(queue, publisher, settings or RelaySettings(), observer)
 

@@ -212,7 +212,7 @@ class Relay:
 
     def start(self) -> None:
         self._stop = threading.Event()
-        relay = self._container.outbox_relay(RelaySettings(standby_wait_s=0.1, takeover_grace_s=1.0))
+        relay = self._container.outbox_relay(RelaySettings(standby_wait_s=0.1))
         self._thread = threading.Thread(target=relay.run, args=(self._stop,), daemon=True)
         self._thread.start()
 
@@ -229,7 +229,7 @@ class Relay:
     def drain(self) -> None:
         with self._lock:
             self.stop()
-            relay = self._container.outbox_relay(RelaySettings(takeover_grace_s=1.0))
+            relay = self._container.outbox_relay()
             give_up = threading.Event()
             timer = threading.Timer(120, give_up.set)  # a drain that cannot finish fails the example
             timer.daemon = True

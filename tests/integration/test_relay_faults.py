@@ -3,6 +3,9 @@ are in flight. The broker sits behind a TCP proxy on loopback that the test cuts
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -28,12 +31,11 @@ from tests.support.tcp_proxy import TcpProxy
 from tests.support.waiting import wait_until
 
 # A delivery timeout that an outage outlives in seconds (production keeps the default minute), requests that
-# time out inside it, and fast reconnects. Idempotence is off: with it, the embedded broker (Tansu) fences the
-# producer after an in-flight timeout where Kafka bumps its epoch (KIP-360) and goes on delivering; without
-# it, a producer on either broker delivers a later message after an earlier one expired. The relay's order
-# must not depend on how the producer is configured.
+# time out inside it, and fast reconnects. Idempotence stays on, as in production (the relay's transactions
+# need it): a producer whose in-flight requests time out has its epoch bumped (KIP-360) and goes on, and the
+# transaction they were in is aborted and sent again whole.
 FAST_TIMEOUTS = (
-    '{"message.timeout.ms": "3000", "request.timeout.ms": "1000", "enable.idempotence": "false",'
+    '{"message.timeout.ms": "3000", "request.timeout.ms": "1000",'
     ' "reconnect.backoff.ms": "20", "reconnect.backoff.max.ms": "100"}'
 )
 
@@ -84,7 +86,11 @@ def _assert_versions_only_grow(events: list[ConsumedEvent], keys: list[uuid.UUID
 
 
 def _timeouts() -> float:
-    return metrics.outbox_publish_errors_total.labels(reason="_MSG_TIMED_OUT")._value.get()
+    """Retries the relay counted because deliveries timed out (a message's, or its transaction's)."""
+    return sum(
+        metrics.outbox_publish_errors_total.labels(reason=reason)._value.get()
+        for reason in ("_MSG_TIMED_OUT", "_TIMED_OUT")
+    )
 
 
 @pytest.mark.slow
@@ -181,4 +187,60 @@ def test_a_relay_that_lost_its_session_lands_nothing_behind_the_relay_that_took_
             tap.close()
         first.close()
         second.close()
+    _assert_versions_only_grow(events, keys, last=3)
+
+
+RELAY = [sys.executable, "-m", "pin_identity.entrypoints.cli", "worker", "--jobs", "outbox-relay"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_a_frozen_relay_lands_nothing_after_the_relay_that_took_over(
+    subprocess_env: dict[str, str], database_url: str, proxied_broker: ProxiedBroker, tmp_path: Path
+) -> None:
+    """A relay process frozen (SIGSTOP) while its producer holds version 2, its session killed; another relay
+    takes over and publishes versions 2 and 3; then the frozen one resumes (SIGCONT) with the broker
+    reachable again. Its producer was fenced at the broker when the new relay started its own under the
+    outbox's transactional.id: nothing it held lands, so no key's version 2 comes after its version 3."""
+    env = {**subprocess_env, "PIN_IDENTITY_KAFKA_BOOTSTRAP_SERVERS": proxied_broker.bootstrap}
+    keys = [uuid.uuid4() for _ in range(200)]
+    frozen_log, taker_log = tmp_path / "frozen.log", tmp_path / "taker.log"
+    with frozen_log.open("wb") as log:
+        frozen = subprocess.Popen(RELAY, env=env, stderr=log)
+    taker: subprocess.Popen[bytes] | None = None
+    try:
+        _write_versions(database_url, keys, 1)
+        wait_until(lambda: outbox_count(database_url) == 0, "version 1 is published", timeout_s=60)
+        session = _relay_lock_holder(database_url)
+        # The relay's broker connections stall; it hands version 2 to its producer, which sends it into the
+        # stall; then the process is frozen with it, and its database session (so its lock) is killed.
+        proxied_broker.proxy.stall(new_connections_too=False)
+        _write_versions(database_url, keys, 2)
+        wait_until(lambda: proxied_broker.proxy.held_bytes() > 0, "version 2 is sent into the stall")
+        frozen.send_signal(signal.SIGSTOP)
+        with psycopg.connect(database_url, autocommit=True) as conn:
+            conn.execute("SELECT pg_terminate_backend(%s)", (session,))
+        with taker_log.open("wb") as log:
+            taker = subprocess.Popen(RELAY, env=env, stderr=log)
+        wait_until(lambda: _relay_lock_holder(database_url) not in (None, session), "a relay took over")
+        wait_until(lambda: outbox_count(database_url) == 0, "the new relay published version 2", timeout_s=60)
+        _write_versions(database_url, keys, 3)
+        wait_until(lambda: outbox_count(database_url) == 0, "version 3 is published", timeout_s=60)
+        proxied_broker.proxy.restore()  # what the frozen producer had on the wire reaches the broker now
+        frozen.send_signal(signal.SIGCONT)
+        wait_until(
+            lambda: b"outbox-relay-failed" in frozen_log.read_bytes(),
+            "the resumed relay finds its session gone and stands down",
+        )
+    finally:
+        for relay in (frozen, taker):
+            if relay is not None:
+                relay.send_signal(signal.SIGCONT)
+                relay.terminate()
+                relay.wait(30)
+    tap = EventTap(proxied_broker.bootstrap, [ACCESS_TOPIC], from_beginning=True)
+    try:
+        events = tap.read_to_end(lambda e: True)
+    finally:
+        tap.close()
     _assert_versions_only_grow(events, keys, last=3)

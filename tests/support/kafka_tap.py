@@ -1,4 +1,5 @@
-"""Reads back what the relay published, from where the topics stood when the tap was opened."""
+"""Reads back what the relay published: from where the topics stood when the tap was opened, or from their
+beginning."""
 
 from __future__ import annotations
 
@@ -13,8 +14,10 @@ ConsumedEvent = ReadEvent
 class EventTap:
     """The product's TopicReader plus waiting helpers; tests filter what they read by the ids they created."""
 
-    def __init__(self, bootstrap_servers: str, topics: Iterable[str]):
-        self._reader = TopicReader({"bootstrap.servers": bootstrap_servers}, topics)
+    def __init__(self, bootstrap_servers: str, topics: Iterable[str], *, from_beginning: bool = False):
+        self._reader = TopicReader(
+            {"bootstrap.servers": bootstrap_servers}, topics, from_beginning=from_beginning
+        )
         self.received: list[ConsumedEvent] = []
 
     def poll(self, timeout_s: float = 0.2) -> None:

@@ -6,10 +6,18 @@ import threading
 import uuid
 from collections.abc import Mapping, Sequence
 
+import pytest
+
 from pin_identity.adapters.postgres.outbox_queue import IdHorizon
 from pin_identity.jobs.outbox_relay import OutboxRelay, RelaySettings
 from pin_identity.jobs.outbox_relay_observer import RelayObserver
-from pin_identity.jobs.ports import PendingEvent, PublishReport, RelayRole
+from pin_identity.jobs.ports import (
+    OutboxBacklog,
+    OutboxIdsWentBackError,
+    PendingEvent,
+    PublishReport,
+    RelayRole,
+)
 
 
 def _event(n: int, key: str | None = None) -> PendingEvent:
@@ -39,8 +47,8 @@ class MemoryQueue:
         self.rows = [row for row in self.rows if row.outbox_id not in gone]
         self.dead.update(rejected)
 
-    def backlog(self) -> tuple[int, float]:
-        return len(self.rows), 0.0
+    def backlog(self) -> OutboxBacklog:
+        return OutboxBacklog(len(self.rows), 0.0)
 
     def is_drained(self) -> bool:
         return not self.rows
@@ -107,9 +115,7 @@ class CountingStop:
         return self.is_set()
 
 
-FAST = RelaySettings(
-    batch_size=3, max_in_flight=6, idle_wait_s=0, standby_wait_s=0, max_backoff_s=0, takeover_grace_s=7
-)
+FAST = RelaySettings(batch_size=3, max_in_flight=6, idle_wait_s=0, standby_wait_s=0, max_backoff_s=0)
 
 
 def test_once_drains_in_batches_dead_letters_rejects_and_retries_the_rest() -> None:
@@ -163,12 +169,14 @@ def test_an_active_relay_starts_its_producer_before_its_first_read() -> None:
     assert publisher.calls[:2] == ["start", "send"] and reads[0] == 1
 
 
-def test_a_relay_taking_over_from_one_that_did_not_stand_down_waits_its_grace_first() -> None:
+def test_a_relay_taking_over_from_one_that_did_not_stand_down_says_so_and_publishes_at_once() -> None:
     queue = MemoryQueue([_event(1)], clean=False)
     publisher = ScriptedPublisher({})
-    stop = CountingStop()
-    OutboxRelay(queue, publisher, FAST).run(stop, once=True)
-    assert stop.waits[0] == 7 and publisher.sent == [[1]]
+    observer = RecordingObserver()
+    OutboxRelay(queue, publisher, FAST, observer).run(CountingStop(), once=True)
+    assert (
+        "took over" in observer.calls and publisher.calls[:2] == ["start", "send"] and publisher.sent == [[1]]
+    )
 
 
 def test_a_failing_queue_stands_down_discards_the_producer_and_retries_until_stopped() -> None:
@@ -202,10 +210,13 @@ def test_the_id_horizon_moves_only_past_ids_whose_writers_have_all_ended() -> No
     assert horizon.final == 16  # nobody writing: everything read one observation ago is final
 
 
-def test_the_id_horizon_never_moves_back() -> None:
+def test_the_id_horizon_never_moves_back_and_says_when_the_sequence_did() -> None:
     horizon = IdHorizon()
-    for last_value in (5, 9, 9, 7):  # a sequence set back by hand
+    for last_value in (5, 9, 9):
         horizon.observe(last_value, [])
+    with pytest.raises(OutboxIdsWentBackError) as went_back:
+        horizon.observe(7, [])  # a sequence set back by hand: rows from now on lie below what was read
+    assert (went_back.value.read_up_to, went_back.value.now_at) == (9, 7)
     assert horizon.final == 9
 
 
@@ -223,6 +234,7 @@ class RecordingObserver(RelayObserver):
     """The hooks the relay called, in order: what operators see, and what tests can wait on."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.calls: list[str] = []
 
     def started(self) -> None:
@@ -231,11 +243,11 @@ class RecordingObserver(RelayObserver):
     def stopped(self) -> None:
         self.calls.append("stopped")
 
-    def took_over(self, grace_s: float) -> None:
-        self.calls.append(f"took over, waits {grace_s}")
+    def took_over(self) -> None:
+        self.calls.append("took over")
 
-    def backlog(self, waiting: int, oldest_age_s: float) -> None:
-        self.calls.append(f"backlog {waiting}")
+    def backlog(self, backlog: OutboxBacklog) -> None:
+        self.calls.append(f"backlog {backlog.waiting}")
 
     def dead_lettered(self, rejected: Mapping[int, str]) -> None:
         self.calls.append(f"dead-lettered {sorted(rejected)}")
@@ -295,4 +307,4 @@ def test_the_observer_hears_a_takeover_before_anything_is_sent() -> None:
 
     OutboxRelay(queue, ScriptedPublisher({}), FAST, observer).run(CountingStop(), once=True)
 
-    assert observer.calls == ["started", "took over, waits 7", "backlog 1", "stopped"]
+    assert observer.calls == ["started", "took over", "backlog 1", "stopped"]

@@ -34,10 +34,6 @@ class RelaySettings:
     # How often an active relay proves its session (and so its lock) is still there, even while it only
     # waits for the broker: a relay whose session died stops its producer within this time.
     heartbeat_every_s: float = 0.5
-    # A relay that takes the lock from one that did not stand down cleanly waits this long first, so that
-    # the old producer (which stops within a heartbeat of losing its session) cannot land anything after
-    # the new relay's first event.
-    takeover_grace_s: float = 5.0
 
     @property
     def backoff(self) -> Backoff:
@@ -116,9 +112,9 @@ class OutboxRelay:
         if role is RelayRole.STANDBY:
             return self._settings.standby_wait_s
         if role is RelayRole.TAKEN_OVER:
-            self._observer.took_over(self._settings.takeover_grace_s)
-            if stop.wait(self._settings.takeover_grace_s):
-                return None
+            # No grace period: starting its producer fences the old relay's at the broker (the publisher's
+            # transactional.id), so nothing the old one still holds can land after this one's first event.
+            self._observer.took_over()
         self._publisher.start()  # before the first read: the producer gets its id while the relay reads
         sent = self._send_next_batch()
         self._keep_alive()  # after the batch went: the broker works on it meanwhile

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 
 from pin_identity.jobs.ports import OutboxBacklog, OutboxWriter
 from pin_identity.observability import metrics
-from pin_identity.observability.logging import get_logger
+from pin_identity.observability.logging import describe_error, get_logger
 
 log = get_logger("outbox-relay")
 
@@ -30,9 +30,9 @@ class RelayObserver:
     def stopped(self) -> None:
         log.info("outbox-relay-stopped")
 
-    def took_over(self, grace_s: float) -> None:
-        """The lock came from a relay that did not stand down cleanly: this one waits `grace_s` first."""
-        log.warning("outbox-relay-took-over", grace_s=grace_s)
+    def took_over(self) -> None:
+        """The lock came from a relay that did not stand down cleanly (a crash, a killed session)."""
+        log.warning("outbox-relay-took-over")
 
     def backlog(self, backlog: OutboxBacklog) -> None:
         """Every few seconds. A writer whose transaction runs past `held_after_s` holds every event behind its
@@ -76,7 +76,7 @@ class RelayObserver:
 
     def failed(self, exc: Exception) -> None:
         """Anything else went wrong: the relay stands down (its producer discarded) and backs off."""
-        log.warning("outbox-relay-failed", error=type(exc).__name__)
+        log.warning("outbox-relay-failed", error=describe_error(exc))
 
     def retrying(self, reason: str, attempt: int, delay_s: float) -> None:
         metrics.outbox_publish_errors_total.labels(reason=reason[:60]).inc()

@@ -1,9 +1,19 @@
-"""Publishing outbox rows with an idempotent producer (acks=all), one report per batch."""
+"""Publishing outbox rows with a transactional producer (acks=all), one report per batch.
+
+The relay's producer writes in Kafka transactions under the outbox's one `transactional.id`. A relay that
+takes over initialises transactions under the same id, which aborts whatever the relay before it left open and
+fences its producer at the broker: a relay that lost its lock while its producer still held events (frozen,
+cut off) can land nothing behind the new one's events. Consumers therefore read with
+`isolation.level=read_committed` (librdkafka's default; not the Java client's). An event counts as
+acknowledged only once its transaction committed; a transaction that fails is aborted and all of it is sent
+again.
+"""
 
 from __future__ import annotations
 
 import logging
 import time
+import warnings
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -56,6 +66,27 @@ def producer_config(client_config: dict[str, str]) -> dict[str, Any]:
     return {**defaults, **client_config, "logger": _librdkafka_log}
 
 
+# A transaction is committed once it holds this many events or is this old: long enough to spread a commit's
+# round trips over thousands of events, short enough that a lone revocation waits about a tenth of a second.
+TRANSACTION_EVENTS = 10_000
+TRANSACTION_AGE_S = 0.1
+# commit_transaction() waits this long, then returns and is resumed by the next collect(): the relay goes on
+# reading the outbox (and proving its session) while a commit completes.
+_COMMIT_STEP_S = 0.005
+# Both ask the transaction coordinator: a healthy one answers in milliseconds (the first time after a broker
+# starts, in about a second), and the relay proves its session between attempts.
+_INIT_TIMEOUT_S = 5.0
+_ABORT_TIMEOUT_S = 1.0
+
+
+@dataclass(slots=True)
+class _Transaction:
+    started: float
+    ids: list[int] = field(default_factory=list)  # produced in it: acknowledged only once it commits
+    topics: Counter[str] = field(default_factory=Counter)
+    committing: bool = False
+
+
 @dataclass(slots=True)
 class _TopicInFlight:
     """One topic's events in flight, by key, and those acknowledged since the last collect()."""
@@ -65,15 +96,29 @@ class _TopicInFlight:
 
 
 class KafkaEventPublisher:
-    """Keeps one producer, and replaces it after a fatal error or a delivery timeout.
-
-    A producer whose broker lost its idempotence state (a cluster rebuilt from scratch) never delivers
-    again; a fresh producer gets a new producer id. The swap waits until nothing is in flight, so it
-    cannot reorder events.
+    """Keeps one producer. With a `transactional_id` (the relay's), every event goes in a transaction and a
+    fatal error (fenced: another relay took over) is raised to the relay, which stands down. Without one (a
+    plain idempotent producer, measured beside it by bench/outbox_relay.py), the producer is replaced after a
+    fatal error or a delivery timeout: one whose broker lost its idempotence state never delivers again, and
+    the swap waits until nothing is in flight, so it cannot reorder events.
     """
 
-    def __init__(self, client_config: dict[str, str], ensure_topics: Callable[[], object]):
+    def __init__(
+        self,
+        client_config: dict[str, str],
+        ensure_topics: Callable[[], object],
+        *,
+        transactional_id: str | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         self._config = producer_config(client_config)
+        if transactional_id is not None:
+            self._config["transactional.id"] = transactional_id
+        self._transactional = transactional_id is not None
+        self._clock = clock
+        self._transaction: _Transaction | None = None
+        self._waiting: list[PendingEvent] = []  # handed over while a transaction commits: the next one's
+        self._fatal: KafkaError | None = None
         self._ensure_topics = ensure_topics
         self._producer: Producer | None = None
         self._replace = False
@@ -89,25 +134,36 @@ class KafkaEventPublisher:
         self._one_offs = 0  # events in flight with a callback of their own
         self._on_delivery = self._delivery_handler(self._generation)
 
-    def _on_error(self, error: KafkaError) -> None:
-        if error.fatal():
-            self._replace = True
-        log.warning("kafka-client-error", code=error.name(), fatal=error.fatal())
+    def _error_handler(self, generation: int) -> Callable[[KafkaError], None]:
+        def on_error(error: KafkaError) -> None:
+            log.warning("kafka-client-error", code=error.name(), fatal=error.fatal())
+            if error.fatal() and generation == self._generation:  # not a replaced producer's last words
+                self._replace = True
+                self._fatal = error
+
+        return on_error
 
     def _current(self) -> Producer:
+        if self._transactional and self._fatal is not None:
+            raise KafkaException(self._fatal)  # fenced: another relay's producer is the one now
         if self._producer is not None and self._replace and not self._outstanding():
             log.warning("kafka-producer-replaced")
             self._producer.purge()
             self._producer.flush(0)
             self._producer = None
+            self._forget_in_flight()
         if self._producer is None:
-            self._producer = Producer({**self._config, "error_cb": self._on_error})
+            producer = Producer({**self._config, "error_cb": self._error_handler(self._generation)})
+            if self._transactional:
+                producer.init_transactions(_INIT_TIMEOUT_S)  # aborts and fences what the last relay left
+            self._producer = producer
             self._on_delivery = self._delivery_handler(self._generation)
             self._replace = False
         return self._producer
 
     def _outstanding(self) -> bool:
-        return self._one_offs > 0 or any(topic.by_key for topic in self._topics.values())
+        in_transaction = self._transaction is not None or bool(self._waiting)
+        return in_transaction or self._one_offs > 0 or any(topic.by_key for topic in self._topics.values())
 
     def _delivery_handler(self, generation: int) -> Callable[[KafkaError | None, Message], None]:
         def on_delivery(error: KafkaError | None, msg: Message) -> None:
@@ -139,10 +195,26 @@ class KafkaEventPublisher:
 
     def send(self, events: Sequence[PendingEvent]) -> PublishReport:
         producer = self._current()
+        if self._transaction is not None and self._transaction.committing:
+            self._waiting.extend(events)
+            return PublishReport()
+        failed_at_once = self._produce_all(producer, events)
+        self._recheck_unknown_topics(failed_at_once)
+        return failed_at_once
+
+    def _produce_all(self, producer: Producer, events: Sequence[PendingEvent]) -> PublishReport:
         failed_at_once = PublishReport()
+        if self._transactional and self._transaction is None:
+            producer.begin_transaction()
+            self._transaction = _Transaction(self._clock())
         for event in events:
             self._produce(producer, event, failed_at_once)
-        self._recheck_unknown_topics(failed_at_once)
+        if self._transaction is not None:
+            failed = failed_at_once.retry.keys() | failed_at_once.rejected.keys()
+            for event in events:
+                if event.outbox_id not in failed:
+                    self._transaction.ids.append(event.outbox_id)
+                    self._transaction.topics[event.topic] += 1
         return failed_at_once
 
     def collect(self, timeout_s: float) -> PublishReport:
@@ -153,17 +225,79 @@ class KafkaEventPublisher:
             time.sleep(timeout_s)
         answers, self._answers = self._answers, PublishReport()
         for topic, in_flight in self._topics.items():
-            if in_flight.delivered:
+            if in_flight.delivered and not self._transactional:
                 answers.delivered.extend(in_flight.delivered)
                 self._published[topic] += len(in_flight.delivered)
-                in_flight.delivered.clear()
+            in_flight.delivered.clear()  # in a transaction: written, not yet committed
+        if self._transaction is not None and self._producer is not None:
+            self._settle_transaction(self._producer, answers)
         self._recheck_unknown_topics(answers)
         for topic, count in self._published.items():
             metrics.outbox_published_total.labels(topic=topic).inc(count)
         self._published.clear()
-        if any(code == "_MSG_TIMED_OUT" for code in answers.retry.values()):
+        if not self._transactional and any(code == "_MSG_TIMED_OUT" for code in answers.retry.values()):
             self._replace = True
         return answers
+
+    def _settle_transaction(self, producer: Producer, answers: PublishReport) -> None:
+        """Abort the open transaction if any of it failed, else commit it once due (a step at a time)."""
+        transaction = self._transaction
+        assert transaction is not None
+        if answers.retry or answers.rejected:
+            self._abort(producer, answers)
+            return
+        age = self._clock() - transaction.started
+        transaction.committing |= len(transaction.ids) >= TRANSACTION_EVENTS or age >= TRANSACTION_AGE_S
+        if not transaction.committing:
+            return
+        try:
+            producer.commit_transaction(_COMMIT_STEP_S)
+        except KafkaException as exc:
+            error = exc.args[0]
+            if error.retriable():
+                return  # still committing: the next collect() resumes it
+            if not error.txn_requires_abort():
+                raise  # fatal: fenced by a relay that took over
+            self._abort(producer, answers, because=error.name())
+            return
+        answers.delivered.extend(transaction.ids)
+        self._published.update(transaction.topics)
+        self._transaction = None
+        waiting, self._waiting = self._waiting, []
+        if waiting:
+            failed_at_once = self._produce_all(producer, waiting)
+            answers.retry.update(failed_at_once.retry)
+            answers.rejected.update(failed_at_once.rejected)
+
+    def _abort(self, producer: Producer, answers: PublishReport, because: str = "aborted") -> None:
+        """Nothing of an aborted transaction is visible to a read_committed consumer: all of it (and what
+        waited for it) is to be sent again, but for an event the broker refused for good."""
+        transaction = self._transaction
+        assert transaction is not None
+        # What failed gives its reason to all of the transaction (a delivery timeout, an unknown topic).
+        reason = next(iter(answers.retry.values()), because)
+        for outbox_id in [*transaction.ids, *(event.outbox_id for event in self._waiting)]:
+            if outbox_id not in answers.rejected:
+                answers.retry.setdefault(outbox_id, reason)
+        self._transaction = None
+        self._waiting = []
+        try:
+            producer.abort_transaction(_ABORT_TIMEOUT_S)  # purges what is in flight
+        except KafkaException as exc:
+            if exc.args[0].fatal():
+                raise
+            # The coordinator did not answer (an outage): the next producer's init_transactions aborts it.
+            self._replace = True
+        self._forget_in_flight()  # the purged events' answers are moot: all of them go again
+        producer.poll(0)
+
+    def _forget_in_flight(self) -> None:
+        """A new generation: answers about what was handed out before are ignored when they come."""
+        self._generation += 1
+        self._on_delivery = self._delivery_handler(self._generation)
+        self._one_offs = 0
+        self._answers = PublishReport()
+        self._topics.clear()
 
     def _produce(self, producer: Producer, event: PendingEvent, failed_at_once: PublishReport) -> None:
         outbox_id, topic, key_text, value, event_type, correlation_id, traceparent = event
@@ -210,9 +344,13 @@ class KafkaEventPublisher:
         # A topic that delivered works: should it vanish again later, it is ensured again before anything
         # is dropped.
         self._unknown_topic_retried.difference_update(self._published)
-        topics = {self._topic_of_retry[oid] for oid, code in report.retry.items() if code in _UNKNOWN_TOPIC}
+        topics = {
+            self._topic_of_retry[oid]
+            for oid, code in report.retry.items()
+            if code in _UNKNOWN_TOPIC and oid in self._topic_of_retry
+        }
         for outbox_id, code in list(report.retry.items()):
-            topic = self._topic_of_retry.pop(outbox_id)
+            topic = self._topic_of_retry.pop(outbox_id, None)  # none for what an aborted transaction held
             if code in _UNKNOWN_TOPIC and topic in self._unknown_topic_retried:
                 del report.retry[outbox_id]
                 report.rejected[outbox_id] = f"{code}: topic {topic} unknown after ensure-topics"
@@ -223,23 +361,28 @@ class KafkaEventPublisher:
     def discard(self) -> None:
         """Purge what the producer holds and close it (its connections go); its late reports are ignored."""
         producer, self._producer = self._producer, None
-        self._generation += 1
+        self._forget_in_flight()
         if producer is not None:
             try:
                 producer.purge(in_queue=True, in_flight=True)
                 producer.flush(0)
                 # Producer.close() is recent in confluent-kafka; without it the last reference going destroys
-                # the client just the same, right here.
+                # the client just the same, right here. It tries to abort an open transaction and warns when
+                # it cannot (the producer is fenced, the broker away): the next producer of this
+                # transactional.id aborts it in any case.
                 close = getattr(producer, "close", None)
                 if close is not None:
-                    close()
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore", RuntimeWarning)
+                        close()
             except (KafkaException, RuntimeError) as exc:
                 log.warning("kafka-producer-discard-failed", error=type(exc).__name__)
-        self._one_offs = 0
-        self._answers = PublishReport()
-        self._topics.clear()
         self._topic_of_retry.clear()
         self._replace = False
+        # An open transaction is aborted by the next producer of this transactional.id (the next relay).
+        self._transaction = None
+        self._waiting = []
+        self._fatal = None
 
     def close(self) -> None:
         if self._producer is not None:

@@ -30,11 +30,12 @@ class ReadEvent:
 
 
 class TopicReader:
-    """Sees what is published after it was opened. `read_to_end` reads up to the end offsets the topics have
-    when it is called (what every acknowledged event lies below), so a caller whose events are all
-    acknowledged knows it has them all without waiting for a quiet period."""
+    """Sees what is published after it was opened (or, `from_beginning`, everything the topics hold).
+    `read_to_end` reads up to the end offsets the topics have when it is called (what every acknowledged
+    event lies below), so a caller whose events are all acknowledged knows it has them all without waiting
+    for a quiet period. Only committed transactions are read (`read_committed`, librdkafka's default)."""
 
-    def __init__(self, client_config: dict[str, str], topics: Iterable[str]):
+    def __init__(self, client_config: dict[str, str], topics: Iterable[str], *, from_beginning: bool = False):
         self._consumer = Consumer(
             {
                 **client_config,
@@ -48,8 +49,8 @@ class TopicReader:
         self._assigned = []
         for topic in topics:
             for partition in metadata.topics[topic].partitions:
-                _, high = watermarks(self._consumer, TopicPartition(topic, partition))
-                self._assigned.append(TopicPartition(topic, partition, high))
+                low, high = watermarks(self._consumer, TopicPartition(topic, partition))
+                self._assigned.append(TopicPartition(topic, partition, low if from_beginning else high))
         self._consumer.assign(self._assigned)
         # How far each partition is read: the offset after the last record, or the end offset a fetch
         # reported on reaching it (records just below it may be gone: compacted, or transaction markers).

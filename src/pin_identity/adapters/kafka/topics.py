@@ -88,7 +88,9 @@ def check_client_properties(properties: Mapping[str, str]) -> None:
     if not properties:
         return
     try:
-        Producer({**producer_config(dict(properties)), "logger": _quiet})
+        # As the relay builds it: transactional (so `enable.idempotence=false` is refused here, not there).
+        transactional = {"transactional.id": "pin-identity-config-check", **producer_config(dict(properties))}
+        Producer({**transactional, "logger": _quiet})
         Consumer({**properties, "group.id": "pin-identity-config-check", "logger": _quiet}).close()
     except (KafkaException, TypeError, ValueError) as exc:  # the last two for the Python-side keys
         raise KafkaPropertiesError(_reason(exc)) from None

@@ -198,6 +198,11 @@ class PostgresOutboxQueue:
             listed = "{" + ",".join(map(str, ids)) + "}"
             conn.execute(query("delete_outbox_events"), {"ids": listed})
 
+    def transactional_id(self) -> str:
+        """The outbox's Kafka transactional.id, the same for every relay of it."""
+        [(transactional_id,)] = self._database.execute("outbox_transactional_id", {})
+        return str(transactional_id)
+
     def backlog(self) -> OutboxBacklog:
         waiting, oldest_age_s, writing, pid, application_name, running_s = self._ask(query("outbox_backlog"))
         writer = OutboxWriter(pid, application_name, running_s) if writing else None

@@ -549,6 +549,11 @@ FROM (SELECT clean FROM identity.outbox_relay_handover WHERE id = 1) AS before
 WHERE h.id = 1
 RETURNING before.clean;
 
+-- name: outbox_transactional_id
+-- The one Kafka transactional.id of this outbox (migration 0006): every relay of it uses it, so the one that
+-- takes over fences the producers of the ones before it.
+SELECT transactional_id FROM identity.outbox_relay_handover WHERE id = 1;
+
 -- name: stand_down_outbox_relay
 UPDATE identity.outbox_relay_handover SET clean = true, updated_at = now()
 WHERE id = 1 AND holder = %(holder)s;
