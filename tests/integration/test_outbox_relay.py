@@ -22,6 +22,7 @@ from pin_identity.composition import Container
 from pin_identity.config import Settings
 from pin_identity.domain.events import ACCESS_TOPIC, OutboxMessage, envelope
 from pin_identity.jobs.ports import PendingEvent, RelayRole
+from tests.support.brokers import RestartableBroker
 from tests.support.kafka_tap import EventTap
 from tests.support.relay import RelaySignals, outbox_count
 from tests.support.tcp_proxy import TcpProxy
@@ -214,25 +215,9 @@ def test_only_one_relay_is_active_and_a_standby_takes_over(container: Container,
     assert first.try_become_active() is RelayRole.ACTIVE
 
 
-@dataclass
-class RestartableBroker:
-    """A broker of the test's own, stopped and started again on its port and its log directory."""
-
-    home: Path
-    port: int
-    pid: int = 0
-
-    def start(self) -> None:
-        self.pid = start_broker(self.home, self.port).pid
-
-    def stop(self) -> None:
-        stop_broker(self.pid)
-
-
 @pytest.fixture
 def restartable_broker(tmp_path: Path) -> Iterator[RestartableBroker]:
-    broker = RestartableBroker(tmp_path / "broker", free_port())
-    broker.start()
+    broker = RestartableBroker.started(tmp_path / "broker")
     yield broker
     broker.stop()
 

@@ -96,7 +96,7 @@ def test_a_writer_that_never_commits_is_named_measured_and_everything_goes_once_
         finally:
             stop.set()
             relay.join(30)
-    assert [e.key for e in events] == [str(held_key), str(behind_key)]
+    assert sorted(e.key for e in events) == sorted(ours)  # two keys: their partitions are read in any order
     assert _gauge("identity_outbox_publishing_held_seconds") < 1.0
     assert outbox_count(database_url) == 0
 
@@ -115,6 +115,8 @@ def test_an_id_sequence_restarted_below_the_read_position_is_reported_and_read_a
     before = [_message(uuid.uuid4(), n) for n in range(50)]
     _write(database_url, *before)
     tap.wait_for(lambda e: e.key in {m.key for m in before}, 50)
+    # Published and removed: a DBA who restarts the sequence of an emptied outbox hands its ids out again.
+    wait_until(lambda: outbox_count(database_url) == 0, "the published rows are removed")
     resets = _gauge("identity_outbox_id_resets_total")
     with capture_logs() as logs:
         with psycopg.connect(database_url, autocommit=True) as dba:

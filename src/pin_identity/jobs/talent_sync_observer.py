@@ -18,6 +18,10 @@ log = get_logger("talent-sync")
 
 
 class TalentSyncObserver:
+    # The partitions whose lag this process reported: one moved to another member is removed from the gauge,
+    # not left at its last value (a sum over the group's workers would count it twice).
+    _reported: frozenset[tuple[str, int]] = frozenset()
+
     def started(self, batch_size: int) -> None:
         log.info("talent-sync-started", batch_size=batch_size)
 
@@ -25,9 +29,13 @@ class TalentSyncObserver:
         log.info("talent-sync-stopped")
 
     def lag_measured(self, lag: Mapping[tuple[str, int], int]) -> None:
-        """How far behind the end of each assigned partition the consumer is (0: caught up)."""
+        """How far the group's committed offset of each partition assigned here is behind its end (0:
+        caught up); partitions no longer assigned here leave the gauge."""
+        for topic, partition in self._reported - lag.keys():
+            metrics.talent_sync_consumer_lag.remove(topic, str(partition))
         for (topic, partition), behind in lag.items():
             metrics.talent_sync_consumer_lag.labels(topic=topic, partition=str(partition)).set(behind)
+        self._reported = frozenset(lag)
 
     def batch_applied(self, records: int, batch: BatchOutcome) -> None:
         """A polled batch committed to the replica (its offsets are committed or tried)."""

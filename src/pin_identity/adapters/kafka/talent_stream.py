@@ -24,6 +24,11 @@ _CONSUMER_DEFAULTS = {
     "enable.auto.commit": False,
     "enable.auto.offset.store": False,
     "auto.offset.reset": "earliest",
+    # The classic group protocol, chosen on purpose: its session timeout is the client's to set, so a killed
+    # member's partitions move within 10 s on any cluster. KIP-848's `consumer` protocol (librdkafka 2.12+,
+    # Kafka 4.x) takes the session timeout from the broker, 45 s by default and at least that, and lets no
+    # client set it lower.
+    "group.protocol": "classic",
     "session.timeout.ms": 10_000,
     "heartbeat.interval.ms": 2_000,
 }
@@ -86,20 +91,22 @@ class KafkaTalentStream:
                 log.info("talent-stream-seek-skipped", error=str(exc))
 
     def lag(self) -> dict[tuple[str, int], int] | None:
+        """Per assigned partition, its end less the group's committed offset: what is applied and committed,
+        not what is fetched (the console reads the same committed offsets, group_lag.py)."""
         assignment = self._consumer.assignment()
         if not assignment:
             # Nothing to wait for when Talent's topics do not exist (yet) in this cluster.
             return None if self._topics_exist() else {}
-        positions = self._consumer.position(assignment)
         committed = self._consumer.committed(assignment, timeout=5)
         lag = {}
-        for position, stored in zip(positions, committed, strict=True):
+        for stored in committed:
             # Watermarks as the last fetch response reported them: no broker call per partition.
-            low, high = self._consumer.get_watermark_offsets(position, cached=True)
+            low, high = self._consumer.get_watermark_offsets(stored, cached=True)
             if high < 0:
                 return None  # not fetched yet
-            at = next((o for o in (position.offset, stored.offset) if o >= 0), low)
-            lag[(position.topic, position.partition)] = max(high - at, 0)
+            lag[(stored.topic, stored.partition)] = max(
+                high - (stored.offset if stored.offset >= 0 else low), 0
+            )
         return lag
 
     def _topics_exist(self) -> bool:

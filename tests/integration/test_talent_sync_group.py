@@ -1,0 +1,128 @@
+"""talent-sync as a real consumer group: three `worker --jobs talent-sync` processes share Talent's topics,
+one is SIGKILLed while it applies, a fourth joins later. Every record is applied and nothing older overwrites
+anything newer (offsets are committed only after their batch committed in the database), the group's lag read
+from its committed offsets returns to 0, and so does each live worker's lag gauge."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import httpx
+import pytest
+
+from pin_identity.adapters.kafka.embedded import free_port
+from pin_identity.composition import Container
+from pin_identity.config import Settings
+from pin_identity.simulation.talent import (
+    TalentDataset,
+    create_talent_topics,
+    generate_dataset,
+    produce_to_topics,
+)
+from tests.conftest import TalentTopics
+from tests.support import talent
+from tests.support.health import wait_for_healthz
+from tests.support.waiting import wait_until
+
+PARTITIONS = 6
+CLI = [sys.executable, "-m", "pin_identity.entrypoints.cli", "worker", "--jobs", "talent-sync"]
+
+
+class SyncWorker:
+    def __init__(self, env: dict[str, str], log: Path):
+        port = free_port()
+        self.base = f"http://127.0.0.1:{port}"
+        with log.open("wb") as stderr:
+            self.process = subprocess.Popen(
+                CLI, env={**env, "PIN_IDENTITY_WORKER_HTTP_PORT": str(port)}, stderr=stderr
+            )
+        wait_for_healthz(self.base, "a talent-sync worker")
+
+    def lag_gauge(self) -> float:
+        text = httpx.get(f"{self.base}/metrics", timeout=5).text
+        return sum(
+            float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines()
+            if line.startswith("talent_sync_consumer_lag{")
+        )
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            assert self.process.wait(60) == 0
+
+
+def _renamed(dataset: TalentDataset) -> TalentDataset:
+    return TalentDataset(
+        [],
+        [
+            {**user, "version": user["version"] + 1, "lastName": f"{user['lastName']}-2"}
+            for user in dataset.users
+        ],
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(420)
+def test_a_group_of_workers_applies_every_record_though_one_is_killed_and_another_joins(
+    settings: Settings, broker: str, subprocess_env: dict[str, str], tmp_path: Path
+) -> None:
+    suffix = uuid.uuid4().hex[:10]
+    topics = TalentTopics(f"talent.tenants.{suffix}", f"talent.users.{suffix}", f"talent-sync-{suffix}")
+    config = {"bootstrap.servers": broker}
+    create_talent_topics(config, PARTITIONS, tenants_topic=topics.tenants, users_topic=topics.users)
+    first = generate_dataset(60, 12_000, seed=41)
+    produce_to_topics(config, first, tenants_topic=topics.tenants, users_topic=topics.users)
+    produce_to_topics(config, _renamed(first), tenants_topic=topics.tenants, users_topic=topics.users)
+    env = {
+        **subprocess_env,
+        "PIN_IDENTITY_TALENT_TENANTS_TOPIC": topics.tenants,
+        "PIN_IDENTITY_TALENT_USERS_TOPIC": topics.users,
+        "PIN_IDENTITY_TALENT_SYNC_GROUP": topics.group,
+    }
+    container = Container(
+        settings.model_copy(
+            update={
+                "talent_tenants_topic": topics.tenants,
+                "talent_users_topic": topics.users,
+                "talent_sync_group": topics.group,
+            }
+        )
+    )
+    records = len(first.tenants) + 2 * len(first.users)
+
+    def group_lag() -> int | None:
+        return container.health.consumer_lag().total
+
+    workers = [SyncWorker(env, tmp_path / f"worker-{n}.log") for n in range(3)]
+    try:
+        # Killed once the group committed a part and has more to apply: mid-way, with a batch in hand.
+        wait_until(
+            lambda: (lag := group_lag()) is not None and lag < records * 0.8,
+            "the group applies",
+            timeout_s=120,
+        )
+        assert (group_lag() or 0) > 0, "the kill must land before the end"
+        workers[0].process.send_signal(signal.SIGKILL)
+        workers[0].process.wait(10)
+        workers.append(SyncWorker(env, tmp_path / "worker-3.log"))
+        wait_until(lambda: group_lag() == 0, "the group's committed offsets reach the end", timeout_s=240)
+        wait_until(
+            lambda: sum(worker.lag_gauge() for worker in workers[1:]) == 0,
+            "each live worker's lag gauge reads 0",
+            timeout_s=30,
+        )
+    finally:
+        for worker in workers:
+            worker.stop()
+    users = talent.replica_state(container)["users"]
+    container.close()
+    newest = {user["userId"]: user["version"] + 1 for user in first.users}
+    assert len(users) == len(newest), "a record was never applied"
+    # (external id, ..., last name at 7, ..., replica version at 11): every user at the second version
+    behind = [user for user in users if user[11] != newest[user[0]] or not user[7].endswith("-2")]
+    assert behind == [], f"{len(behind)} users hold an older version, e.g. {behind[:1]}"
