@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 import uuid
 from collections.abc import Sequence
 from datetime import datetime, timedelta
@@ -19,6 +20,7 @@ from tests.support.fanout import ManualClock
 from tests.support.kafka_tap import EventTap
 from tests.support.relay import publish_outbox
 from tests.support.schemas import validate_event
+from tests.support.waiting import wait_until
 
 
 def _rows(container: Container, sql: Any) -> list[tuple[Any, ...]]:
@@ -89,7 +91,13 @@ def test_a_consumer_killed_between_database_and_offset_commit_replays_safely(
     managers = [talent.user(company["tenantId"]) for _ in range(5)]
     talent.produce(container, talent_topics, TalentDataset([company], managers))
     dying = _DiesBeforeOffsetCommit(talent.talent_stream(container, talent_topics))
-    talent.run_until_caught_up(talent.sync_job(container, talent_topics, stream=dying))
+    stop = threading.Event()
+    first = threading.Thread(target=talent.sync_job(container, talent_topics, stream=dying).run, args=(stop,))
+    first.start()
+    # Every snapshot applied, no offset committed (the group's lag says so): then the process dies.
+    wait_until(lambda: len(_replica(container)) == 5, "the batch is committed in the database")
+    stop.set()
+    first.join(30)
     before = (_replica(container), _rows(container, "SELECT count(*) FROM identity.outbox_events"))
 
     talent.run_until_caught_up(talent.sync_job(container, talent_topics))

@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "deploy" / "container" / "Dockerfile"
 KUBERNETES = ROOT / "deploy" / "kubernetes"
 KUSTOMIZATIONS = (KUBERNETES, KUBERNETES / "jobs" / "db-upgrade", KUBERNETES / "jobs" / "bootstrap")
-CONTRACTS = ROOT.parent / "shared" / "spec" / "CONTRACTS.md"
+README = ROOT / "README.md"  # its configuration table names every variable (CONTRACTS section 1 and ours)
 LINT_BIN = ROOT / ".venv" / "deploy-lint" / "bin"
 
 # The oldest Kubernetes the manifests are for (PodDisruptionBudget's unhealthyPodEvictionPolicy is GA in
@@ -266,7 +266,7 @@ def test_every_pod_runs_locked_down_from_this_image(name: str) -> None:
 def test_secrets_are_referenced_never_included_and_every_variable_is_a_setting() -> None:
     assert _of_kind("Secret") == []
     known = {ENV_PREFIX + field.upper() for field in Settings.model_fields}
-    known |= set(re.findall(r"^\| `(PIN_IDENTITY_[A-Z_]+)`", CONTRACTS.read_text(encoding="utf-8"), re.M))
+    known |= set(re.findall(r"^\| `(PIN_IDENTITY_[A-Z_]+)`", README.read_text(encoding="utf-8"), re.M))
     referenced: set[str] = set()
     for name, spec in _pod_specs():
         for container in spec["containers"]:
