@@ -72,8 +72,10 @@ alerts:
 	@mv build/prometheus/alerts.yml.tmp build/prometheus/alerts.yml
 	@echo "wrote build/prometheus/alerts.yml"
 
+# Two processes (pytest-xdist), each with its own PostgreSQL and broker: most of the suite waits on servers
+# and subprocesses, so two halve its time on two cores. The long fault tests go first (tests/conftest.py).
 test: $(STAMP) tools kafka deploy-tools lint
-	$(BIN)/pytest -p no:cacheprovider
+	$(BIN)/pytest -p no:cacheprovider -n 2
 
 bench: $(STAMP) kafka
 	$(BIN)/python bench/outbox_relay.py

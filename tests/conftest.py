@@ -31,6 +31,12 @@ TEMPLATE = "pin_template"
 _database_numbers = itertools.count()
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The long fault and load tests first: spread over the processes of `pytest -n`, they start at once
+    instead of one of them running alone at the end."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 def _with_database(url: str, name: str) -> str:
     return psycopg.conninfo.make_conninfo(url, dbname=name)
 

@@ -35,10 +35,12 @@ class EventTap:
                 return matching
             self.poll()
 
-    def read_to_end(self, where: Callable[[ConsumedEvent], bool]) -> list[ConsumedEvent]:
+    def read_to_end(
+        self, where: Callable[[ConsumedEvent], bool], timeout_s: float = 30.0
+    ) -> list[ConsumedEvent]:
         """Everything matching, read up to the end offsets the topics have now: once the outbox is drained
         (every event acknowledged), that is everything published."""
-        self.received.extend(self._reader.read_to_end())
+        self.received.extend(self._reader.read_to_end(timeout_s))
         return [event for event in self.received if where(event)]
 
     def settle(self, where: Callable[[ConsumedEvent], bool], quiet_s: float = 1.0) -> list[ConsumedEvent]:

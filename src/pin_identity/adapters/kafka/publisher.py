@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import time
-import warnings
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -74,9 +73,10 @@ TRANSACTION_AGE_S = 0.1
 # reading the outbox (and proving its session) while a commit completes.
 _COMMIT_STEP_S = 0.005
 # Both ask the transaction coordinator: a healthy one answers in milliseconds (the first time after a broker
-# starts, in about a second), and the relay proves its session between attempts.
+# starts, or while it completes the transaction before, in about a second), and the relay proves its session
+# between attempts.
 _INIT_TIMEOUT_S = 5.0
-_ABORT_TIMEOUT_S = 1.0
+_ABORT_TIMEOUT_S = 5.0
 
 
 @dataclass(slots=True)
@@ -84,7 +84,7 @@ class _Transaction:
     started: float
     ids: list[int] = field(default_factory=list)  # produced in it: acknowledged only once it commits
     topics: Counter[str] = field(default_factory=Counter)
-    committing: bool = False
+    committing: bool = False  # commit_transaction() called: only it may be called until it returns
 
 
 @dataclass(slots=True)
@@ -96,8 +96,9 @@ class _TopicInFlight:
 
 
 class KafkaEventPublisher:
-    """Keeps one producer. With a `transactional_id` (the relay's), every event goes in a transaction and a
-    fatal error (fenced: another relay took over) is raised to the relay, which stands down. Without one (a
+    """Keeps one producer. With a `transactional_id` (the relay's), every event goes in a transaction, a
+    fatal error (fenced: another relay took over) is raised to the relay, which stands down, and an abort the
+    coordinator does not confirm in time gets the producer replaced. Without one (a
     plain idempotent producer, measured beside it by bench/outbox_relay.py), the producer is replaced after a
     fatal error or a delivery timeout: one whose broker lost its idempotence state never delivers again, and
     the swap waits until nothing is in flight, so it cannot reorder events.
@@ -243,7 +244,9 @@ class KafkaEventPublisher:
         """Abort the open transaction if any of it failed, else commit it once due (a step at a time)."""
         transaction = self._transaction
         assert transaction is not None
-        if answers.retry or answers.rejected:
+        # Once commit_transaction() was called, librdkafka takes no other transactional call until it
+        # returns: it fails by itself (abortable) when an event of it failed, and is aborted then.
+        if (answers.retry or answers.rejected) and not transaction.committing:
             self._abort(producer, answers)
             return
         age = self._clock() - transaction.started
@@ -286,7 +289,11 @@ class KafkaEventPublisher:
         except KafkaException as exc:
             if exc.args[0].fatal():
                 raise
-            # The coordinator did not answer (an outage): the next producer's init_transactions aborts it.
+            # Not confirmed in time (the coordinator is away, or busy bumping the producer's epoch). The
+            # abort is not resumed: librdkafka 2.16 can trip its own state machine (an assertion that kills
+            # the process) when a timed-out abort meets an epoch bump. The producer is replaced instead; the
+            # next one's init_transactions() aborts at the coordinator whatever this one left open.
+            log.warning("kafka-transaction-abort-unconfirmed", code=exc.args[0].name())
             self._replace = True
         self._forget_in_flight()  # the purged events' answers are moot: all of them go again
         producer.poll(0)
@@ -366,20 +373,14 @@ class KafkaEventPublisher:
             try:
                 producer.purge(in_queue=True, in_flight=True)
                 producer.flush(0)
-                # Producer.close() is recent in confluent-kafka; without it the last reference going destroys
-                # the client just the same, right here. It tries to abort an open transaction and warns when
-                # it cannot (the producer is fenced, the broker away): the next producer of this
-                # transactional.id aborts it in any case.
-                close = getattr(producer, "close", None)
-                if close is not None:
-                    with warnings.catch_warnings():
-                        warnings.simplefilter("ignore", RuntimeWarning)
-                        close()
             except (KafkaException, RuntimeError) as exc:
                 log.warning("kafka-producer-discard-failed", error=type(exc).__name__)
+            # The last reference going destroys the client right here, its connections with it. Not
+            # Producer.close(): with a transaction open it waits for the abort, which an unreachable broker
+            # never confirms. The next producer of this transactional.id (the next relay) aborts it anyway.
+            del producer
         self._topic_of_retry.clear()
         self._replace = False
-        # An open transaction is aborted by the next producer of this transactional.id (the next relay).
         self._transaction = None
         self._waiting = []
         self._fatal = None

@@ -73,9 +73,10 @@ class TopicReader:
         ends = {(tp.topic, tp.partition): watermarks(self._consumer, tp)[1] for tp in self._assigned}
         events: list[ReadEvent] = []
         deadline = time.monotonic() + timeout_s
-        while any(self._read_to[where] < end for where, end in ends.items()):
+        while behind := {where: end for where, end in ends.items() if self._read_to[where] < end}:
             if time.monotonic() > deadline:
-                raise TimeoutError(f"the topics were not read to their end offsets in {timeout_s:g} s")
+                short = ", ".join(f"{t}[{p}] at {self._read_to[t, p]} of {n}" for (t, p), n in behind.items())
+                raise TimeoutError(f"not read to the end offsets in {timeout_s:g} s: {short}")
             events.extend(self.read())
         return events
 
