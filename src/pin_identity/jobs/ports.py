@@ -124,7 +124,9 @@ class EventPublisher(Protocol):
         ...
 
     def collect(self, timeout_s: float) -> PublishReport:
-        """What the broker answered since the last call, waiting up to timeout_s for a first answer."""
+        """What the broker answered since the last call, waiting up to timeout_s for a first answer. A wait
+        says the relay has nothing more to hand over for now: a publisher that batches (a transaction) sends
+        what it holds at once."""
         ...
 
     def discard(self) -> None:

@@ -65,12 +65,14 @@ def producer_config(client_config: dict[str, str]) -> dict[str, Any]:
     return {**defaults, **client_config, "logger": _librdkafka_log}
 
 
-# A transaction is committed once it holds this many events or is this old: long enough to spread a commit's
-# round trips over thousands of events, short enough that a lone revocation waits about a tenth of a second.
+# A transaction is committed as soon as the relay waits for answers (it has nothing more to hand over: a lone
+# revocation goes at once), else once it holds this many events or is this old. Each commit costs round trips
+# to the coordinator and a marker in every partition it wrote, during which nothing new is produced: under a
+# flood, thousands of events share one.
 TRANSACTION_EVENTS = 10_000
-TRANSACTION_AGE_S = 0.1
-# commit_transaction() waits this long, then returns and is resumed by the next collect(): the relay goes on
-# reading the outbox (and proving its session) while a commit completes.
+TRANSACTION_AGE_S = 0.5
+# commit_transaction() waits this long (or as long as the relay would wait for answers), then returns and is
+# resumed by the next collect(): the relay goes on reading the outbox (and proving its session) meanwhile.
 _COMMIT_STEP_S = 0.005
 # Both ask the transaction coordinator: a healthy one answers in milliseconds (the first time after a broker
 # starts, or while it completes the transaction before, in about a second), and the relay proves its session
@@ -219,8 +221,11 @@ class KafkaEventPublisher:
         return failed_at_once
 
     def collect(self, timeout_s: float) -> PublishReport:
+        # A wait with a transaction open goes to its commit, which returns the moment it completes; poll()
+        # would wait it out, as a completed commit is no answer that wakes it.
+        committing = self._transaction is not None and (self._transaction.committing or timeout_s > 0)
         if self._producer is not None and self._outstanding():
-            self._producer.poll(timeout_s)
+            self._producer.poll(0 if committing else timeout_s)
             self._producer.poll(0)  # serve every answer already queued, not just the first
         elif timeout_s:
             time.sleep(timeout_s)
@@ -231,7 +236,7 @@ class KafkaEventPublisher:
                 self._published[topic] += len(in_flight.delivered)
             in_flight.delivered.clear()  # in a transaction: written, not yet committed
         if self._transaction is not None and self._producer is not None:
-            self._settle_transaction(self._producer, answers)
+            self._settle_transaction(self._producer, answers, wait_s=timeout_s)
         self._recheck_unknown_topics(answers)
         for topic, count in self._published.items():
             metrics.outbox_published_total.labels(topic=topic).inc(count)
@@ -240,7 +245,7 @@ class KafkaEventPublisher:
             self._replace = True
         return answers
 
-    def _settle_transaction(self, producer: Producer, answers: PublishReport) -> None:
+    def _settle_transaction(self, producer: Producer, answers: PublishReport, *, wait_s: float) -> None:
         """Abort the open transaction if any of it failed, else commit it once due (a step at a time)."""
         transaction = self._transaction
         assert transaction is not None
@@ -249,12 +254,13 @@ class KafkaEventPublisher:
         if (answers.retry or answers.rejected) and not transaction.committing:
             self._abort(producer, answers)
             return
-        age = self._clock() - transaction.started
-        transaction.committing |= len(transaction.ids) >= TRANSACTION_EVENTS or age >= TRANSACTION_AGE_S
+        full = len(transaction.ids) >= TRANSACTION_EVENTS
+        due = wait_s > 0 or full or self._clock() - transaction.started >= TRANSACTION_AGE_S
+        transaction.committing |= due
         if not transaction.committing:
             return
         try:
-            producer.commit_transaction(_COMMIT_STEP_S)
+            producer.commit_transaction(max(wait_s, _COMMIT_STEP_S))
         except KafkaException as exc:
             error = exc.args[0]
             if error.retriable():
