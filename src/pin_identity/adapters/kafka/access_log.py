@@ -19,8 +19,8 @@ from pin_identity.operations.access_audit import KeepRecords, Progress, TopicRea
 log = get_logger("access-audit")
 
 _BATCH = 5000
-# consume() waits its whole timeout unless a full batch is queued, and with 1 MB queued a partition a batch of
-# 5,000 rarely is: a short wait takes what is there and asks again.
+# consume() waits its whole timeout unless a full batch is queued: a short wait takes what is there and asks
+# again.
 _WAIT_S = 0.05
 
 
@@ -51,9 +51,12 @@ class KafkaAccessLog:
             "enable.partition.eof": True,
             # Only committed events: what a consumer sees (the relay's aborted transactions never count).
             "isolation.level": "read_committed",
-            # librdkafka prefetches up to 64 MB per partition by default; the audit keeps nothing, so 1 MB
-            # a partition keeps the fetcher ahead without holding a topic's worth of records.
-            "queued.max.messages.kbytes": 1024,
+            # librdkafka prefetches up to 64 MB by default; the audit keeps nothing, so 8 MB keeps the
+            # fetcher ahead without holding a topic's worth of records.
+            "queued.max.messages.kbytes": 8192,
+            # When that queue is full, librdkafka waits this long (1 s by default) before it fetches again:
+            # the audit drains it in milliseconds, and then sat idle for the rest of the second.
+            "fetch.queue.backoff.ms": 10,
         }
         self._topic, self._stall_s = topic, stall_s
 
