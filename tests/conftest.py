@@ -24,6 +24,7 @@ from pin_identity.config import Settings
 from pin_identity.domain.events import PUBLISHED_TOPICS
 from pin_identity.domain.talent_import import ImportMode
 from pin_identity.simulation.talent import SimulatedTalentApi, TalentDataset, create_talent_topics
+from tests.support.brokers import start_transaction_coordinator
 from tests.support.kafka_tap import EventTap
 from tests.support.talent_import import TalentWorld
 
@@ -74,6 +75,7 @@ def database_url(postgres_admin_url: str) -> Iterator[str]:
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     process = start_broker(tmp_path_factory.mktemp("kafka"))
     ensure_topics({"bootstrap.servers": process.bootstrap_servers}, PUBLISHED_TOPICS, TopicLayout(3, 1))
+    start_transaction_coordinator(process.bootstrap_servers)
     yield process.bootstrap_servers
     stop_broker(process.pid)
 
@@ -82,6 +84,7 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 def own_broker(tmp_path: Path) -> Iterator[str]:
     """A broker of the test's own, for what reads a whole topic (the audit, the demo)."""
     process = start_broker(tmp_path / "own-broker")
+    start_transaction_coordinator(process.bootstrap_servers)
     yield process.bootstrap_servers
     stop_broker(process.pid)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterable
@@ -27,6 +29,7 @@ class RestartableBroker:
         broker.start()
         if topics:
             ensure_topics({"bootstrap.servers": broker.bootstrap}, topics, TopicLayout(partitions, 1))
+        start_transaction_coordinator(broker.bootstrap)
         return broker
 
     @property
@@ -43,6 +46,26 @@ class RestartableBroker:
     def kill(self) -> None:
         """A crash (SIGKILL): no shutdown of any kind; what the broker acknowledged is in its log files."""
         kill_broker(self.pid)
+
+
+_FIRST_INIT = (
+    "import sys; from confluent_kafka import Producer; "
+    "Producer({'bootstrap.servers': sys.argv[1], 'transactional.id': 'test-warm-up'}).init_transactions(30)"
+)
+
+
+def start_transaction_coordinator(bootstrap: str) -> None:
+    """Bring up a new broker's transaction coordinator, as a cluster in service has it, before a relay meets
+    it. librdkafka 2.16 sometimes aborts the process ("rd_kafka_txn_set_state: Assertion ... Invalid
+    transaction state transition") when a producer's first init_transactions() meets a coordinator still
+    loading its log; seen twice in about a dozen fresh brokers here (README, "Known issues"). The throwaway
+    producer runs in a process of its own, tried again if it is the one that aborts."""
+    for _ in range(3):
+        command = [sys.executable, "-c", _FIRST_INIT, bootstrap]
+        done = subprocess.run(command, check=False, capture_output=True, timeout=90)
+        if done.returncode == 0:
+            return
+    raise RuntimeError(f"no transaction coordinator on {bootstrap}: {done.stderr.decode()[-500:]}")
 
 
 # Compaction within seconds (segment.bytes may not go below 1 MiB, so segments roll by time): a segment rolls
