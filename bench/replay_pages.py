@@ -37,8 +37,8 @@ from typing import Any, TextIO, cast
 from bench_brokers import bench_broker
 from bench_database import scratch_dir
 from pin_identity.adapters.kafka.replay_source import TopicReplaySource
+from pin_identity.domain.errors import SourceUnavailableError
 from pin_identity.domain.talent import ImportStage
-from pin_identity.jobs.ports import SourceUnavailableError
 from pin_identity.simulation.talent import (
     TalentDataset,
     create_talent_topics,

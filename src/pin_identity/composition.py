@@ -54,21 +54,26 @@ from pin_identity.adapters.talent_http.client import TalentApiClient
 from pin_identity.adapters.talent_http.source import ApiPullSource
 from pin_identity.config import ConfigurationError, Settings
 from pin_identity.domain.access_audit import AuditReport
+from pin_identity.domain.errors import (
+    AccessLogUnavailableError,
+    ConsumerLagUnavailableError,
+    SourceNotConfiguredError,
+    SourceUnavailableError,
+)
 from pin_identity.domain.events import PUBLISHED_TOPICS, now_utc
 from pin_identity.domain.fanout import FanOutPolicy
 from pin_identity.domain.talent_import import ImportMode
 from pin_identity.jobs.access_fanout import AccessFanOutJob, FanOutSettings
 from pin_identity.jobs.outbox_relay import OutboxRelay, RelaySettings
 from pin_identity.jobs.outbox_relay_observer import RelayObserver
-from pin_identity.jobs.ports import RunLock, SourceNotConfiguredError, SourceUnavailableError, TalentSource
+from pin_identity.jobs.ports import RunLock, TalentSource
 from pin_identity.jobs.talent_import import ImportSettings, TalentImportJob
 from pin_identity.jobs.talent_sync import TalentSyncJob, TalentSyncSettings
 from pin_identity.operations.access_audit import Progress, audit_access
-from pin_identity.operations.access_show import AccessLogUnavailableError, show_access
+from pin_identity.operations.access_show import show_access
 from pin_identity.operations.fanout_admin import FanOutAdmin
 from pin_identity.operations.health import HealthReads
 from pin_identity.operations.imports import ImportOperations
-from pin_identity.operations.ports import ConsumerLagUnavailableError
 from pin_identity.operations.read_models import UserAccess
 from pin_identity.operations.retention import RetentionAdmin
 from pin_identity.operations.roles import RoleAdmin

@@ -12,6 +12,7 @@ from confluent_kafka import Consumer, TopicPartition
 from prometheus_client import REGISTRY
 
 from pin_identity.composition import Container
+from pin_identity.domain.errors import SourceUnavailableError
 from pin_identity.domain.events import now_utc
 from pin_identity.domain.talent import ImportStage
 from pin_identity.domain.talent_import import (
@@ -22,7 +23,7 @@ from pin_identity.domain.talent_import import (
     RunStatus,
 )
 from pin_identity.entrypoints.talent_import_cli import exit_status
-from pin_identity.jobs.ports import SourceUnavailableError, TalentSource
+from pin_identity.jobs.ports import TalentSource
 from pin_identity.jobs.talent_import import start_run
 from pin_identity.simulation.talent import TalentDataset, generate_dataset
 from tests.support import talent

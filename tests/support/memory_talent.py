@@ -14,6 +14,12 @@ from typing import Any
 from uuid import UUID
 
 from pin_identity.adapters.talent_wire import read_item
+from pin_identity.domain.errors import (
+    LeaseLostError,
+    SourceRejectedError,
+    SourceUnavailableError,
+    StoreConflictError,
+)
 from pin_identity.domain.events import CompanyState, OutboxMessage, UserState
 from pin_identity.domain.model import RenderedAccessSnapshot, RoleStatus, UserAccessSnapshot
 from pin_identity.domain.talent import ImportStage, TalentItem
@@ -29,14 +35,8 @@ from pin_identity.domain.talent_import import (
     RunStatus,
     StageCounters,
 )
-from pin_identity.jobs.ports import LeaseLostError, SourceRejectedError, SourceUnavailableError, TalentRecord
-from pin_identity.operations.ports import (
-    DefaultGrant,
-    QuarantineEntry,
-    RoleRecord,
-    SourceItem,
-    StoreConflictError,
-)
+from pin_identity.jobs.ports import TalentRecord
+from pin_identity.operations.ports import DefaultGrant, QuarantineEntry, RoleRecord, SourceItem
 
 DEFAULT_ROLE = RoleRecord(uuid.uuid4(), "developer-manager", None, RoleStatus.ACTIVE, 1)
 

@@ -9,10 +9,11 @@ from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from uuid import UUID
 
+from pin_identity.domain.errors import LeaseLostError
 from pin_identity.domain.events import AccessChangeTemplate, OutboxMessage
 from pin_identity.jobs.access_fanout import AccessFanOutJob, FanOutSettings, TaskOutcome
 from pin_identity.jobs.access_fanout_observer import FanOutObserver
-from pin_identity.jobs.ports import FanOutTask, LeaseLostError, PageWritten, PoisonedTask, QueueStats
+from pin_identity.jobs.ports import FanOutTask, PageWritten, PoisonedTask, QueueStats
 from tests.support.fanout import ManualClock, NoWakeups
 
 

@@ -11,11 +11,11 @@ from uuid import UUID
 
 import pytest
 
-from pin_identity.domain.errors import NotFoundError
+from pin_identity.domain.errors import ConsumerLagUnavailableError, NotFoundError
 from pin_identity.domain.fanout import FanOutPolicy
 from pin_identity.domain.model import RoleStatus
 from pin_identity.operations.health import HealthReads
-from pin_identity.operations.ports import ConsumerLagUnavailableError, IdentityTransaction
+from pin_identity.operations.ports import IdentityTransaction
 from pin_identity.operations.read_models import DeadLetters, PartitionLag, RoleSummary
 from pin_identity.operations.roles import RoleAdmin
 

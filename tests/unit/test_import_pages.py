@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from pin_identity.adapters.talent_wire import read_item
+from pin_identity.domain.errors import SourceRejectedError
 from pin_identity.domain.talent import ImportStage
 from pin_identity.domain.talent_import import (
     ImportMode,
@@ -20,7 +21,6 @@ from pin_identity.domain.talent_import import (
     StageCounters,
 )
 from pin_identity.jobs.import_pages import PageWorker
-from pin_identity.jobs.ports import SourceRejectedError
 from tests.support.import_observer import RecordingImportObserver
 from tests.support.memory_talent import MemoryImportStore, MemorySource, tenant_item, user_item
 

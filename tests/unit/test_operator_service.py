@@ -13,7 +13,12 @@ from uuid import UUID
 import pytest
 from structlog.testing import capture_logs
 
-from pin_identity.domain.errors import ConflictError, ImportNotRunningError, NotFoundError
+from pin_identity.domain.errors import (
+    ConflictError,
+    ImportNotRunningError,
+    NotFoundError,
+    SourceUnavailableError,
+)
 from pin_identity.domain.model import FanOutTaskStatus
 from pin_identity.domain.talent import ImportStage
 from pin_identity.domain.talent_import import (
@@ -30,12 +35,7 @@ from pin_identity.domain.talent_import import (
 from pin_identity.operations.audit import Actor
 from pin_identity.operations.fanout_admin import FanOutAdmin
 from pin_identity.operations.imports import ImportOperations
-from pin_identity.operations.ports import (
-    ReplicaTransaction,
-    SourceCheck,
-    SourceUnavailableError,
-    TaskReplay,
-)
+from pin_identity.operations.ports import ReplicaTransaction, SourceCheck, TaskReplay
 from pin_identity.operations.read_models import FailedItemView, FanOutTaskView, Pruned, RunSummary
 from pin_identity.operations.retention import RetentionAdmin
 

@@ -30,6 +30,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from pin_identity import __version__
 from pin_identity.composition import Container
 from pin_identity.config import ConfigurationError
+from pin_identity.domain.errors import SourceNotConfiguredError
 from pin_identity.domain.events import now_utc
 from pin_identity.domain.model import FanOutTaskStatus
 from pin_identity.domain.talent_import import ImportErrorCode, RunStatus
@@ -72,7 +73,7 @@ from pin_identity.entrypoints.documents import (
     ReplayResult,
 )
 from pin_identity.entrypoints.probes import ReadinessCache
-from pin_identity.jobs.ports import OutboxBacklog, SourceNotConfiguredError
+from pin_identity.jobs.ports import OutboxBacklog
 from pin_identity.observability import metrics
 from pin_identity.observability.logging import describe_error, get_logger
 

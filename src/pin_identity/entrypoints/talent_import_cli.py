@@ -19,7 +19,7 @@ from rich.table import Table
 
 from pin_identity.composition import Container
 from pin_identity.config import ConfigurationError
-from pin_identity.domain.errors import InvalidInputError
+from pin_identity.domain.errors import InvalidInputError, SourceNotConfiguredError
 from pin_identity.domain.events import now_utc
 from pin_identity.domain.talent import ImportStage
 from pin_identity.domain.talent_import import (
@@ -43,7 +43,7 @@ from pin_identity.entrypoints.cli_output import (
     when,
 )
 from pin_identity.entrypoints.documents import FailedItem, ImportRunReport, ReplayResult
-from pin_identity.jobs.ports import RunLock, SourceNotConfiguredError
+from pin_identity.jobs.ports import RunLock
 from pin_identity.observability.logging import configure_logging
 from pin_identity.operations.read_models import ImportRunView
 

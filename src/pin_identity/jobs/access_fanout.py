@@ -15,9 +15,10 @@ from enum import StrEnum
 
 from pin_identity.domain import events
 from pin_identity.domain.backoff import Backoff
+from pin_identity.domain.errors import LeaseLostError
 from pin_identity.domain.model import AccessChangeReason
 from pin_identity.jobs.access_fanout_observer import FanOutObserver
-from pin_identity.jobs.ports import FanOutQueue, FanOutTask, LeaseLostError, StopSignal, TaskWakeups
+from pin_identity.jobs.ports import FanOutQueue, FanOutTask, StopSignal, TaskWakeups
 from pin_identity.observability.tracing import current_traceparent, tracer
 
 _tracer = tracer("access-fanout")

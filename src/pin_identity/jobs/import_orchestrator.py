@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable
 from datetime import datetime
 
+from pin_identity.domain.errors import SourceRejectedError, SourceUnavailableError
 from pin_identity.domain.talent import ImportStage
 from pin_identity.domain.talent_import import (
     ImportErrorCode,
@@ -17,13 +18,7 @@ from pin_identity.domain.talent_import import (
     PageStatus,
     RunStatus,
 )
-from pin_identity.jobs.ports import (
-    ImportStore,
-    RunLock,
-    SourceRejectedError,
-    SourceUnavailableError,
-    TalentSource,
-)
+from pin_identity.jobs.ports import ImportStore, RunLock, TalentSource
 from pin_identity.jobs.talent_import_observer import ImportObserver
 from pin_identity.observability.logging import describe_error
 

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from uuid import UUID
 
+from pin_identity.domain.errors import LeaseLostError, SourceRejectedError
 from pin_identity.domain.talent import ImportStage, TalentItem
 from pin_identity.domain.talent_import import (
     ImportMode,
@@ -19,13 +20,7 @@ from pin_identity.domain.talent_import import (
     ImportSettings,
     StageCounters,
 )
-from pin_identity.jobs.ports import (
-    ImportPageTransaction,
-    ImportStore,
-    LeaseLostError,
-    SourceRejectedError,
-    TalentSource,
-)
+from pin_identity.jobs.ports import ImportPageTransaction, ImportStore, TalentSource
 from pin_identity.jobs.talent_import_observer import ImportObserver
 from pin_identity.observability.logging import describe_error
 from pin_identity.operations.identity import Context

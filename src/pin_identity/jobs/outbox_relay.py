@@ -8,10 +8,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from pin_identity.domain.backoff import Backoff
+from pin_identity.domain.errors import OutboxIdsWentBackError
 from pin_identity.jobs.outbox_relay_observer import RelayObserver
 from pin_identity.jobs.ports import (
     EventPublisher,
-    OutboxIdsWentBackError,
     OutboxQueue,
     PendingEvent,
     PublishReport,

@@ -26,9 +26,6 @@ from pin_identity.operations.ports import DryRunMemory, ReplicaTransaction
 
 # Re-exported: the source's failures and the run lock are the operator's as much as the job's.
 from pin_identity.operations.ports import RunLock as RunLock  # noqa: PLC0414
-from pin_identity.operations.ports import SourceNotConfiguredError as SourceNotConfiguredError  # noqa: PLC0414
-from pin_identity.operations.ports import SourceRejectedError as SourceRejectedError  # noqa: PLC0414
-from pin_identity.operations.ports import SourceUnavailableError as SourceUnavailableError  # noqa: PLC0414
 
 
 class PendingEvent(NamedTuple):
@@ -68,15 +65,6 @@ class OutboxBacklog:
     oldest_age_s: float  # the age of the oldest of them
     held_s: float = 0.0  # how long the oldest running writer's transaction has run: publishing waits on it
     held_by: OutboxWriter | None = None
-
-
-class OutboxIdsWentBackError(Exception):
-    """The outbox's id sequence stands below what the relay already read (a `TRUNCATE ... RESTART IDENTITY`
-    or an `ALTER SEQUENCE ... RESTART`): rows written since lie below the relay's read position."""
-
-    def __init__(self, read_up_to: int, now_at: int):
-        super().__init__(f"the outbox id sequence went back from {read_up_to} to {now_at}")
-        self.read_up_to, self.now_at = read_up_to, now_at
 
 
 class RelayRole(StrEnum):
@@ -141,10 +129,6 @@ class StopSignal(Protocol):
 
 
 # ---------------------------------------------------------------- access fan-out
-
-
-class LeaseLostError(Exception):
-    """The task's lease now belongs to another claim: this worker must not write for it any more."""
 
 
 @dataclass(frozen=True)

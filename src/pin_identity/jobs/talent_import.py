@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from pin_identity.domain.errors import SourceNotConfiguredError, SourceRejectedError
 from pin_identity.domain.talent_import import (
     ImportErrorCode,
     ImportMode,
@@ -21,14 +22,7 @@ from pin_identity.domain.talent_import import (
 )
 from pin_identity.jobs.import_orchestrator import ImportOrchestrator
 from pin_identity.jobs.import_pages import PageWorker
-from pin_identity.jobs.ports import (
-    ImportStore,
-    RunLock,
-    SourceNotConfiguredError,
-    SourceRejectedError,
-    StopSignal,
-    TalentSource,
-)
+from pin_identity.jobs.ports import ImportStore, RunLock, StopSignal, TalentSource
 from pin_identity.jobs.talent_import_observer import ImportObserver
 from pin_identity.operations.imports import start_run  # its home; importable from here too
 

@@ -10,10 +10,6 @@ from pin_identity.domain.errors import NotFoundError
 from pin_identity.operations.read_models import AccessLogSearch, UserAccess, UserAccessState
 
 
-class AccessLogUnavailableError(Exception):
-    """The access topic could not be read (the broker did not answer in time, or refused the read)."""
-
-
 class UserAccessLog(Protocol):
     def last_event(self, user_id: UUID) -> AccessLogSearch:
         """The user's last record, searched from the end of the one partition their key goes to;

@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from datetime import datetime
 from uuid import UUID
 
-from pin_identity.domain.errors import ImportNotRunningError, NotFoundError
+from pin_identity.domain.errors import ImportNotRunningError, NotFoundError, SourceUnavailableError
 from pin_identity.domain.talent_import import (
     TRUNCATED_SOURCE_SHARE,
     ImportErrorCode,
@@ -25,14 +25,7 @@ from pin_identity.domain.talent_import import (
 from pin_identity.observability.logging import get_logger
 from pin_identity.operations.audit import Actor, admin_action
 from pin_identity.operations.identity import Context
-from pin_identity.operations.ports import (
-    ImportRuns,
-    ReplicaTransactions,
-    RunLock,
-    RunSummaries,
-    SourceCheck,
-    SourceUnavailableError,
-)
+from pin_identity.operations.ports import ImportRuns, ReplicaTransactions, RunLock, RunSummaries, SourceCheck
 from pin_identity.operations.read_models import (
     FailedItemView,
     ImportRunView,

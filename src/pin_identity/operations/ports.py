@@ -108,14 +108,6 @@ class IdentityTransactions(Protocol):
 # ---------------------------------------------------------------- Talent replica
 
 
-class StoreConflictError(Exception):
-    """A unique constraint refused a write; `field` names what collided (`phone`, ...)."""
-
-    def __init__(self, field: str):
-        super().__init__(f"unique conflict on {field}")
-        self.field = field
-
-
 @dataclass(frozen=True)
 class DefaultGrant:
     """The developer-manager role in the user's own organization (created with the user, or re-granted)."""
@@ -242,18 +234,6 @@ class ReplicaTransactions(Protocol):
 # ---------------------------------------------------------------- operator actions
 
 
-class SourceUnavailableError(Exception):
-    """Talent cannot be read now (down, timing out, malformed answers); worth trying again later."""
-
-
-class SourceRejectedError(SourceUnavailableError):
-    """Talent refuses our credentials (401/403): retrying will not help."""
-
-
-class SourceNotConfiguredError(Exception):
-    """This process has no way to read the run's source (e.g. api-pull without the Talent API URL)."""
-
-
 class SourceCheck(Protocol):
     """What starting a run asks of its source before anything is written (a TalentSource of the job)."""
 
@@ -345,11 +325,6 @@ class RoleSummaries(Protocol):
 
 class DeadLetterReads(Protocol):
     def dead_letters(self) -> DeadLetters: ...
-
-
-class ConsumerLagUnavailableError(Exception):
-    """The broker did not say how far a group is behind: it did not answer in time, refused, or this process
-    has no broker configured."""
 
 
 class ConsumerLagReader(Protocol):

@@ -20,8 +20,8 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 
 from pin_identity.adapters.kafka.offsets import watermarks
 from pin_identity.adapters.kafka.partitioning import key_partition, partitioner_of
+from pin_identity.domain.errors import AccessLogUnavailableError
 from pin_identity.domain.events import ACCESS_TOPIC
-from pin_identity.operations.access_show import AccessLogUnavailableError
 from pin_identity.operations.read_models import AccessLogSearch, LastAccessEvent
 
 # librdkafka's own lines (a broker that does not answer) stay out of a command's one-line answer: a failure is

@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from pin_identity.adapters.kafka.offsets import watermarks
-from pin_identity.operations.ports import ConsumerLagUnavailableError
+from pin_identity.domain.errors import ConsumerLagUnavailableError
 from pin_identity.operations.read_models import PartitionLag
 
 # librdkafka would write its own log lines to stderr: the caller reports the failure as one line instead.

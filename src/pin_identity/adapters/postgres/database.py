@@ -14,7 +14,7 @@ import psycopg
 from psycopg_pool import ConnectionPool
 
 from pin_identity.adapters.postgres.catalogue import query
-from pin_identity.jobs.ports import LeaseLostError
+from pin_identity.domain.errors import LeaseLostError
 
 
 @dataclass(frozen=True)

@@ -13,9 +13,10 @@ import psycopg
 from pin_identity.adapters.postgres.catalogue import query
 from pin_identity.adapters.postgres.database import Database, Fence
 from pin_identity.adapters.postgres.outbox_writer import template_params
+from pin_identity.domain.errors import LeaseLostError
 from pin_identity.domain.events import AccessChangeTemplate
 from pin_identity.domain.model import FanOutTaskStatus
-from pin_identity.jobs.ports import FanOutTask, LeaseLostError, PageWritten, PoisonedTask, QueueStats
+from pin_identity.jobs.ports import FanOutTask, PageWritten, PoisonedTask, QueueStats
 from pin_identity.operations.ports import TaskReplay
 from pin_identity.operations.read_models import FanOutTaskView
 

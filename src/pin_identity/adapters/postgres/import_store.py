@@ -16,6 +16,7 @@ import psycopg
 from pin_identity.adapters.postgres.catalogue import query
 from pin_identity.adapters.postgres.database import Database, Fence
 from pin_identity.adapters.postgres.replica_store import PostgresReplicaTransaction
+from pin_identity.domain.errors import LeaseLostError
 from pin_identity.domain.talent import ImportStage
 from pin_identity.domain.talent_import import (
     RUN_LOCK_KEY,
@@ -29,7 +30,6 @@ from pin_identity.domain.talent_import import (
     RunStatus,
     StageCounters,
 )
-from pin_identity.jobs.ports import LeaseLostError
 from pin_identity.operations.read_models import FailedItemView
 
 

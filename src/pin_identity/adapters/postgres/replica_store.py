@@ -19,17 +19,12 @@ from pin_identity.adapters.postgres.catalogue import query
 from pin_identity.adapters.postgres.database import Database
 from pin_identity.adapters.postgres.identity_store import PostgresIdentityTransaction
 from pin_identity.adapters.talent_wire import Undecodable, read_item
+from pin_identity.domain.errors import StoreConflictError
 from pin_identity.domain.events import CompanyState, UserState
 from pin_identity.domain.model import DEVELOPER_MANAGER_ROLE_CODE, RenderedAccessSnapshot, RoleStatus
 from pin_identity.domain.talent import ImportStage
 from pin_identity.observability.logging import get_logger
-from pin_identity.operations.ports import (
-    DefaultGrant,
-    QuarantineEntry,
-    RoleRecord,
-    SourceItem,
-    StoreConflictError,
-)
+from pin_identity.operations.ports import DefaultGrant, QuarantineEntry, RoleRecord, SourceItem
 
 log = get_logger("replica-store")
 

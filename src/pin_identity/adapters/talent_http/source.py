@@ -12,9 +12,9 @@ from pin_identity.adapters.talent_http.client import (
     TalentSourceRejectedError,
 )
 from pin_identity.adapters.talent_wire import api_item
+from pin_identity.domain.errors import SourceRejectedError, SourceUnavailableError
 from pin_identity.domain.talent import ImportStage, TalentItem, TenantSnapshot
 from pin_identity.domain.talent_import import MAX_PAGE_SIZE, PlannedPage, PlanStep
-from pin_identity.jobs.ports import SourceRejectedError, SourceUnavailableError
 
 
 def _translated(exc: TalentSourceError) -> SourceUnavailableError:
