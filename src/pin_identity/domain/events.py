@@ -1,4 +1,29 @@
-"""The events we publish (CONTRACTS section 4), built as outbox messages ready for the wire."""
+"""The events we publish (CONTRACTS section 4), built as outbox messages ready for the wire.
+
+UserAccessChanged is rendered at three sites; this module owns its shape. `access_changed_template` is the
+envelope with its payload (userId, companyId, changeReason, version, changedRoleId, activeAssignments),
+encoded once per operation or page with slots for what differs per user (`EnvelopeSlot`); `_assignments` is
+one entry of activeAssignments (assignmentId, roleId, roleCode, scopeType, scopeOrganizationId,
+scopeProjectGroupId, scopeProjectId, expiresAt: ids as lowercase text or null, expiresAt in UTC with
+microseconds and `Z`), sorted by assignmentId. The sites (blocks are those of adapters/postgres/queries.sql):
+
+1. `user_access_changed`: point changes, inline announcements (operations/identity.py) and the managers of
+   a company blocked or restored by Talent (operations/talent_tenants.py) fill the template in Python from
+   a typed snapshot (block `access_snapshots`). Not a measured path: the readable reference, and what unit
+   tests and benchmarks build events with.
+2. `rendered_access_changed` over block `rendered_access_snapshots`: the import's apply
+   (bench/talent_apply.py) has the database render activeAssignments as JSON text, so it does no
+   per-assignment Python work; each user's event carries that user's version and follows their
+   UserUpserted, so the envelope is still filled here.
+3. Block `write_access_changes`, the template handed over by adapters/postgres/outbox_writer.template_params:
+   the fan-out page (bench/access_fanout.py) has the database fill the slots with format() and insert the
+   rows, so no envelope passes through the client.
+
+`rendered_access_snapshots` restates `_assignments` in SQL (its separators carry spaces: consumers read the
+JSON, and the audit compares canonical forms), `write_access_changes` restates `AccessChangeTemplate.fill`.
+A change to the shape changes them together: tests/integration/test_access_event_renderings.py holds the
+three sites to the same JSON for the same user, key order included, and to schemas/events/.
+"""
 
 from __future__ import annotations
 

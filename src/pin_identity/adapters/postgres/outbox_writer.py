@@ -39,7 +39,9 @@ def write_outbox(conn: psycopg.Connection, messages: Sequence[OutboxMessage]) ->
 
 
 def template_params(template: AccessChangeTemplate) -> dict[str, Any]:
-    """The parameters of write_access_changes for one template: its envelope as a format() string."""
+    """The parameters of write_access_changes for one template: its envelope as a format() string, which
+    the database fills as AccessChangeTemplate.fill would (pin_identity.domain.events owns the event's
+    shape and names its three rendering sites)."""
     envelope = [template.pieces[0].replace("%", "%%")]
     for slot, piece in zip(template.slots, template.pieces[1:], strict=True):
         envelope += (f"%{_FORMAT_ARGUMENT[slot]}$s", piece.replace("%", "%%"))

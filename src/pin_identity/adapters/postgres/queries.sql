@@ -253,14 +253,15 @@ WITH page AS (
 SELECT count(*), (array_agg(id ORDER BY id DESC))[1], array_agg(id ORDER BY id)::text FROM page;
 
 -- name: rendered_access_snapshots
--- Each user's full access snapshot, rendered as the event's activeAssignments array (CONTRACTS section 4;
--- the same fields and order as pin_identity.domain.events.user_access_changed, which a test holds this to).
+-- Each user's full access snapshot, rendered as UserAccessChanged's activeAssignments array: the SQL
+-- rendering of pin_identity.domain.events._assignments (that module owns the event's shape and names its
+-- three rendering sites; tests/integration/test_access_event_renderings.py holds them to the same JSON).
+-- Used by the import's apply, by write_access_changes, by the access audit and by `access show`.
 -- Driven by the given (distinct) ids: each user is one primary-key probe (OFFSET 0 keeps the lookup a
 -- parameterised subquery, so it cannot become a hash join over all users) and each user's assignments one
 -- probe of ix_role_assignments_user_active, however small a share of the table the ids are.
 -- Each assignment is one format() over values already in JSON form (uuids and the timestamp need no
--- escaping; the texts go through to_json): a 500-user page of the realistic seed renders in 4.1-4.7 ms,
--- against 5.0-6.1 ms with json_build_object and json_agg.
+-- escaping; the texts go through to_json): cheaper than json_build_object and json_agg (BENCHMARKS.md).
 SELECT page.user_id, u.company_id,
        COALESCE((
            SELECT '[' || string_agg(format(
@@ -284,10 +285,11 @@ ORDER BY page.user_id;
 
 -- name: write_access_changes
 -- One UserAccessChanged per given user, rendered and written by the server, so that no envelope passes
--- through the client (a fan-out page that encoded its 500 events in Python and sent them back by COPY took
--- 13.6 ms; this statement made it 11.5 ms). The envelope is the page's AccessChangeTemplate (pin_identity.domain.events) turned into
--- a format() string whose arguments are JSON values: 1 the event id, 2 the user id, 3 the company id,
--- 4 activeAssignments as rendered_access_snapshots renders them. A test holds the result to the domain's.
+-- through the client (the fan-out page: cheaper than encoding its events in Python and sending them back by
+-- COPY). The SQL rendering of pin_identity.domain.events.AccessChangeTemplate.fill (that module owns the
+-- event's shape and names its three rendering sites): the page's template turned into a format() string by
+-- outbox_writer.template_params, whose arguments are JSON values: 1 the event id, 2 the user id, 3 the
+-- company id, 4 activeAssignments as rendered_access_snapshots renders them.
 INSERT INTO identity.outbox_events (event_id, topic, message_key, event_type, correlation_id, traceparent, value)
 SELECT event.event_id, %(topic)s, event.user_id::text, %(event_type)s, %(correlation_id)s, %(traceparent)s,
        format(%(envelope)s, to_json(event.event_id)::text, to_json(event.user_id)::text,
