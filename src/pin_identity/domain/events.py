@@ -45,6 +45,19 @@ COMPANIES_TOPIC = "pin.identity.companies.v1"
 USERS_TOPIC = "pin.identity.users.v1"
 PUBLISHED_TOPICS = (ACCESS_TOPIC, COMPANIES_TOPIC, USERS_TOPIC)
 
+
+class _Kind(TypedDict):
+    """Which event a message is: its type, its topic and the type of the aggregate it describes."""
+
+    event_type: str
+    topic: str
+    aggregate_type: str
+
+
+_COMPANY_UPSERTED = _Kind(event_type="CompanyUpserted", topic=COMPANIES_TOPIC, aggregate_type="Company")
+_USER_UPSERTED = _Kind(event_type="UserUpserted", topic=USERS_TOPIC, aggregate_type="User")
+_USER_ACCESS_CHANGED = _Kind(event_type="UserAccessChanged", topic=ACCESS_TOPIC, aggregate_type="User")
+
 # One encoder for every event: json.dumps with options would build a new one per call (a hot path).
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 
@@ -84,30 +97,14 @@ class _Stamp:
         return cls(correlation_id, str(correlation_id), _iso(occurred_at), traceparent)
 
 
-def _message(
-    stamp: _Stamp,
-    *,
-    event_type: str,
-    topic: str,
-    aggregate_type: str,
-    aggregate_id: str,
-    payload: dict[str, Any],
-) -> OutboxMessage:
+def _message(stamp: _Stamp, kind: _Kind, aggregate_id: str, payload: dict[str, Any]) -> OutboxMessage:
     event_id = uuid.uuid4()
-    body = _body(
-        stamp,
-        str(event_id),
-        payload,
-        event_type=event_type,
-        aggregate_type=aggregate_type,
-        aggregate_id=aggregate_id,
-    )
-    value = _ENCODER.encode(body)
+    value = _ENCODER.encode(_body(stamp, kind, str(event_id), aggregate_id, payload))
     return OutboxMessage(
         event_id=event_id,
-        topic=topic,
+        topic=kind["topic"],
         key=aggregate_id,
-        event_type=event_type,
+        event_type=kind["event_type"],
         correlation_id=stamp.correlation_id,
         value=value,
         traceparent=stamp.traceparent,
@@ -115,19 +112,13 @@ def _message(
 
 
 def _body(
-    stamp: _Stamp,
-    event_id: str,
-    payload: dict[str, Any],
-    *,
-    event_type: str,
-    aggregate_type: str,
-    aggregate_id: str,
+    stamp: _Stamp, kind: _Kind, event_id: str, aggregate_id: str, payload: dict[str, Any]
 ) -> dict[str, Any]:
     return {
         "eventId": event_id,
-        "eventType": event_type,
+        "eventType": kind["event_type"],
         "contractVersion": CONTRACT_VERSION,
-        "aggregateType": aggregate_type,
+        "aggregateType": kind["aggregate_type"],
         "aggregateId": aggregate_id,
         "occurredAt": stamp.occurred,
         "correlationId": stamp.correlation,
@@ -146,14 +137,8 @@ def envelope(
     occurred_at: datetime,
     traceparent: str | None = None,
 ) -> OutboxMessage:
-    return _message(
-        _Stamp.of(correlation_id, occurred_at, traceparent),
-        event_type=event_type,
-        topic=topic,
-        aggregate_type=aggregate_type,
-        aggregate_id=str(aggregate_id),
-        payload=payload,
-    )
+    kind = _Kind(event_type=event_type, topic=topic, aggregate_type=aggregate_type)
+    return _message(_Stamp.of(correlation_id, occurred_at, traceparent), kind, str(aggregate_id), payload)
 
 
 def _assignments(snapshot: UserAccessSnapshot) -> list[dict[str, Any]]:
@@ -201,8 +186,8 @@ class AccessChangeTemplate:
     slots: tuple[EnvelopeSlot, ...]
     correlation_id: UUID
     traceparent: str | None
-    topic: str = ACCESS_TOPIC
-    event_type: str = "UserAccessChanged"
+    topic: str = _USER_ACCESS_CHANGED["topic"]
+    event_type: str = _USER_ACCESS_CHANGED["event_type"]
 
     def fill(self, user_id: UUID, company_id: UUID | None, assignments_json: str) -> OutboxMessage:
         event_id = uuid.uuid4()
@@ -257,8 +242,7 @@ def access_changed_template(
     }
     stamp = _Stamp.of(correlation_id, occurred_at, traceparent)
     event_id = _slot_marker(EnvelopeSlot.EVENT_ID)
-    kind = {"event_type": "UserAccessChanged", "aggregate_type": "User", "aggregate_id": user}
-    body = _body(stamp, event_id, payload, **kind)
+    body = _body(stamp, _USER_ACCESS_CHANGED, event_id, user, payload)
     split = _ENCODED_SLOT.split(_ENCODER.encode(body))
     return AccessChangeTemplate(
         pieces=tuple(split[0::2]),
@@ -326,15 +310,8 @@ def company_upserted(company: CompanyState, *, correlation_id: UUID, occurred_at
         "externalTalentTenantId": _uuid_or_none(company.external_talent_tenant_id),
         "replicaVersion": company.replica_version,
     }
-    return envelope(
-        event_type="CompanyUpserted",
-        topic=COMPANIES_TOPIC,
-        aggregate_type="Company",
-        aggregate_id=company.company_id,
-        payload=payload,
-        correlation_id=correlation_id,
-        occurred_at=occurred_at,
-    )
+    stamp = _Stamp.of(correlation_id, occurred_at, None)
+    return _message(stamp, _COMPANY_UPSERTED, str(company.company_id), payload)
 
 
 def user_upserted(user: UserState, *, correlation_id: UUID, occurred_at: datetime) -> OutboxMessage:
@@ -353,15 +330,8 @@ def user_upserted(user: UserState, *, correlation_id: UUID, occurred_at: datetim
         "externalTalentUserId": _uuid_or_none(user.external_talent_user_id),
         "replicaVersion": user.replica_version,
     }
-    return envelope(
-        event_type="UserUpserted",
-        topic=USERS_TOPIC,
-        aggregate_type="User",
-        aggregate_id=user.user_id,
-        payload=payload,
-        correlation_id=correlation_id,
-        occurred_at=occurred_at,
-    )
+    stamp = _Stamp.of(correlation_id, occurred_at, None)
+    return _message(stamp, _USER_UPSERTED, str(user.user_id), payload)
 
 
 def now_utc() -> datetime:
