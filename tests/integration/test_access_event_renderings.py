@@ -1,6 +1,8 @@
 """UserAccessChanged is rendered at three sites (pin_identity.domain.events names them and says why): for the
 same user and the same change, all three must write the same event, field for field and key for key, and
-each must satisfy the event's JSON Schema."""
+each must satisfy the event's JSON Schema. The bytes may differ in whitespace only (the SQL rendering of
+activeAssignments puts a space after `,` and `:`): consumers parse the JSON and the access audit compares
+canonical forms, so whitespace is not part of the contract."""
 
 from __future__ import annotations
 
