@@ -161,8 +161,8 @@ def test_the_three_renderings_of_user_access_changed_are_identical(
         python = _wire(_by_python(container, user, change))
         sql_assignments = _wire(_by_sql_assignments(container, user, change))
         sql = _wire(_by_sql(database_url, user, change))
-        assert sql_assignments == python, "rendered_access_snapshots drifted from events._assignments"
-        assert sql == python, "write_access_changes drifted from events.user_access_changed"
+        assert sql_assignments == python, "rendered_access_snapshots and events._assignments disagree"
+        assert sql == python, "write_access_changes and AccessChangeTemplate.fill disagree"
 
     body = json.loads(_by_python(container, user_id, change).value)
     held = body["payload"]["activeAssignments"]
