@@ -10,7 +10,6 @@ import threading
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 
 import psycopg
@@ -21,11 +20,11 @@ from pin_identity.adapters.kafka.topics import TopicLayout, ensure_topics
 from pin_identity.adapters.postgres.outbox_writer import write_outbox
 from pin_identity.composition import Container
 from pin_identity.config import Settings
-from pin_identity.domain.events import ACCESS_TOPIC, PUBLISHED_TOPICS, OutboxMessage, envelope
+from pin_identity.domain.events import ACCESS_TOPIC, PUBLISHED_TOPICS
 from pin_identity.jobs.outbox_relay import RelaySettings
 from pin_identity.observability import metrics
 from tests.support.kafka_tap import ConsumedEvent, EventTap
-from tests.support.relay import RelaySignals, outbox_count
+from tests.support.relay import RelaySignals, access_message, outbox_count
 from tests.support.tcp_proxy import TcpProxy
 from tests.support.waiting import wait_until
 
@@ -57,21 +56,9 @@ def proxied_broker(tmp_path: Path) -> Iterator[ProxiedBroker]:
     stop_broker(broker.pid)
 
 
-def _versioned(key: uuid.UUID, version: int) -> OutboxMessage:
-    return envelope(
-        event_type="UserAccessChanged",
-        topic=ACCESS_TOPIC,
-        aggregate_type="User",
-        aggregate_id=key,
-        payload={"version": version},
-        correlation_id=uuid.uuid4(),
-        occurred_at=datetime.now(UTC),
-    )
-
-
 def _write_versions(database_url: str, keys: list[uuid.UUID], version: int) -> None:
     with psycopg.connect(database_url) as conn:
-        write_outbox(conn, [_versioned(key, version) for key in keys])
+        write_outbox(conn, [access_message(key, {"version": version}) for key in keys])
 
 
 def _assert_versions_only_grow(events: list[ConsumedEvent], keys: list[uuid.UUID], *, last: int) -> None:
