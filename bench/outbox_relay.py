@@ -176,7 +176,9 @@ FROM identity.outbox_events WHERE id > %(after)s ORDER BY id LIMIT 2000"""
 def _plain_relay(container: Container) -> OutboxRelay:
     """The relay as it was before transactions: an idempotent producer without a transactional.id."""
     publisher = KafkaEventPublisher(container.kafka_client_config, ensure_topics=container.ensure_topics)
-    return OutboxRelay(PostgresOutboxQueue(container.database), publisher, RelaySettings())
+    return OutboxRelay(
+        PostgresOutboxQueue(container.database), publisher, RelaySettings(), clock=time.monotonic
+    )
 
 
 def relay_rate(url: str, bootstrap: str, count: int, *, transactional: bool = True) -> float:

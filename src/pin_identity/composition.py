@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -204,7 +205,7 @@ class Container:
         )
         self._closers.append(publisher.close)
         self._closers.append(queue.reset)
-        return OutboxRelay(queue, publisher, settings or RelaySettings(), observer)
+        return OutboxRelay(queue, publisher, settings or RelaySettings(), observer, clock=time.monotonic)
 
     @property
     def fanout_settings(self) -> FanOutSettings:

@@ -9,6 +9,10 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from pin_identity.domain.talent import TENANTS_TOPIC, USERS_TOPIC
+from pin_identity.domain.talent_import import ImportSettings
+from pin_identity.jobs.access_fanout import FanOutSettings
+
 ENV_PREFIX = "PIN_IDENTITY_"
 
 
@@ -32,19 +36,20 @@ class Settings(BaseSettings):
     admin_token: str | None = None
     admin_tokens_file: Path | None = None
 
-    fanout_polling_interval_s: Annotated[float, Field(gt=0)] = 5.0
-    fanout_batch_size: Annotated[int, Field(ge=1, le=10_000)] = 500
-    fanout_max_lease_s: PositiveInt = 300
-    fanout_max_attempts: PositiveInt = 5
+    # The defaults are the jobs' own (FanOutSettings, ImportSettings: one home each); these override them.
+    fanout_polling_interval_s: Annotated[float, Field(gt=0)] = FanOutSettings.polling_interval_s
+    fanout_batch_size: Annotated[int, Field(ge=1, le=10_000)] = FanOutSettings.batch_size
+    fanout_max_lease_s: PositiveInt = FanOutSettings.max_lease_s
+    fanout_max_attempts: PositiveInt = FanOutSettings.max_attempts
     inline_fanout_threshold: Annotated[int, Field(ge=0)] = 200
 
     # Talent's names are fixed by CONTRACTS section 5; overridable for staging clusters and tests.
-    talent_tenants_topic: str = "talent.identity.tenants.v1"
-    talent_users_topic: str = "talent.identity.users.v1"
+    talent_tenants_topic: str = TENANTS_TOPIC
+    talent_users_topic: str = USERS_TOPIC
     talent_sync_group: str = "pin-identity-talent-sync"
 
-    import_page_lease_s: PositiveInt = 600
-    import_max_page_attempts: PositiveInt = 5
+    import_page_lease_s: PositiveInt = ImportSettings.page_lease_s
+    import_max_page_attempts: PositiveInt = ImportSettings.max_page_attempts
     talent_import_mode: Literal["api-pull", "topic-replay"] = "api-pull"
 
     log_format: Literal["console", "json"] | None = None

@@ -7,7 +7,6 @@ from __future__ import annotations
 import threading
 import uuid
 from collections.abc import Iterator
-from datetime import UTC, datetime
 
 import psycopg
 import pytest
@@ -15,11 +14,11 @@ from structlog.testing import capture_logs
 
 from pin_identity.adapters.postgres.outbox_writer import write_outbox
 from pin_identity.composition import Container
-from pin_identity.domain.events import ACCESS_TOPIC, OutboxMessage, envelope
+from pin_identity.domain.events import OutboxMessage
 from pin_identity.jobs.outbox_relay import RelaySettings
 from pin_identity.observability import metrics
 from tests.support.kafka_tap import EventTap
-from tests.support.relay import RelaySignals, outbox_count
+from tests.support.relay import RelaySignals, access_message, outbox_count
 from tests.support.waiting import wait_until
 
 # The backlog (and the writer holding publishing) is read every 0.2 s, and a writer open 1 s is named: the
@@ -28,15 +27,7 @@ FAST_LOOKS = RelaySettings(backlog_every_s=0.2)
 
 
 def _message(key: uuid.UUID, n: int) -> OutboxMessage:
-    return envelope(
-        event_type="UserAccessChanged",
-        topic=ACCESS_TOPIC,
-        aggregate_type="User",
-        aggregate_id=key,
-        payload={"n": n},
-        correlation_id=uuid.uuid4(),
-        occurred_at=datetime.now(UTC),
-    )
+    return access_message(key, {"n": n})
 
 
 def _write(database_url: str, *messages: OutboxMessage) -> None:

@@ -7,11 +7,9 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 
 import psycopg
@@ -22,11 +20,11 @@ from pin_identity.adapters.kafka.topics import TopicLayout, ensure_topics
 from pin_identity.adapters.postgres.outbox_writer import write_outbox
 from pin_identity.composition import Container
 from pin_identity.config import Settings
-from pin_identity.domain.events import ACCESS_TOPIC, PUBLISHED_TOPICS, OutboxMessage, envelope
+from pin_identity.domain.events import ACCESS_TOPIC, PUBLISHED_TOPICS
 from pin_identity.jobs.outbox_relay import RelaySettings
 from pin_identity.observability import metrics
 from tests.support.kafka_tap import ConsumedEvent, EventTap
-from tests.support.relay import RelaySignals, outbox_count
+from tests.support.relay import RelaySignals, access_message, outbox_count
 from tests.support.tcp_proxy import TcpProxy
 from tests.support.waiting import wait_until
 
@@ -58,21 +56,9 @@ def proxied_broker(tmp_path: Path) -> Iterator[ProxiedBroker]:
     stop_broker(broker.pid)
 
 
-def _versioned(key: uuid.UUID, version: int) -> OutboxMessage:
-    return envelope(
-        event_type="UserAccessChanged",
-        topic=ACCESS_TOPIC,
-        aggregate_type="User",
-        aggregate_id=key,
-        payload={"version": version},
-        correlation_id=uuid.uuid4(),
-        occurred_at=datetime.now(UTC),
-    )
-
-
 def _write_versions(database_url: str, keys: list[uuid.UUID], version: int) -> None:
     with psycopg.connect(database_url) as conn:
-        write_outbox(conn, [_versioned(key, version) for key in keys])
+        write_outbox(conn, [access_message(key, {"version": version}) for key in keys])
 
 
 def _assert_versions_only_grow(events: list[ConsumedEvent], keys: list[uuid.UUID], *, last: int) -> None:
@@ -103,27 +89,28 @@ def test_one_keys_events_never_reorder_through_an_outage_longer_than_the_deliver
     keys = [uuid.uuid4() for _ in range(300)]
     timeouts_before = _timeouts()
     stop, signals = threading.Event(), RelaySignals()
-    relay = threading.Thread(target=container.outbox_relay(observer=signals).run, args=(stop,), daemon=True)
+    outbox_relay = container.outbox_relay(observer=signals)
+    relay = threading.Thread(target=outbox_relay.run, args=(stop,), daemon=True)
     relay.start()
     try:
         _write_versions(database_url, keys, 1)
         tap.wait_for(lambda e: True, len(keys))  # the producer is connected and delivering
+        wait_until(lambda: outbox_count(database_url) == 0, "version 1 is settled")
         proxied_broker.proxy.stall()
         signals.not_delivered.clear()
         _write_versions(database_url, keys, 2)
+        wait_until(lambda: proxied_broker.proxy.held_bytes() > 0, "version 2 is sent into the stall")
         # Version 3 is written while version 2 is in flight, unanswered, and the broker comes back as soon as
-        # version 2 expired (librdkafka's own delivery timeout: 3 s, checked about once a second), before
-        # version 3 could: a relay that had handed both to the producer sees 3 delivered and then sends 2
-        # again behind it. The pause is wall-clock on purpose: it puts version 3's expiry 2 s after 2's.
-        time.sleep(2.0)
+        # version 2 expired (librdkafka's own delivery timeout: 3 s): a relay that had handed both to the
+        # producer would see 3 delivered and then send 2 again behind it. This one holds each key's version 3
+        # until its version 2 is answered.
         _write_versions(database_url, keys, 3)
+        wait_until(lambda: outbox_relay.held == len(keys), "version 3 is queued behind version 2")
+        assert not signals.not_delivered.is_set(), "version 2 was still unanswered when version 3 was read"
         assert signals.not_delivered.wait(30), "version 2 expired in the stall"
         proxied_broker.proxy.restore()
         events = tap.wait_for(lambda e: e.payload["version"] == 3, len(keys), timeout_s=60)
-        deadline = time.monotonic() + 60
-        while outbox_count(database_url) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert outbox_count(database_url) == 0
+        wait_until(lambda: outbox_count(database_url) == 0, "the outbox is drained", timeout_s=60)
         events = tap.read_to_end(lambda e: True)
     finally:
         stop.set()

@@ -3,16 +3,33 @@
 from __future__ import annotations
 
 import threading
+import uuid
 from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
 
 import psycopg
 
 from pin_identity.composition import Container
+from pin_identity.domain.events import ACCESS_TOPIC, OutboxMessage, envelope
 from pin_identity.jobs.outbox_relay_observer import HELD_AFTER_S, RelayObserver
 
 
 def publish_outbox(container: Container) -> None:
     container.outbox_relay().run(threading.Event(), once=True)
+
+
+def access_message(key: uuid.UUID, payload: dict[str, Any]) -> OutboxMessage:
+    """An outbox row of `UserAccessChanged` for the user `key`, carrying `payload` (what the test tracks)."""
+    return envelope(
+        event_type="UserAccessChanged",
+        topic=ACCESS_TOPIC,
+        aggregate_type="User",
+        aggregate_id=key,
+        payload=payload,
+        correlation_id=uuid.uuid4(),
+        occurred_at=datetime.now(UTC),
+    )
 
 
 def outbox_count(database_url: str, table: str = "outbox_events") -> int:

@@ -1,8 +1,12 @@
-"""The relay loop over in-memory fakes: what it settles, when it backs off, when it stands by."""
+"""The relay loop over in-memory fakes: what it settles, when it backs off, when it stands by.
+
+Time is driven, never slept: the relay's clock moves only when it waits (on the stop signal, or on the broker
+in `collect`), by as long as it asked to wait.
+"""
 
 from __future__ import annotations
 
-import threading
+import math
 import uuid
 from collections.abc import Mapping, Sequence
 
@@ -56,14 +60,45 @@ class MemoryQueue:
         self.took_over = False
 
 
-class ScriptedPublisher:
-    """Answers each outbox id from a script: 'ok', 'reject', or 'retry' (then 'ok' next time).
+class DrivenTime:
+    """The relay's clock and its stop signal in one: a wait moves the clock on by its timeout at once.
 
-    Answers arrive on the next collect(), like broker acknowledgements.
+    It sets itself after `stop_after_waits` waits, once the clock reaches `stop_at`, or when `set()`.
     """
 
-    def __init__(self, script: dict[int, str]):
+    def __init__(self, *, stop_after_waits: int = 1000, stop_at: float = math.inf):
+        self.now = 0.0
+        self.waits: list[float | None] = []
+        self._stop_after_waits, self._stop_at = stop_after_waits, stop_at
+
+    def __call__(self) -> float:
+        return self.now
+
+    def is_set(self) -> bool:
+        return len(self.waits) >= self._stop_after_waits or self.now >= self._stop_at
+
+    def set(self) -> None:
+        self._stop_at = -math.inf
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.waits.append(timeout)
+        self.pass_time(timeout or 0.0)
+        return self.is_set()
+
+    def pass_time(self, seconds: float) -> None:
+        self.now += seconds
+
+
+class ScriptedPublisher:
+    """Answers each outbox id from a script: 'ok', 'reject', 'retry' (then 'ok' next time), or 'silent'
+    (never answered).
+
+    Answers arrive on the next collect(), like broker acknowledgements; a collect's wait passes on `time`.
+    """
+
+    def __init__(self, script: dict[int, str], time: DrivenTime | None = None):
         self.script = script
+        self._time = time
         self.sent: list[list[int]] = []
         self.discarded = 0
         self.calls: list[str] = []  # "start" and "send", in order
@@ -82,11 +117,15 @@ class ScriptedPublisher:
             elif verdict == "retry":
                 self._answers.retry[event.outbox_id] = "_MSG_TIMED_OUT"
                 self.script[event.outbox_id] = "ok"
+            elif verdict == "silent":
+                continue
             else:
                 self._answers.delivered.append(event.outbox_id)
         return PublishReport()
 
     def collect(self, timeout_s: float) -> PublishReport:
+        if self._time is not None:
+            self._time.pass_time(timeout_s)
         answers, self._answers = self._answers, PublishReport()
         return answers
 
@@ -95,28 +134,36 @@ class ScriptedPublisher:
         self._answers = PublishReport()
 
 
-class CountingStop:
-    """A stop signal that records every wait and sets itself after `limit` of them."""
+class BrokenQueue(MemoryQueue):
+    """Its session is gone: every heartbeat fails; after `stand_downs` stand-downs it stops the relay."""
 
-    def __init__(self, limit: int = 1000):
-        self.waits: list[float | None] = []
-        self._limit = limit
+    def __init__(self, time: DrivenTime, stand_downs: int):
+        super().__init__([])
+        self._time, self._stand_downs = time, stand_downs
 
-    def is_set(self) -> bool:
-        return len(self.waits) >= self._limit
-
-    def wait(self, timeout: float | None = None) -> bool:
-        self.waits.append(timeout)
-        return self.is_set()
+    def heartbeat(self) -> None:
+        if self.stood_down >= self._stand_downs:
+            self._time.set()
+        raise ConnectionError("database went away")
 
 
 FAST = RelaySettings(batch_size=3, max_in_flight=6, idle_wait_s=0, standby_wait_s=0, max_backoff_s=0)
 
 
+def _relay(
+    queue: MemoryQueue,
+    publisher: ScriptedPublisher,
+    time: DrivenTime,
+    observer: RelayObserver | None = None,
+    settings: RelaySettings = FAST,
+) -> OutboxRelay:
+    return OutboxRelay(queue, publisher, settings, observer, clock=time)
+
+
 def test_once_drains_in_batches_dead_letters_rejects_and_retries_the_rest() -> None:
     queue = MemoryQueue([_event(n) for n in range(1, 8)])
-    publisher = ScriptedPublisher({2: "reject", 5: "retry"})
-    OutboxRelay(queue, publisher, FAST).run(threading.Event(), once=True)
+    publisher, time = ScriptedPublisher({2: "reject", 5: "retry"}), DrivenTime()
+    _relay(queue, publisher, time).run(time, once=True)
     assert queue.rows == []
     assert queue.dead == {2: "MSG_SIZE_TOO_LARGE"}
     # 5 asks for a retry: nothing new is sent until the batch in flight settled, then 5 goes first.
@@ -127,8 +174,8 @@ def test_once_drains_in_batches_dead_letters_rejects_and_retries_the_rest() -> N
 def test_one_event_per_key_is_in_flight_so_a_retried_event_goes_before_anything_newer_of_its_key() -> None:
     rows = [_event(1, "a"), _event(2, "a"), _event(3, "b"), _event(4, "a"), _event(5, "b")]
     queue = MemoryQueue(rows)
-    publisher = ScriptedPublisher({1: "retry"})
-    OutboxRelay(queue, publisher, FAST).run(threading.Event(), once=True)
+    publisher, time = ScriptedPublisher({1: "retry"}), DrivenTime()
+    _relay(queue, publisher, time).run(time, once=True)
     assert queue.rows == []
     # 2 and 4 wait behind 1 (same key); when 1 fails it is sent again first, and only then 2, then 4.
     assert publisher.sent == [[1, 3], [1], [2, 5], [4]]
@@ -137,17 +184,17 @@ def test_one_event_per_key_is_in_flight_so_a_retried_event_goes_before_anything_
 def test_a_standby_relay_publishes_nothing_and_with_once_waits_for_the_outbox_to_drain() -> None:
     queue = MemoryQueue([_event(1)], active=False)
     publisher = ScriptedPublisher({})
-    stop = CountingStop(limit=5)
-    OutboxRelay(queue, publisher, FAST).run(stop, once=True)
+    time = DrivenTime(stop_after_waits=5)
+    _relay(queue, publisher, time).run(time, once=True)
     assert publisher.sent == [] and publisher.calls == [] and len(queue.rows) == 1  # no producer either
-    assert len(stop.waits) == 5  # it stood by until stopped: another relay still had rows to publish
+    assert len(time.waits) == 5  # it stood by until stopped: another relay still had rows to publish
 
 
 def test_with_once_the_relay_waits_until_the_other_jobs_of_its_process_ended() -> None:
     queue = MemoryQueue([])
     ended = iter([False, False, True])
-    stop = CountingStop()
-    OutboxRelay(queue, ScriptedPublisher({}), FAST).run(stop, once=True, until=lambda: next(ended))
+    time = DrivenTime()
+    _relay(queue, ScriptedPublisher({}), time).run(time, once=True, until=lambda: next(ended))
     assert queue.is_drained()  # and it returned after the third look, with nothing sent
 
 
@@ -159,35 +206,83 @@ def test_an_active_relay_starts_its_producer_before_its_first_read() -> None:
             reads.append(len(publisher.calls))  # how many publisher calls came before this read
             return super().fetch_ready(limit, after)
 
-    publisher = ScriptedPublisher({})
-    OutboxRelay(RecordingQueue([_event(1)]), publisher, FAST).run(threading.Event(), once=True)
+    publisher, time = ScriptedPublisher({}), DrivenTime()
+    _relay(RecordingQueue([_event(1)]), publisher, time).run(time, once=True)
     assert publisher.calls[:2] == ["start", "send"] and reads[0] == 1
 
 
 def test_a_relay_taking_over_from_one_that_did_not_stand_down_says_so_and_publishes_at_once() -> None:
     queue = MemoryQueue([_event(1)], clean=False)
     publisher = ScriptedPublisher({})
-    observer = RecordingObserver()
-    OutboxRelay(queue, publisher, FAST, observer).run(CountingStop(), once=True)
+    observer, time = RecordingObserver(), DrivenTime()
+    _relay(queue, publisher, time, observer).run(time, once=True)
     assert (
         "took over" in observer.calls and publisher.calls[:2] == ["start", "send"] and publisher.sent == [[1]]
     )
 
 
 def test_a_failing_queue_stands_down_discards_the_producer_and_retries_until_stopped() -> None:
-    stop = threading.Event()
-
-    class BrokenQueue(MemoryQueue):
-        def heartbeat(self) -> None:
-            if self.stood_down >= 3:
-                stop.set()
-            raise ConnectionError("database went away")
-
-    queue = BrokenQueue([])
+    time = DrivenTime()
+    queue = BrokenQueue(time, stand_downs=3)
     publisher = ScriptedPublisher({})
-    OutboxRelay(queue, publisher, FAST).run(stop)
+    _relay(queue, publisher, time).run(time)
     # Four failures (the fourth stops the relay), each followed by a stand-down, and the final one.
     assert queue.stood_down == 5 and publisher.discarded == 5
+
+
+class ClockedQueue(MemoryQueue):
+    """Notes when (by the relay's clock) the relay proved its session and looked at the backlog."""
+
+    def __init__(self, rows: list[PendingEvent], time: DrivenTime):
+        super().__init__(rows)
+        self._time = time
+        self.heartbeats: list[float] = []
+        self.backlog_looks: list[float] = []
+
+    def heartbeat(self) -> None:
+        self.heartbeats.append(self._time())
+
+    def backlog(self) -> OutboxBacklog:
+        self.backlog_looks.append(self._time())
+        return super().backlog()
+
+
+def test_an_idle_relay_proves_its_session_and_looks_at_the_backlog_each_at_its_own_cadence() -> None:
+    time = DrivenTime(stop_at=2.0)
+    queue = ClockedQueue([], time)
+    settings = RelaySettings(idle_wait_s=0.125, heartbeat_every_s=0.5, backlog_every_s=1.0)
+    _relay(queue, ScriptedPublisher({}, time), time, settings=settings).run(time)
+    assert queue.heartbeats == [0.0, 0.5, 1.0, 1.5]
+    assert queue.backlog_looks == [0.0, 1.0]
+    assert time.waits == [0.125] * 16  # idle: a pause after each look at an empty outbox
+
+
+def test_after_a_stand_down_the_relay_proves_its_session_at_once() -> None:
+    time = DrivenTime(stop_at=1.25)
+
+    class FlakyQueue(ClockedQueue):
+        def heartbeat(self) -> None:
+            super().heartbeat()
+            if len(self.heartbeats) == 2:
+                raise ConnectionError("database went away")
+
+    queue = FlakyQueue([], time)
+    settings = RelaySettings(idle_wait_s=0.125, heartbeat_every_s=0.5, max_backoff_s=0)
+    _relay(queue, ScriptedPublisher({}, time), time, settings=settings).run(time)
+    # The second heartbeat fails: the relay stands down and proves its new session at once, not 0.5 s later.
+    assert queue.heartbeats == [0.0, 0.5, 0.5, 1.0]
+
+
+def test_on_stop_the_relay_waits_its_grace_period_for_what_is_in_flight_then_leaves_it_in_the_outbox() -> (
+    None
+):
+    time = DrivenTime(stop_at=1.0)
+    queue = MemoryQueue([_event(1), _event(2)])
+    publisher = ScriptedPublisher({1: "silent"}, time)  # the broker never answers for 1
+    settings = RelaySettings(idle_wait_s=0.25, stop_grace_s=2.0)
+    _relay(queue, publisher, time, settings=settings).run(time)
+    assert [row.outbox_id for row in queue.rows] == [1] and publisher.discarded == 1
+    assert 1.0 + 2.0 <= time.now < 1.0 + 2.0 + 0.2  # the grace, and one look at the broker at most past it
 
 
 def test_the_id_horizon_moves_only_past_ids_whose_writers_have_all_ended() -> None:
@@ -261,9 +356,8 @@ def test_the_observer_hears_the_backlog_a_dead_letter_a_retry_and_the_end() -> N
     queue = MemoryQueue([_event(n) for n in range(1, 8)])
     observer = RecordingObserver()
 
-    OutboxRelay(queue, ScriptedPublisher({2: "reject", 5: "retry"}), FAST, observer).run(
-        threading.Event(), once=True
-    )
+    time = DrivenTime()
+    _relay(queue, ScriptedPublisher({2: "reject", 5: "retry"}), time, observer).run(time, once=True)
 
     assert observer.calls == [
         "started",
@@ -276,17 +370,9 @@ def test_the_observer_hears_the_backlog_a_dead_letter_a_retry_and_the_end() -> N
 
 
 def test_the_observer_hears_each_failure_and_back_off_until_stopped() -> None:
-    stop = threading.Event()
+    observer, time = RecordingObserver(), DrivenTime()
 
-    class BrokenQueue(MemoryQueue):
-        def heartbeat(self) -> None:
-            if self.stood_down >= 2:
-                stop.set()
-            raise ConnectionError("database went away")
-
-    observer = RecordingObserver()
-
-    OutboxRelay(BrokenQueue([]), ScriptedPublisher({}), FAST, observer).run(stop)
+    _relay(BrokenQueue(time, stand_downs=2), ScriptedPublisher({}), time, observer).run(time)
 
     failure = ["failed: database went away", "retrying {}: ConnectionError"]
     assert observer.calls == [
@@ -298,8 +384,8 @@ def test_the_observer_hears_each_failure_and_back_off_until_stopped() -> None:
 
 def test_the_observer_hears_a_takeover_before_anything_is_sent() -> None:
     queue = MemoryQueue([_event(1)], clean=False)
-    observer = RecordingObserver()
+    observer, time = RecordingObserver(), DrivenTime()
 
-    OutboxRelay(queue, ScriptedPublisher({}), FAST, observer).run(CountingStop(), once=True)
+    _relay(queue, ScriptedPublisher({}), time, observer).run(time, once=True)
 
     assert observer.calls == ["started", "took over", "backlog 1", "stopped"]

@@ -21,7 +21,7 @@ TRUNCATED_SOURCE_SHARE = 0.5
 class ImportSettings:
     """How a process takes part in runs: its page leases and attempts, its pace, how far it plans ahead."""
 
-    page_lease_s: float = 600
+    page_lease_s: int = 600
     max_page_attempts: int = 5
     idle_wait_s: float = 0.2
     backoff_base_s: float = 1.0

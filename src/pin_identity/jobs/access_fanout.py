@@ -28,11 +28,12 @@ Clock = Callable[[], datetime]
 
 @dataclass(frozen=True)
 class FanOutSettings:
-    """PollingInterval, BatchSize, MaxLeaseDuration, MaxAttempts (CONTRACTS section 1)."""
+    """PollingInterval, BatchSize, MaxLeaseDuration, MaxAttempts (CONTRACTS section 1): their defaults,
+    which the PIN_IDENTITY_FANOUT_* variables override (config.py)."""
 
     polling_interval_s: float = 5.0
     batch_size: int = 500
-    max_lease_s: float = 300.0
+    max_lease_s: int = 300
     max_attempts: int = 5
 
     @property

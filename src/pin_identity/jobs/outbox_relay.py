@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import time
+import math
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -41,6 +41,106 @@ class RelaySettings:
         return Backoff(base_s=0.2, cap_s=self.max_backoff_s)
 
 
+MonotonicClock = Callable[[], float]
+"""Seconds on a clock that never goes back (`time.monotonic`): only the differences between readings count."""
+
+
+@dataclass
+class _Cadence:
+    """A chore that falls due at most once per `every_s` of the relay's clock (at once the first time)."""
+
+    every_s: float
+    due_at: float = -math.inf
+
+    def due(self, now: float) -> bool:
+        """Whether the chore is due now; if so, it is not again for `every_s`."""
+        if now < self.due_at:
+            return False
+        self.due_at = now + self.every_s
+        return True
+
+    def make_due(self) -> None:
+        self.due_at = -math.inf
+
+
+class _KeyOrder:
+    """What the relay read from the outbox and has not settled: at most one event of a key is in flight, and
+    the later rows of that key are held, in outbox order, until it is answered."""
+
+    def __init__(self) -> None:
+        self.in_flight: dict[int, str] = {}  # outbox id -> key
+        self.held_count = 0
+        # Every row up to this id has been read (and is in flight, held, or gone): the next read starts after
+        # it, so it never steps over rows in flight. Back to 0 on a rewind.
+        self.read_upto = 0
+        self._keys_in_flight: set[str] = set()
+        self._held: dict[str, deque[PendingEvent]] = {}  # rows waiting for their key's event in flight
+        self._released: list[PendingEvent] = []  # held rows whose key was just answered: sent next
+
+    def room(self, max_in_flight: int) -> int:
+        """How many more rows may be read (in flight, held and released ones count)."""
+        return max_in_flight - len(self.in_flight) - self.held_count - len(self._released)
+
+    def take_released(self) -> list[PendingEvent]:
+        """The held rows whose key's event was answered: each now the first of its key to go."""
+        released, self._released = self._released, []
+        return released
+
+    def admit(self, fetched: list[PendingEvent]) -> list[PendingEvent]:
+        """The oldest row of each key that has none in flight; the later ones wait for its answer."""
+        if fetched:
+            self.read_upto = fetched[-1].outbox_id
+        chosen = []
+        busy, held = self._keys_in_flight, self._held
+        for row in fetched:
+            if row.key in busy or row.key in held:
+                held.setdefault(row.key, deque()).append(row)
+                self.held_count += 1
+            else:
+                busy.add(row.key)
+                chosen.append(row)
+        return chosen
+
+    def sent(self, events: list[PendingEvent]) -> None:
+        for event in events:
+            self.in_flight[event.outbox_id] = event.key
+            self._keys_in_flight.add(event.key)
+
+    def answered(self, outbox_ids: Iterable[int]) -> None:
+        """Forget events in flight; the next held row of each one's key is released."""
+        in_flight, held = self.in_flight, self._held  # once per answer: kept lean
+        for outbox_id in outbox_ids:
+            key = in_flight.pop(outbox_id, None)
+            if key is None:
+                continue
+            if key not in held:
+                self._keys_in_flight.discard(key)
+                continue
+            waiting = held[key]
+            self._released.append(waiting.popleft())  # its key stays in flight
+            self.held_count -= 1
+            if not waiting:
+                del held[key]
+
+    def unanswered(self, outbox_ids: Iterable[int]) -> None:
+        """Events the broker did not take: no longer in flight, but their keys stay busy until a rewind."""
+        for outbox_id in outbox_ids:
+            self.in_flight.pop(outbox_id, None)
+
+    def rewind(self) -> None:
+        """Forget what was read but not sent: reading starts again at the oldest row of the outbox."""
+        self._keys_in_flight = set(self.in_flight.values())
+        self._held.clear()
+        self.held_count = 0
+        self._released.clear()
+        self.read_upto = 0
+
+    def forget(self) -> None:
+        """Forget everything, what is in flight too (its producer was discarded)."""
+        self.in_flight.clear()
+        self.rewind()
+
+
 class OutboxRelay:
     """One active relay at a time (the queue's lock); the others stand by and take over when it dies.
 
@@ -50,6 +150,9 @@ class OutboxRelay:
     outbox order, until the one in flight is answered. Rows leave the outbox only once the
     broker acknowledged them (or rejected them for good). A relay that stops, fails or loses its lock
     first discards its producer, so nothing it handed out can land behind the next relay's events.
+
+    Time is the `clock`'s (the cadences of the heartbeat and the backlog, the grace period at stop); pauses
+    are waits on the stop signal. A test that drives both runs the relay without sleeping.
     """
 
     def __init__(
@@ -58,24 +161,27 @@ class OutboxRelay:
         publisher: EventPublisher,
         settings: RelaySettings = RelaySettings(),
         observer: RelayObserver | None = None,
+        *,
+        clock: MonotonicClock,
     ):
         self._queue = queue
         self._publisher = publisher
         self._settings = settings
         self._observer = observer or RelayObserver()
-        self._in_flight: dict[int, str] = {}  # outbox id -> key
-        self._keys_in_flight: set[str] = set()
-        self._held: dict[str, deque[PendingEvent]] = {}  # rows waiting for their key's event in flight
-        self._held_count = 0
-        self._released: list[PendingEvent] = []  # held rows whose key was just answered: sent next
-        # Every row up to this id has been read (and is in flight, held, or gone): the next read starts after
-        # it, so it never steps over rows in flight. Rewound to 0 after a retry or a stand-down.
-        self._read_upto = 0
-        self._draining = False
-        self._retry_reason = ""
-        self._failures = 0
-        self._backlog_due = 0.0
-        self._heartbeat_due = 0.0
+        self._clock = clock
+        self._order = _KeyOrder()
+        self._heartbeat = _Cadence(settings.heartbeat_every_s)
+        self._backlog = _Cadence(settings.backlog_every_s)
+        # Set while what the broker did not take waits for the rest in flight to be answered; then the relay
+        # backs off (this is why) and reads again from the oldest row.
+        self._retry_reason: str | None = None
+        self._failures = 0  # in a row: the back-off grows with them
+
+    @property
+    def held(self) -> int:
+        """Rows read and waiting behind an earlier event of their key still in flight (a count another
+        thread may read: tests wait on it)."""
+        return self._order.held_count
 
     def run(self, stop: StopSignal, *, once: bool = False, until: Callable[[], bool] = lambda: True) -> None:
         """Relay until stopped; with `once`, until `until()` holds (the process's other jobs have ended)
@@ -118,114 +224,69 @@ class OutboxRelay:
         self._publisher.start()  # before the first read: the producer gets its id while the relay reads
         sent = self._send_next_batch()
         self._keep_alive()  # after the batch went: the broker works on it meanwhile
-        waiting = not sent and self._in_flight  # for the broker's first answer, not for nothing
+        in_flight = self._order.in_flight
+        waiting = not sent and in_flight  # for the broker's first answer, not for nothing
         self._settle(self._publisher.collect(self._settings.idle_wait_s if waiting else 0))
-        if self._draining and not self._in_flight:
-            self._draining = False
-            self._rewind()  # what was to be tried again is read again, first of its key
-            self._back_off(stop, reason=self._retry_reason)
-        return self._settings.idle_wait_s if sent == 0 and not self._in_flight else None
+        if self._retry_reason is not None and not in_flight:
+            reason, self._retry_reason = self._retry_reason, None
+            self._order.rewind()  # what was to be tried again is read again, first of its key
+            self._back_off(stop, reason=reason)
+        return self._settings.idle_wait_s if sent == 0 and not in_flight else None
 
     def _keep_alive(self) -> None:
-        now = time.monotonic()
-        if now >= self._heartbeat_due:
-            self._heartbeat_due = now + self._settings.heartbeat_every_s
+        now = self._clock()
+        if self._heartbeat.due(now):
             self._queue.heartbeat()
-        if now >= self._backlog_due:
-            self._backlog_due = now + self._settings.backlog_every_s
+        if self._backlog.due(now):
             self._observer.backlog(self._queue.backlog())
 
     def _send_next_batch(self) -> int | None:
         """How many rows were sent; None when there was no room to look (so nothing is known to be idle)."""
-        if self._draining:
+        if self._retry_reason is not None:
             return None
-        ready, self._released = self._released, []
-        room = self._settings.max_in_flight - len(self._in_flight) - self._held_count - len(ready)
-        looked = room >= self._settings.batch_size
+        order, size = self._order, self._settings.batch_size
+        looked = order.room(self._settings.max_in_flight) >= size
+        ready = order.take_released()
         if looked:
-            fetched = self._queue.fetch_ready(self._settings.batch_size, self._read_upto)
-            if fetched:
-                self._read_upto = fetched[-1].outbox_id
-            ready.extend(self._one_per_key(fetched))
+            ready.extend(order.admit(self._queue.fetch_ready(size, order.read_upto)))
         self._dispatch(ready)
         return len(ready) if looked or ready else None
-
-    def _one_per_key(self, rows: Iterable[PendingEvent]) -> list[PendingEvent]:
-        """The oldest row of each key that has none in flight; the later ones wait for its answer."""
-        chosen = []
-        busy = self._keys_in_flight
-        for row in rows:
-            if row.key in busy or row.key in self._held:
-                self._held.setdefault(row.key, deque()).append(row)
-                self._held_count += 1
-            else:
-                busy.add(row.key)
-                chosen.append(row)
-        return chosen
 
     def _dispatch(self, ready: list[PendingEvent]) -> None:
         """Hand rows to the producer (its at-once answers are settled like any others)."""
         if not ready:
             return
-        for event in ready:
-            self._in_flight[event.outbox_id] = event.key
-            self._keys_in_flight.add(event.key)
+        self._order.sent(ready)
         self._settle(self._publisher.send(ready))
-
-    def _answered(self, outbox_ids: Iterable[int]) -> None:
-        """Forget events in flight; the next held row of each one's key goes with the next batch."""
-        in_flight, held = self._in_flight, self._held  # once per answer: kept lean
-        for outbox_id in outbox_ids:
-            key = in_flight.pop(outbox_id, None)
-            if key is None:
-                continue
-            if key not in held:
-                self._keys_in_flight.discard(key)
-                continue
-            waiting = held[key]
-            self._released.append(waiting.popleft())  # its key stays in flight
-            self._held_count -= 1
-            if not waiting:
-                del held[key]
 
     def _settle(self, report: PublishReport) -> None:
         """Record the broker's answers; a held row whose key they free goes with the next batch."""
         if report.delivered or report.rejected:
             self._queue.settle(report.delivered, report.rejected)
-            self._answered(report.delivered)
-            self._answered(report.rejected)
-        if report.delivered and not self._draining:
+            self._order.answered(report.delivered)
+            self._order.answered(report.rejected)
+        if report.delivered and self._retry_reason is None:
             self._failures = 0
         if report.rejected:
             self._observer.dead_lettered(report.rejected)
         if report.retry:
-            for outbox_id in report.retry:
-                self._in_flight.pop(outbox_id, None)
-            self._draining, self._retry_reason = True, next(iter(report.retry.values()))
+            self._order.unanswered(report.retry)
+            self._retry_reason = next(iter(report.retry.values()))
             self._observer.delivery_failed(report.retry)
 
     def _finish_in_flight(self) -> None:
         """On stop: give what is in flight a grace period; what stays unanswered is sent again later."""
-        deadline = time.monotonic() + self._settings.stop_grace_s
-        while self._in_flight and time.monotonic() < deadline:
+        deadline = self._clock() + self._settings.stop_grace_s
+        while self._order.in_flight and self._clock() < deadline:
             self._settle(self._publisher.collect(0.2))  # the held rows stay in the outbox for later
 
     def _stand_down(self) -> None:
         """Discard the producer (what it still holds stays in the outbox), then hand the lock over."""
         self._publisher.discard()
-        self._in_flight.clear()
-        self._rewind()
-        self._draining = False
-        self._heartbeat_due = 0.0
+        self._order.forget()
+        self._retry_reason = None
+        self._heartbeat.make_due()
         self._queue.stand_down()
-
-    def _rewind(self) -> None:
-        """Forget what was read but not sent: reading starts again at the oldest row of the outbox."""
-        self._keys_in_flight = set(self._in_flight.values())
-        self._held.clear()
-        self._held_count = 0
-        self._released.clear()
-        self._read_upto = 0
 
     def _back_off(self, stop: StopSignal, *, reason: str) -> None:
         self._failures += 1
