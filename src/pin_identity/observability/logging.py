@@ -40,19 +40,23 @@ def configure_logging(log_format: LogFormat | None = None, *, level: int = loggi
         else structlog.processors.JSONRenderer()
     )
     structlog.configure(
-        processors=[
-            _below(level),
-            structlog.contextvars.merge_contextvars,
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            render_exception_without_values,
-            renderer,
-        ],
+        processors=[_below(level), *_every_line(), renderer],
         wrapper_class=structlog.make_filtering_bound_logger(min(level, logging.INFO)),
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=False,
     )
     _route_library_logs(renderer, max(level, LIBRARY_LEVEL))
+
+
+def _every_line() -> list[Any]:
+    """What every line gets, ours and the libraries': the context, the level, the time, a traceback without
+    the values it would quote."""
+    return [
+        structlog.contextvars.merge_contextvars,
+        structlog.processors.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+        render_exception_without_values,
+    ]
 
 
 def _route_library_logs(renderer: Any, level: int) -> None:
@@ -61,13 +65,7 @@ def _route_library_logs(renderer: Any, level: int) -> None:
     handler = _StandardErrorHandler()
     handler.setFormatter(
         structlog.stdlib.ProcessorFormatter(
-            foreign_pre_chain=[
-                library_line,
-                structlog.contextvars.merge_contextvars,
-                structlog.processors.add_log_level,
-                structlog.processors.TimeStamper(fmt="iso", utc=True),
-                render_exception_without_values,
-            ],
+            foreign_pre_chain=[library_line, *_every_line()],
             processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
             use_get_message=False,  # the message is formatted by `library_line`, its exceptions described
             pass_foreign_args=True,
