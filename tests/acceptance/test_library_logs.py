@@ -4,28 +4,33 @@ log shipper as whole JSON lines with their level and logger, not as plain-text f
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from pin_identity.adapters.postgres import migrate
-from pin_identity.adapters.postgres.embedded import ensure_embedded_postgres
+from pin_identity.adapters.postgres.embedded import ensure_embedded_postgres, stop_embedded_postgres
 from tests.acceptance.test_cli import CLI
 from tests.support.waiting import wait_until
 
 
 @pytest.fixture
-def own_postgres(tmp_path: Path) -> Path:
+def own_postgres(tmp_path: Path) -> Iterator[Path]:
     """A server of the test's own (killing it must not touch the other tests' databases): its data dir.
-    Nothing to stop afterwards: its backends exit once they see their postmaster gone."""
+    Once killed there is nothing to stop (its backends exit when they see their postmaster gone); a test
+    that failed before killing it stops it."""
     data_dir = tmp_path / "own-postgres"
     migrate.upgrade(ensure_embedded_postgres(data_dir))
-    return data_dir
+    yield data_dir
+    with contextlib.suppress(Exception):  # pg_ctl refuses a killed server's stale postmaster.pid
+        stop_embedded_postgres(data_dir)
 
 
 def _kill_postmaster(data_dir: Path) -> None:

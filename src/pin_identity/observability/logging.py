@@ -65,9 +65,9 @@ def _route_library_logs(renderer: Any, level: int) -> None:
     handler = _StandardErrorHandler()
     handler.setFormatter(
         structlog.stdlib.ProcessorFormatter(
-            foreign_pre_chain=[library_line, *_every_line()],
+            foreign_pre_chain=[_library_line, *_every_line()],
             processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
-            use_get_message=False,  # the message is formatted by `library_line`, its exceptions described
+            use_get_message=False,  # the message is formatted by `_library_line`, its exceptions described
             pass_foreign_args=True,
         )
     )
@@ -92,7 +92,7 @@ class _StandardErrorHandler(logging.StreamHandler[Any]):
         return
 
 
-def library_line(_logger: Any, _method: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+def _library_line(_logger: Any, _method: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
     """A standard `logging` record as a line of ours: a stable event name, the library (`component`, its
     top package) and its `logger`, and its message with any exception in it reduced to its first line and
     contacts masked, as `describe_error` does (a connection or query error's detail lines quote rows)."""
