@@ -1,4 +1,9 @@
-"""Structured logs: JSON off a terminal, readable lines on one; every line has a stable `event` name."""
+"""Structured logs: JSON off a terminal, readable lines on one; every line has a stable `event` name.
+
+The libraries' lines (psycopg and its pool, uvicorn, alembic, httpx, librdkafka through the Kafka clients'
+`logger`) come through the standard `logging` module: they are rendered by the same renderer, as
+`library-log` lines naming their `logger`, so that a log shipper reading stderr line by line never meets a
+plain-text or multi-line fragment."""
 
 from __future__ import annotations
 
@@ -6,7 +11,7 @@ import logging
 import re
 import sys
 import traceback
-from collections.abc import MutableMapping
+from collections.abc import Mapping, MutableMapping
 from typing import Any, Literal
 
 import structlog
@@ -17,6 +22,12 @@ LogFormat = Literal["console", "json"]
 # An operator action's audit line: written whatever the level (a terminal's quieter output keeps it).
 AUDIT_EVENT = "admin-action"
 _LEVELS = {"debug": 10, "info": 20, "warning": 30, "warn": 30, "error": 40, "exception": 40, "critical": 50}
+LIBRARY_EVENT = "library-log"
+# Below WARNING the libraries write a line per connection handed out (psycopg.pool), per request (httpx,
+# uvicorn's startup banner), per migration step (alembic: `db upgrade` says the outcome itself) or per
+# broker state change (librdkafka): chatter that would bury the jobs' lines. From WARNING up they say what
+# went wrong: a connection lost or refused, a broker down, an application error.
+LIBRARY_LEVEL = logging.WARNING
 
 
 def configure_logging(log_format: LogFormat | None = None, *, level: int = logging.INFO) -> None:
@@ -29,20 +40,86 @@ def configure_logging(log_format: LogFormat | None = None, *, level: int = loggi
         else structlog.processors.JSONRenderer()
     )
     structlog.configure(
-        processors=[
-            _below(level),
-            structlog.contextvars.merge_contextvars,
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            render_exception_without_values,
-            renderer,
-        ],
+        processors=[_below(level), *_every_line(), renderer],
         wrapper_class=structlog.make_filtering_bound_logger(min(level, logging.INFO)),
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=False,
     )
-    # Libraries log through the standard module; keep them quiet unless something is wrong.
-    logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(levelname)s %(name)s %(message)s")
+    _route_library_logs(renderer, max(level, LIBRARY_LEVEL))
+
+
+def _every_line() -> list[Any]:
+    """What every line gets, ours and the libraries': the context, the level, the time, a traceback without
+    the values it would quote."""
+    return [
+        structlog.contextvars.merge_contextvars,
+        structlog.processors.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+        render_exception_without_values,
+    ]
+
+
+def _route_library_logs(renderer: Any, level: int) -> None:
+    """The standard logging's root handler renders through `renderer`; called again (another format, a
+    progress bar's console), it replaces the handler it installed before."""
+    handler = _StandardErrorHandler()
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            foreign_pre_chain=[_library_line, *_every_line()],
+            processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
+            use_get_message=False,  # the message is formatted by `_library_line`, its exceptions described
+            pass_foreign_args=True,
+        )
+    )
+    root = logging.getLogger()
+    for installed in [h for h in root.handlers if isinstance(h, _StandardErrorHandler)]:
+        root.removeHandler(installed)
+    root.addHandler(handler)
+    root.setLevel(level)
+    logging.captureWarnings(True)  # a library's `warnings.warn` too: not printed raw over two lines
+
+
+class _StandardErrorHandler(logging.StreamHandler[Any]):
+    """Writes to whatever `sys.stderr` is when a line is logged: one swapped since (a progress bar's
+    console, a test's capture) is never written to after it was closed."""
+
+    @property
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _stream: Any) -> None:
+        return
+
+
+def _library_line(_logger: Any, _method: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+    """A standard `logging` record as a line of ours: a stable event name, the library (`component`, its
+    top package) and its `logger`, and its message with any exception in it reduced to its first line and
+    contacts masked, as `describe_error` does (a connection or query error's detail lines quote rows)."""
+    record: logging.LogRecord = event["_record"]
+    del event["event"]  # the record's unformatted message: formatted here, from the record
+    message = _formatted(str(_described(record.msg)), event.pop("positional_args", ()))
+    return {
+        "component": record.name.partition(".")[0],
+        "logger": record.name,
+        "message": scrub_contacts(message).rstrip(),
+        **event,
+        "event": LIBRARY_EVENT,
+    }
+
+
+def _formatted(template: str, args: Any) -> str:
+    """`template % args` as `logging` formats it, each exception among the args as its first line."""
+    try:
+        if isinstance(args, Mapping):
+            return template % {name: _described(value) for name, value in args.items()}
+        return template % tuple(_described(value) for value in args) if args else template
+    except (TypeError, ValueError, KeyError):
+        return template
+
+
+def _described(value: Any) -> Any:
+    return _first_line(value) if isinstance(value, BaseException) else value
 
 
 def _below(level: int) -> Any:
@@ -69,9 +146,13 @@ def describe_error(exc: BaseException, *, limit: int = 300) -> str:
     characters. A database error's detail lines quote the row it refused (phones, names), so they are dropped;
     a first line may still quote a value (`invalid input syntax ...: "<value>"`, a trigger's message), so
     phones there are masked and e-mails replaced."""
-    text = str(exc).strip()
-    first_line = scrub_contacts(text.splitlines()[0]) if text else ""
+    first_line = _first_line(exc)
     return f"{type(exc).__name__}: {first_line}"[:limit] if first_line else type(exc).__name__
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return scrub_contacts(text.splitlines()[0]) if text else ""
 
 
 def scrub_contacts(text: str) -> str:

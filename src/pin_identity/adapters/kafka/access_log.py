@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
 
+from pin_identity.adapters.kafka.client_log import with_client_log
 from pin_identity.adapters.kafka.offsets import watermarks
 from pin_identity.domain.access_audit import UNREADABLE, LastEvent, fingerprint
 from pin_identity.domain.events import ACCESS_TOPIC
@@ -61,7 +62,7 @@ class KafkaAccessLog:
         self._topic, self._stall_s = topic, stall_s
 
     def read(self, keep: KeepRecords, progress: Progress) -> TopicRead:
-        consumer = Consumer(self._config)
+        consumer = Consumer(with_client_log(self._config))
         try:
             ends = self._assign(consumer)
             read = self._read(consumer, ends, keep, progress)

@@ -11,7 +11,6 @@ again.
 
 from __future__ import annotations
 
-import logging
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -20,13 +19,13 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
+from pin_identity.adapters.kafka.client_log import with_client_log
 from pin_identity.domain.events import CONTRACT_VERSION
 from pin_identity.jobs.ports import PendingEvent, PublishReport
 from pin_identity.observability import metrics
 from pin_identity.observability.logging import get_logger
 
 log = get_logger("kafka-publisher")
-_librdkafka_log = logging.getLogger("librdkafka")
 
 # Errors that no retry can fix: the row goes to the dead letters instead of blocking the rows behind it.
 _PERMANENT = {
@@ -61,8 +60,7 @@ def producer_config(client_config: dict[str, str]) -> dict[str, Any]:
         # relay ensures the topic itself on UNKNOWN_TOPIC_OR_PART.
         "allow.auto.create.topics": False,
     }
-    # librdkafka's own log lines go through the standard logging module, not raw to stderr.
-    return {**defaults, **client_config, "logger": _librdkafka_log}
+    return with_client_log({**defaults, **client_config})
 
 
 # A transaction is committed as soon as the relay waits for answers (it has nothing more to hand over: a lone

@@ -11,6 +11,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
+from pin_identity.adapters.kafka.client_log import with_client_log
 from pin_identity.adapters.kafka.offsets import watermarks
 
 
@@ -38,7 +39,7 @@ class TopicReader:
     def __init__(self, client_config: dict[str, str], topics: Iterable[str], *, from_beginning: bool = False):
         self._consumer = Consumer(
             {
-                **client_config,
+                **with_client_log(client_config),
                 "group.id": "pin-identity-reader",  # never joined: partitions are assigned, not subscribed
                 "enable.auto.commit": False,
                 "auto.offset.reset": "earliest",

@@ -25,6 +25,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._config import ConfigResource
 
+from pin_identity.adapters.kafka.client_log import with_client_log
 from pin_identity.adapters.kafka.offsets import watermarks
 from pin_identity.adapters.kafka.talent_stream import TALENT_SYNC_GROUP
 from pin_identity.adapters.talent_wire import topic_item
@@ -96,7 +97,7 @@ class TopicReplaySource:
         users_topic: str = USERS_TOPIC,
         group_id: str = TALENT_SYNC_GROUP,
     ):
-        self._config = client_config
+        self._config = with_client_log(client_config)
         self._topics = {ImportStage.TENANTS: tenants_topic, ImportStage.USERS: users_topic}
         self._group_id = group_id
         self._reader: Consumer | None = None

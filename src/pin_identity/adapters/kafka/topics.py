@@ -14,6 +14,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
+from pin_identity.adapters.kafka.client_log import with_client_log
 from pin_identity.adapters.kafka.publisher import producer_config
 
 # librdkafka writes its log lines raw to stderr unless it is given a logger. The checks below report their
@@ -35,7 +36,7 @@ def ensure_topics(
     client_config: dict[str, str], names: Iterable[str], layout: TopicLayout, *, timeout_s: float = 15.0
 ) -> list[str]:
     """Create the missing topics; returns the names created (an existing topic is left as it is)."""
-    admin = AdminClient({**client_config})
+    admin = AdminClient(with_client_log(client_config))
     existing = set(admin.list_topics(timeout=timeout_s).topics)
     missing = [name for name in names if name not in existing]
     if not missing:

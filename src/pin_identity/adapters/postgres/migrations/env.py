@@ -1,4 +1,7 @@
-"""Alembic environment: one advisory lock so that several pods may run `db upgrade` at once."""
+"""Alembic environment: one advisory lock so that several pods may run `db upgrade` at once.
+
+No `logging.config.fileConfig` here (nor an alembic.ini to read): it would replace the handler that renders
+every line as JSON (observability/logging.py), which the command configured before migrating."""
 
 from __future__ import annotations
 
