@@ -66,7 +66,6 @@ from pin_identity.domain.talent_import import ImportMode
 from pin_identity.jobs.access_fanout import AccessFanOutJob, FanOutSettings
 from pin_identity.jobs.outbox_relay import OutboxRelay, RelaySettings
 from pin_identity.jobs.outbox_relay_observer import RelayObserver
-from pin_identity.jobs.ports import RunLock, TalentSource
 from pin_identity.jobs.talent_import import ImportSettings, TalentImportJob
 from pin_identity.jobs.talent_sync import TalentSyncJob, TalentSyncSettings
 from pin_identity.operations.access_audit import Progress, audit_access
@@ -74,6 +73,8 @@ from pin_identity.operations.access_show import show_access
 from pin_identity.operations.fanout_admin import FanOutAdmin
 from pin_identity.operations.health import HealthReads
 from pin_identity.operations.imports import ImportOperations
+from pin_identity.operations.ports.imports import RunLock
+from pin_identity.operations.ports.talent import TalentSource
 from pin_identity.operations.read_models import UserAccess
 from pin_identity.operations.retention import RetentionAdmin
 from pin_identity.operations.roles import RoleAdmin

@@ -22,9 +22,9 @@ from hypothesis import strategies as st
 from pin_identity.adapters.talent_wire import api_item, decode_page, topic_item
 from pin_identity.composition import Container
 from pin_identity.domain.talent import ImportStage, ItemResult, SyncErrorCode, TalentItem
-from pin_identity.jobs.ports import TalentRecord
 from pin_identity.jobs.talent_sync import TalentSyncJob, TalentSyncSettings
 from pin_identity.operations.identity import Context
+from pin_identity.operations.ports.talent import TalentRecord
 from pin_identity.operations.talent_replica import ApplyOptions, SourceItem, apply_snapshots
 from tests.support import talent
 

@@ -35,8 +35,9 @@ from pin_identity.domain.talent_import import (
     RunStatus,
     StageCounters,
 )
-from pin_identity.jobs.ports import TalentRecord
-from pin_identity.operations.ports import DefaultGrant, QuarantineEntry, RoleRecord, SourceItem
+from pin_identity.operations.ports.identity import RoleRecord
+from pin_identity.operations.ports.replica import DefaultGrant, QuarantineEntry, SourceItem
+from pin_identity.operations.ports.talent import TalentRecord
 
 DEFAULT_ROLE = RoleRecord(uuid.uuid4(), "developer-manager", None, RoleStatus.ACTIVE, 1)
 

@@ -14,8 +14,8 @@ from uuid import UUID
 from pin_identity.adapters.kafka.talent_stream import KafkaTalentStream
 from pin_identity.composition import Container
 from pin_identity.domain.events import now_utc
-from pin_identity.jobs.ports import TalentStream
 from pin_identity.jobs.talent_sync import TalentSyncJob, TalentSyncSettings
+from pin_identity.operations.ports.talent import TalentStream
 from pin_identity.simulation.talent import TalentDataset, produce_to_topics
 
 if TYPE_CHECKING:

@@ -35,7 +35,9 @@ from pin_identity.domain.talent_import import (
 from pin_identity.operations.audit import Actor
 from pin_identity.operations.fanout_admin import FanOutAdmin
 from pin_identity.operations.imports import ImportOperations
-from pin_identity.operations.ports import ReplicaTransaction, SourceCheck, TaskReplay
+from pin_identity.operations.ports.fanout import TaskReplay
+from pin_identity.operations.ports.replica import ReplicaTransaction
+from pin_identity.operations.ports.talent import SourceCheck
 from pin_identity.operations.read_models import FailedItemView, FanOutTaskView, Pruned, RunSummary
 from pin_identity.operations.retention import RetentionAdmin
 

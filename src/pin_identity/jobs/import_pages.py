@@ -20,10 +20,11 @@ from pin_identity.domain.talent_import import (
     ImportSettings,
     StageCounters,
 )
-from pin_identity.jobs.ports import ImportPageTransaction, ImportStore, TalentSource
 from pin_identity.jobs.talent_import_observer import ImportObserver
 from pin_identity.observability.logging import describe_error
 from pin_identity.operations.identity import Context
+from pin_identity.operations.ports.imports import ImportPageTransaction, ImportStore
+from pin_identity.operations.ports.talent import TalentSource
 from pin_identity.operations.talent_replica import ApplyOptions, BatchOutcome, SourceItem, apply_snapshots
 
 

@@ -21,9 +21,9 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from pin_identity.domain.events import CONTRACT_VERSION
-from pin_identity.jobs.ports import PendingEvent, PublishReport
 from pin_identity.observability import metrics
 from pin_identity.observability.logging import get_logger
+from pin_identity.operations.ports.outbox import PendingEvent, PublishReport
 
 log = get_logger("kafka-publisher")
 _librdkafka_log = logging.getLogger("librdkafka")
