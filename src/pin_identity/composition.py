@@ -74,6 +74,7 @@ from pin_identity.operations.fanout_admin import FanOutAdmin
 from pin_identity.operations.health import HealthReads
 from pin_identity.operations.imports import ImportOperations
 from pin_identity.operations.ports.imports import RunLock
+from pin_identity.operations.ports.outbox import OutboxBacklogSession
 from pin_identity.operations.ports.talent import TalentSource
 from pin_identity.operations.read_models import UserAccess
 from pin_identity.operations.retention import RetentionAdmin
@@ -325,7 +326,7 @@ class Container:
         except ConfigurationError as exc:
             raise ConsumerLagUnavailableError(str(exc)) from None
 
-    def outbox_backlog_reader(self) -> PostgresOutboxQueue:
+    def outbox_backlog_reader(self) -> OutboxBacklogSession:
         """A session of its own for reading the outbox backlog (`/metrics`); `reset()` closes it."""
         return PostgresOutboxQueue(self.database)
 

@@ -17,7 +17,7 @@ from psycopg.types.array import ListBinaryDumper
 
 from pin_identity.adapters.postgres.catalogue import query
 from pin_identity.adapters.postgres.database import Database
-from pin_identity.adapters.postgres.identity_store import PostgresIdentityTransaction
+from pin_identity.adapters.postgres.identity_store import PostgresAccessEvents
 from pin_identity.adapters.talent_wire import Undecodable, read_item
 from pin_identity.domain.errors import StoreConflictError
 from pin_identity.domain.events import CompanyState, UserState
@@ -105,11 +105,7 @@ def _quarantined(rows: Iterable[Sequence[Any]]) -> list[SourceItem]:
     ]
 
 
-class PostgresReplicaTransaction(PostgresIdentityTransaction):
-    def __init__(self, conn: psycopg.Connection):
-        super().__init__(conn)
-        self._conn = conn
-
+class PostgresReplicaTransaction(PostgresAccessEvents):
     def _execute(self, name: str, params: dict[str, Any]) -> psycopg.Cursor[Any]:
         cursor = self._conn.cursor()
         # A batch's columns go as binary arrays: the text format escapes every element in Python (a round's
