@@ -465,11 +465,17 @@ class MemoryImportStore:
 
 @dataclass
 class MemoryRunLock:
+    """The one-run lock; `taken_by_another` says another process holds it, `session_died` that our session
+    (and with it the lock) is gone. Counts how often it was asked for and let go of."""
+
     held_by_us: bool = False
     taken_by_another: bool = False
     session_died: bool = False
+    acquisitions: int = 0
+    releases: int = 0
 
     def try_acquire(self) -> bool:
+        self.acquisitions += 1
         if self.taken_by_another:
             return False
         self.held_by_us, self.session_died = True, False
@@ -479,10 +485,11 @@ class MemoryRunLock:
         return self.held_by_us and not self.session_died
 
     def release(self) -> None:
+        self.releases += 1
         self.held_by_us = False
 
     def holder(self) -> str | None:
-        return "another pod" if self.taken_by_another else None
+        return "pin-identity talent-import elsewhere" if self.taken_by_another else None
 
 
 @dataclass
@@ -494,11 +501,14 @@ class MemorySource:
     unavailable_plans: int = 0  # how many listing calls still fail
     unreadable: set[ImportStage] = field(default_factory=set)
     rejected: bool = False
+    unavailable: bool = False  # check() refuses, as before a run starts
     handed_over: list[list[str | None]] = field(default_factory=list)
     plans: list[ImportStage] = field(default_factory=list)
+    closed: bool = False
 
     def check(self) -> None:
-        return None
+        if self.unavailable:
+            raise SourceUnavailableError("Talent API: HTTP 503")
 
     def count_companies(self, tenant_filter: UUID | None) -> int | None:
         return len(self.tenants)
@@ -530,7 +540,7 @@ class MemorySource:
         self.handed_over.append(list(cursors))
 
     def close(self) -> None:
-        return None
+        self.closed = True
 
     def _items(self, stage: ImportStage) -> list[TalentItem]:
         return self.tenants if stage is ImportStage.TENANTS else self.users

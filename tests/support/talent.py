@@ -23,7 +23,8 @@ if TYPE_CHECKING:
 from pin_identity.adapters.talent_wire import read_item
 from pin_identity.domain.talent import ImportStage, TalentItem
 from pin_identity.operations.identity import Context
-from pin_identity.operations.talent_replica import ApplyOptions, BatchOutcome, SourceItem, apply_snapshots
+from pin_identity.operations.ports.replica import SourceItem
+from pin_identity.operations.talent_replica import ApplyOptions, BatchOutcome, apply_snapshots
 
 _phones = itertools.count(1_000_000)
 

@@ -24,8 +24,9 @@ from pin_identity.jobs.talent_import_observer import ImportObserver
 from pin_identity.observability.logging import describe_error
 from pin_identity.operations.identity import Context
 from pin_identity.operations.ports.imports import ImportPageTransaction, ImportStore
+from pin_identity.operations.ports.replica import SourceItem
 from pin_identity.operations.ports.talent import TalentSource
-from pin_identity.operations.talent_replica import ApplyOptions, BatchOutcome, SourceItem, apply_snapshots
+from pin_identity.operations.talent_replica import ApplyOptions, BatchOutcome, apply_snapshots
 
 
 class PageWorker:

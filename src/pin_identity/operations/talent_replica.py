@@ -27,7 +27,6 @@ __all__ = [
     "ApplyOptions",
     "BatchOutcome",
     "ItemOutcome",
-    "SourceItem",
     "apply_snapshots",
     "replay_quarantined",
 ]
