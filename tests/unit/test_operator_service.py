@@ -39,7 +39,7 @@ from pin_identity.operations.ports.replica import ReplicaTransaction
 from pin_identity.operations.ports.talent import SourceCheck
 from pin_identity.operations.read_models import FailedItemView, FanOutTaskView, Pruned, RunSummary
 from pin_identity.operations.retention import RetentionAdmin
-from tests.support.memory_talent import MemoryRunLock, MemorySource
+from tests.support.memory_talent import MemoryImportStore, MemoryRunLock, MemorySource
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 WHO = Actor("http:alice", client="10.1.2.3")
@@ -63,28 +63,14 @@ def _run(status: RunStatus = RunStatus.RUNNING, *, listed: bool = True) -> Impor
     )
 
 
-class MemoryRuns:
+class MemoryRuns(MemoryImportStore):
+    """The import store as operators see it: the runs given, and page counts, lease resets and a quarantine
+    as each test sets them."""
+
     def __init__(self, *runs: ImportRun):
-        self.runs = {run.run_id: run for run in runs}
+        super().__init__(runs={run.run_id: run for run in runs})
         self.progress_counts: dict[tuple[ImportStage, PageStatus], int] = {}
         self.items: list[FailedItemView] = []
-
-    def running_run(self) -> ImportRun | None:
-        return next((r for r in self.runs.values() if r.status is RunStatus.RUNNING), None)
-
-    def load_run(self, run_id: UUID) -> ImportRun | None:
-        return self.runs.get(run_id)
-
-    def latest_run(self) -> ImportRun | None:
-        return max(self.runs.values(), key=lambda r: r.started_at, default=None)
-
-    def create_run(self, request: ImportRequest, correlation_id: UUID, now: datetime) -> ImportRun:
-        run = _run()
-        self.runs[run.run_id] = run
-        return run
-
-    def replica_company_count(self, tenant_filter: UUID | None) -> int:
-        return 0
 
     def progress(self, run_id: UUID) -> PageProgress:
         return PageProgress(self.progress_counts)
