@@ -68,11 +68,12 @@ from pin_identity.jobs.outbox_relay import OutboxRelay, RelaySettings
 from pin_identity.jobs.outbox_relay_observer import RelayObserver
 from pin_identity.jobs.talent_import import ImportSettings, TalentImportJob
 from pin_identity.jobs.talent_sync import TalentSyncJob, TalentSyncSettings
-from pin_identity.operations.access_audit import Progress, audit_access
+from pin_identity.operations.access_audit import audit_access
 from pin_identity.operations.access_show import show_access
 from pin_identity.operations.fanout_admin import FanOutAdmin
 from pin_identity.operations.health import HealthReads
 from pin_identity.operations.imports import ImportOperations
+from pin_identity.operations.ports.audit import Progress
 from pin_identity.operations.ports.imports import RunLock
 from pin_identity.operations.ports.outbox import OutboxBacklogSession
 from pin_identity.operations.ports.talent import TalentSource
