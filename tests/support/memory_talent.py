@@ -283,9 +283,9 @@ class MemoryDryRun:
         self.phone_users.update(phones)
 
 
-class MemoryPageTransaction(MemoryReplicaTransaction):
+class MemoryPageTransaction:
     def __init__(self, store: MemoryImportStore):
-        super().__init__(store.replica)
+        self.replica = MemoryReplicaTransaction(store.replica)
         self._store = store
         self._completed: list[tuple[ImportPage, StageCounters, bool]] = []
 
@@ -294,7 +294,7 @@ class MemoryPageTransaction(MemoryReplicaTransaction):
         self._completed.append((page, counters, count_planned))
 
     def commit(self) -> None:
-        super().commit()
+        self.replica.commit()
         for page, counters, count_planned in self._completed:
             self._store.complete(page, counters, count_planned=count_planned)
 
@@ -302,10 +302,10 @@ class MemoryPageTransaction(MemoryReplicaTransaction):
         return self._store.dry_runs.setdefault(run_id, MemoryDryRun())
 
     def talent_users_of_tenant(self, tenant_id: UUID, user_ids: Sequence[UUID]) -> set[UUID]:
-        company = self.state.companies.get(tenant_id)
+        company = self.replica.state.companies.get(tenant_id)
         return {
             talent_id
-            for talent_id, user in self.state.users.items()
+            for talent_id, user in self.replica.state.users.items()
             if company and user.company_id == company.company_id and talent_id in user_ids
         }
 

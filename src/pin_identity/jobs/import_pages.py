@@ -77,7 +77,7 @@ class PageWorker:
             memory = tx.dry_run_memory(run.run_id) if run.dry_run else None
             options = ApplyOptions(run_id=run.run_id, dry_run=run.dry_run, memory=memory)
             ctx = Context(correlation_id=run.correlation_id, now=now)
-            batch = apply_snapshots(tx, [SourceItem(item) for item in items], ctx, options)
+            batch = apply_snapshots(tx.replica, [SourceItem(item) for item in items], ctx, options)
             counters = batch.counters(planned=len(items))
             tx.complete_page(page, counters, count_planned=run.mode is ImportMode.TOPIC_REPLAY)
             tx.commit()

@@ -21,6 +21,7 @@ from pin_identity.domain.talent_import import (
     StageCounters,
 )
 from pin_identity.operations.ports.replica import DryRunMemory, ReplicaTransaction
+from pin_identity.operations.ports.transactions import Transaction
 from pin_identity.operations.read_models import FailedItemView, RunSummary
 
 
@@ -51,9 +52,12 @@ class ImportRuns(ImportRunRecords, Protocol):
         ...
 
 
-class ImportPageTransaction(ReplicaTransaction, Protocol):
-    """The replica transaction of one page, already fenced: the page is still this claim's."""
+class ImportPageTransaction(Transaction, Protocol):
+    """One page's transaction, already fenced (the page is still this claim's): the replica is written
+    through `replica`, and commit() makes those writes and the page's completion visible together."""
 
+    @property
+    def replica(self) -> ReplicaTransaction: ...
     def complete_page(self, page: ImportPage, counters: StageCounters, *, count_planned: bool) -> None: ...
     def dry_run_memory(self, run_id: UUID) -> DryRunMemory: ...
     def talent_users_of_tenant(self, tenant_id: UUID, user_ids: Sequence[UUID]) -> set[UUID]: ...
