@@ -39,7 +39,8 @@ from pin_identity.adapters.postgres.replica_store import PostgresReplicaTransact
 from pin_identity.adapters.talent_wire import read_item
 from pin_identity.domain.talent import ImportStage, ItemResult
 from pin_identity.operations.identity import Context
-from pin_identity.operations.talent_replica import ApplyOptions, SourceItem, apply_snapshots
+from pin_identity.operations.ports.replica import SourceItem
+from pin_identity.operations.talent_replica import ApplyOptions, apply_snapshots
 from pin_identity.simulation.talent import generate_dataset
 
 TARGET_ITEMS_PER_S = 6_000

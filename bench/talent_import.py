@@ -63,8 +63,8 @@ from pin_identity.config import ConfigurationError, Settings, load_settings
 from pin_identity.domain.events import now_utc
 from pin_identity.domain.talent import ImportStage, TalentItem
 from pin_identity.domain.talent_import import ImportMode, ImportRequest, ImportRun, PlanStep, RunStatus
-from pin_identity.jobs.ports import TalentSource
 from pin_identity.jobs.talent_import import TalentImportJob, start_run
+from pin_identity.operations.ports.talent import TalentSource
 from pin_identity.simulation.talent import (
     TALENT_PARTITIONS,
     SimulatedTalentApi,

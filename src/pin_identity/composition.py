@@ -67,14 +67,17 @@ from pin_identity.domain.talent_import import ImportMode
 from pin_identity.jobs.access_fanout import AccessFanOutJob, FanOutSettings
 from pin_identity.jobs.outbox_relay import OutboxRelay, RelaySettings
 from pin_identity.jobs.outbox_relay_observer import RelayObserver
-from pin_identity.jobs.ports import RunLock, TalentSource
 from pin_identity.jobs.talent_import import ImportSettings, TalentImportJob
 from pin_identity.jobs.talent_sync import TalentSyncJob, TalentSyncSettings
-from pin_identity.operations.access_audit import Progress, audit_access
+from pin_identity.operations.access_audit import audit_access
 from pin_identity.operations.access_show import show_access
 from pin_identity.operations.fanout_admin import FanOutAdmin
 from pin_identity.operations.health import HealthReads
 from pin_identity.operations.imports import ImportOperations
+from pin_identity.operations.ports.audit import Progress
+from pin_identity.operations.ports.imports import RunLock
+from pin_identity.operations.ports.outbox import OutboxBacklogSession
+from pin_identity.operations.ports.talent import TalentSource
 from pin_identity.operations.read_models import UserAccess
 from pin_identity.operations.retention import RetentionAdmin
 from pin_identity.operations.roles import RoleAdmin
@@ -325,7 +328,7 @@ class Container:
         except ConfigurationError as exc:
             raise ConsumerLagUnavailableError(str(exc)) from None
 
-    def outbox_backlog_reader(self) -> PostgresOutboxQueue:
+    def outbox_backlog_reader(self) -> OutboxBacklogSession:
         """A session of its own for reading the outbox backlog (`/metrics`); `reset()` closes it."""
         return PostgresOutboxQueue(self.database)
 

@@ -29,8 +29,8 @@ from pin_identity.domain.events import AccessChangeTemplate, now_utc
 from pin_identity.domain.fanout import FanOutPolicy
 from pin_identity.domain.model import AccessChangeReason, Scope, ScopeType
 from pin_identity.jobs.access_fanout import AccessFanOutJob, FanOutSettings, TaskOutcome
-from pin_identity.jobs.ports import FanOutTask, PageWritten
 from pin_identity.operations import identity
+from pin_identity.operations.ports.fanout import FanOutTask, PageWritten
 from tests.support import seed
 from tests.support.fanout import ManualClock, fanout_job, run_until_idle
 from tests.support.kafka_tap import ConsumedEvent, EventTap

@@ -12,7 +12,7 @@ import json
 import os
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import psycopg
@@ -22,11 +22,13 @@ from hypothesis import strategies as st
 from pin_identity.adapters.talent_wire import api_item, decode_page, topic_item
 from pin_identity.composition import Container
 from pin_identity.domain.talent import ImportStage, ItemResult, SyncErrorCode, TalentItem
-from pin_identity.jobs.ports import TalentRecord
 from pin_identity.jobs.talent_sync import TalentSyncJob, TalentSyncSettings
 from pin_identity.operations.identity import Context
-from pin_identity.operations.talent_replica import ApplyOptions, SourceItem, apply_snapshots
+from pin_identity.operations.ports.replica import SourceItem
+from pin_identity.operations.ports.talent import TalentRecord
+from pin_identity.operations.talent_replica import ApplyOptions, apply_snapshots
 from tests.support import talent
+from tests.support.memory_talent import MemoryStream
 
 EXAMPLES = int(os.environ.get("HOSTILE_EXAMPLES", "150"))
 
@@ -165,30 +167,6 @@ def _apply(container: Container, items: list[TalentItem]) -> None:
         outcome = apply_snapshots(tx, [SourceItem(item) for item in items], Context.fresh(), ApplyOptions())
         tx.commit()
     assert all(o.result in (ItemResult.APPLIED, ItemResult.FAILED) for o in outcome.outcomes)
-
-
-@dataclass
-class MemoryStream:
-    """The consumer's stream port over records in memory; remembers what it committed."""
-
-    records: list[TalentRecord]
-    committed: list[int] = field(default_factory=list)
-
-    def poll(self, max_records: int, timeout_s: float) -> list[TalentRecord]:
-        taken, self.records = self.records[:max_records], self.records[max_records:]
-        return taken
-
-    def commit(self, records: Sequence[TalentRecord]) -> None:
-        self.committed.extend(record.offset for record in records)
-
-    def rewind(self, records: Sequence[TalentRecord]) -> None:
-        self.records = [*records, *self.records]
-
-    def lag(self) -> dict[tuple[str, int], int] | None:
-        return {("tenants", 0): len(self.records)}
-
-    def close(self) -> None:
-        return None
 
 
 @HOSTILE

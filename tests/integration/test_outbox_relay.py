@@ -21,7 +21,7 @@ from pin_identity.adapters.postgres.outbox_writer import write_outbox
 from pin_identity.composition import Container
 from pin_identity.config import Settings
 from pin_identity.domain.events import ACCESS_TOPIC, OutboxMessage, envelope
-from pin_identity.jobs.ports import PendingEvent, RelayRole
+from pin_identity.operations.ports.outbox import PendingEvent, RelayRole
 from tests.support.brokers import RestartableBroker
 from tests.support.kafka_tap import EventTap
 from tests.support.relay import RelaySignals, outbox_count

@@ -24,7 +24,8 @@ from pin_identity.composition import Container
 from pin_identity.domain.events import now_utc
 from pin_identity.domain.talent import ItemResult
 from pin_identity.operations.identity import Context
-from pin_identity.operations.talent_replica import ApplyOptions, BatchOutcome, SourceItem, apply_snapshots
+from pin_identity.operations.ports.replica import SourceItem
+from pin_identity.operations.talent_replica import ApplyOptions, BatchOutcome, apply_snapshots
 from tests.support import talent
 
 TENANTS = [uuid.UUID(int=i, version=4) for i in (1, 2)]

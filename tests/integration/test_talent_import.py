@@ -23,8 +23,8 @@ from pin_identity.domain.talent_import import (
     RunStatus,
 )
 from pin_identity.entrypoints.talent_import_cli import exit_status
-from pin_identity.jobs.ports import TalentSource
 from pin_identity.jobs.talent_import import start_run
+from pin_identity.operations.ports.talent import TalentSource
 from pin_identity.simulation.talent import TalentDataset, generate_dataset
 from tests.support import talent
 from tests.support.talent_import import FAST, TalentWorld, job

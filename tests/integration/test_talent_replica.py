@@ -11,7 +11,8 @@ from pin_identity.adapters.talent_wire import read_item
 from pin_identity.composition import Container
 from pin_identity.domain.talent import ImportStage, ItemResult, SyncErrorCode
 from pin_identity.operations.identity import Context
-from pin_identity.operations.talent_replica import ApplyOptions, SourceItem, apply_snapshots
+from pin_identity.operations.ports.replica import SourceItem
+from pin_identity.operations.talent_replica import ApplyOptions, apply_snapshots
 from tests.support import seed, talent
 from tests.support.schemas import validate_event
 

@@ -12,7 +12,7 @@ from typing import Any
 from confluent_kafka import Producer
 
 from pin_identity.composition import Container
-from pin_identity.jobs.ports import TalentRecord
+from pin_identity.operations.ports.talent import TalentRecord
 from pin_identity.simulation.talent import TalentDataset
 from tests.conftest import TalentTopics
 from tests.support import talent

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 from pin_identity.composition import Container
 from pin_identity.jobs.access_fanout import AccessFanOutJob, FanOutSettings
-from pin_identity.jobs.ports import FanOutQueue
+from pin_identity.operations.ports.fanout import FanOutQueue
 
 
 @dataclass

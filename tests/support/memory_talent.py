@@ -35,8 +35,9 @@ from pin_identity.domain.talent_import import (
     RunStatus,
     StageCounters,
 )
-from pin_identity.jobs.ports import TalentRecord
-from pin_identity.operations.ports import DefaultGrant, QuarantineEntry, RoleRecord, SourceItem
+from pin_identity.operations.ports.identity import RoleRecord
+from pin_identity.operations.ports.replica import DefaultGrant, QuarantineEntry, SourceItem
+from pin_identity.operations.ports.talent import TalentRecord
 
 DEFAULT_ROLE = RoleRecord(uuid.uuid4(), "developer-manager", None, RoleStatus.ACTIVE, 1)
 
@@ -282,9 +283,9 @@ class MemoryDryRun:
         self.phone_users.update(phones)
 
 
-class MemoryPageTransaction(MemoryReplicaTransaction):
+class MemoryPageTransaction:
     def __init__(self, store: MemoryImportStore):
-        super().__init__(store.replica)
+        self.replica = MemoryReplicaTransaction(store.replica)
         self._store = store
         self._completed: list[tuple[ImportPage, StageCounters, bool]] = []
 
@@ -293,7 +294,7 @@ class MemoryPageTransaction(MemoryReplicaTransaction):
         self._completed.append((page, counters, count_planned))
 
     def commit(self) -> None:
-        super().commit()
+        self.replica.commit()
         for page, counters, count_planned in self._completed:
             self._store.complete(page, counters, count_planned=count_planned)
 
@@ -301,10 +302,10 @@ class MemoryPageTransaction(MemoryReplicaTransaction):
         return self._store.dry_runs.setdefault(run_id, MemoryDryRun())
 
     def talent_users_of_tenant(self, tenant_id: UUID, user_ids: Sequence[UUID]) -> set[UUID]:
-        company = self.state.companies.get(tenant_id)
+        company = self.replica.state.companies.get(tenant_id)
         return {
             talent_id
-            for talent_id, user in self.state.users.items()
+            for talent_id, user in self.replica.state.users.items()
             if company and user.company_id == company.company_id and talent_id in user_ids
         }
 
@@ -464,11 +465,17 @@ class MemoryImportStore:
 
 @dataclass
 class MemoryRunLock:
+    """The one-run lock; `taken_by_another` says another process holds it, `session_died` that our session
+    (and with it the lock) is gone. Counts how often it was asked for and let go of."""
+
     held_by_us: bool = False
     taken_by_another: bool = False
     session_died: bool = False
+    acquisitions: int = 0
+    releases: int = 0
 
     def try_acquire(self) -> bool:
+        self.acquisitions += 1
         if self.taken_by_another:
             return False
         self.held_by_us, self.session_died = True, False
@@ -478,10 +485,11 @@ class MemoryRunLock:
         return self.held_by_us and not self.session_died
 
     def release(self) -> None:
+        self.releases += 1
         self.held_by_us = False
 
     def holder(self) -> str | None:
-        return "another pod" if self.taken_by_another else None
+        return "pin-identity talent-import elsewhere" if self.taken_by_another else None
 
 
 @dataclass
@@ -493,11 +501,14 @@ class MemorySource:
     unavailable_plans: int = 0  # how many listing calls still fail
     unreadable: set[ImportStage] = field(default_factory=set)
     rejected: bool = False
+    unavailable: bool = False  # check() refuses, as before a run starts
     handed_over: list[list[str | None]] = field(default_factory=list)
     plans: list[ImportStage] = field(default_factory=list)
+    closed: bool = False
 
     def check(self) -> None:
-        return None
+        if self.unavailable:
+            raise SourceUnavailableError("Talent API: HTTP 503")
 
     def count_companies(self, tenant_filter: UUID | None) -> int | None:
         return len(self.tenants)
@@ -529,7 +540,7 @@ class MemorySource:
         self.handed_over.append(list(cursors))
 
     def close(self) -> None:
-        return None
+        self.closed = True
 
     def _items(self, stage: ImportStage) -> list[TalentItem]:
         return self.tenants if stage is ImportStage.TENANTS else self.users

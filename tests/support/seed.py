@@ -10,7 +10,7 @@ import psycopg
 
 from pin_identity.domain.model import CompanyType, Scope, UserType
 from pin_identity.operations import identity
-from pin_identity.operations.ports import IdentityTransactions
+from pin_identity.operations.ports.identity import IdentityTransactions
 
 _phones = iter(range(10_000_000))
 _bulk_phones = itertools.count(9_000_000_000)

@@ -14,8 +14,8 @@ from uuid import UUID
 from pin_identity.adapters.kafka.talent_stream import KafkaTalentStream
 from pin_identity.composition import Container
 from pin_identity.domain.events import now_utc
-from pin_identity.jobs.ports import TalentStream
 from pin_identity.jobs.talent_sync import TalentSyncJob, TalentSyncSettings
+from pin_identity.operations.ports.talent import TalentStream
 from pin_identity.simulation.talent import TalentDataset, produce_to_topics
 
 if TYPE_CHECKING:
@@ -23,7 +23,8 @@ if TYPE_CHECKING:
 from pin_identity.adapters.talent_wire import read_item
 from pin_identity.domain.talent import ImportStage, TalentItem
 from pin_identity.operations.identity import Context
-from pin_identity.operations.talent_replica import ApplyOptions, BatchOutcome, SourceItem, apply_snapshots
+from pin_identity.operations.ports.replica import SourceItem
+from pin_identity.operations.talent_replica import ApplyOptions, BatchOutcome, apply_snapshots
 
 _phones = itertools.count(1_000_000)
 

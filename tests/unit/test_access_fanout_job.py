@@ -13,7 +13,7 @@ from pin_identity.domain.errors import LeaseLostError
 from pin_identity.domain.events import AccessChangeTemplate, OutboxMessage
 from pin_identity.jobs.access_fanout import AccessFanOutJob, FanOutSettings, TaskOutcome
 from pin_identity.jobs.access_fanout_observer import FanOutObserver
-from pin_identity.jobs.ports import FanOutTask, PageWritten, PoisonedTask, QueueStats
+from pin_identity.operations.ports.fanout import FanOutTask, PageWritten, PoisonedTask, QueueStats
 from tests.support.fanout import ManualClock, NoWakeups
 
 

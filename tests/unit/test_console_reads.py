@@ -15,7 +15,7 @@ from pin_identity.domain.errors import ConsumerLagUnavailableError, NotFoundErro
 from pin_identity.domain.fanout import FanOutPolicy
 from pin_identity.domain.model import RoleStatus
 from pin_identity.operations.health import HealthReads
-from pin_identity.operations.ports import IdentityTransaction
+from pin_identity.operations.ports.identity import IdentityTransaction
 from pin_identity.operations.read_models import DeadLetters, PartitionLag, RoleSummary
 from pin_identity.operations.roles import RoleAdmin
 

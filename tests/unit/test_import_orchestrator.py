@@ -11,8 +11,8 @@ from pin_identity.domain.errors import SourceNotConfiguredError
 from pin_identity.domain.talent import ImportStage
 from pin_identity.domain.talent_import import ImportMode, ImportSettings, PageStatus, RunStatus
 from pin_identity.jobs.import_orchestrator import ImportOrchestrator
-from pin_identity.jobs.ports import TalentSource
 from pin_identity.jobs.talent_import import TalentImportJob
+from pin_identity.operations.ports.talent import TalentSource
 from tests.support.import_observer import RecordingImportObserver
 from tests.support.memory_talent import MemoryImportStore, MemoryRunLock, MemorySource, tenant_item, user_item
 

@@ -17,7 +17,6 @@ from pin_identity.domain.errors import (
     ConflictError,
     ImportNotRunningError,
     NotFoundError,
-    SourceUnavailableError,
 )
 from pin_identity.domain.model import FanOutTaskStatus
 from pin_identity.domain.talent import ImportStage
@@ -35,9 +34,12 @@ from pin_identity.domain.talent_import import (
 from pin_identity.operations.audit import Actor
 from pin_identity.operations.fanout_admin import FanOutAdmin
 from pin_identity.operations.imports import ImportOperations
-from pin_identity.operations.ports import ReplicaTransaction, SourceCheck, TaskReplay
+from pin_identity.operations.ports.fanout import TaskReplay
+from pin_identity.operations.ports.replica import ReplicaTransaction
+from pin_identity.operations.ports.talent import SourceCheck
 from pin_identity.operations.read_models import FailedItemView, FanOutTaskView, Pruned, RunSummary
 from pin_identity.operations.retention import RetentionAdmin
+from tests.support.memory_talent import MemoryImportStore, MemoryRunLock, MemorySource
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 WHO = Actor("http:alice", client="10.1.2.3")
@@ -61,63 +63,14 @@ def _run(status: RunStatus = RunStatus.RUNNING, *, listed: bool = True) -> Impor
     )
 
 
-class MemoryLock:
-    """The one-run lock; `elsewhere` says another process holds it."""
+class MemoryRuns(MemoryImportStore):
+    """The import store as operators see it: the runs given, and page counts, lease resets and a quarantine
+    as each test sets them."""
 
-    def __init__(self, *, elsewhere: bool = False):
-        self.elsewhere, self.acquisitions, self.released = elsewhere, 0, 0
-
-    def try_acquire(self) -> bool:
-        self.acquisitions += 1
-        return not self.elsewhere
-
-    def held(self) -> bool:
-        return self.acquisitions > self.released
-
-    def release(self) -> None:
-        self.released += 1
-
-    def holder(self) -> str | None:
-        return "pin-identity talent-import elsewhere" if self.elsewhere else None
-
-
-class MemorySource:
-    def __init__(self, *, healthy: bool = True):
-        self.healthy, self.closed = healthy, False
-
-    def check(self) -> None:
-        if not self.healthy:
-            raise SourceUnavailableError("Talent answers 503")
-
-    def count_companies(self, tenant_filter: UUID | None) -> int | None:
-        return None
-
-    def close(self) -> None:
-        self.closed = True
-
-
-class MemoryRuns:
     def __init__(self, *runs: ImportRun):
-        self.runs = {run.run_id: run for run in runs}
+        super().__init__(runs={run.run_id: run for run in runs})
         self.progress_counts: dict[tuple[ImportStage, PageStatus], int] = {}
         self.items: list[FailedItemView] = []
-
-    def running_run(self) -> ImportRun | None:
-        return next((r for r in self.runs.values() if r.status is RunStatus.RUNNING), None)
-
-    def load_run(self, run_id: UUID) -> ImportRun | None:
-        return self.runs.get(run_id)
-
-    def latest_run(self) -> ImportRun | None:
-        return max(self.runs.values(), key=lambda r: r.started_at, default=None)
-
-    def create_run(self, request: ImportRequest, correlation_id: UUID, now: datetime) -> ImportRun:
-        run = _run()
-        self.runs[run.run_id] = run
-        return run
-
-    def replica_company_count(self, tenant_filter: UUID | None) -> int:
-        return 0
 
     def progress(self, run_id: UUID) -> PageProgress:
         return PageProgress(self.progress_counts)
@@ -141,8 +94,10 @@ def _no_replica() -> AbstractContextManager[ReplicaTransaction]:
 
 
 class World:
-    def __init__(self, runs: MemoryRuns, lock: MemoryLock | None = None, source: MemorySource | None = None):
-        self.runs, self.lock, self.source = runs, lock or MemoryLock(), source or MemorySource()
+    def __init__(
+        self, runs: MemoryRuns, lock: MemoryRunLock | None = None, source: MemorySource | None = None
+    ):
+        self.runs, self.lock, self.source = runs, lock or MemoryRunLock(), source or MemorySource()
         self.sources_opened = 0
         self.operations = ImportOperations(
             runs, lambda: self.lock, self._source, _no_replica, lambda: NOW, summaries=runs
@@ -168,7 +123,7 @@ def test_start_creates_a_run_takes_the_lock_once_and_lets_go_of_it() -> None:
     world = World(MemoryRuns())
     with audit() as lines:
         run = world.operations.start(ImportRequest(ImportMode.API_PULL), who=WHO)
-    assert (world.lock.acquisitions, world.lock.released) == (1, 1)
+    assert (world.lock.acquisitions, world.lock.releases) == (1, 1)
     assert world.source.closed
     assert [(a["action"], a["who"], a["client"], a["run_id"]) for a in lines] == [
         ("talent-import-start", "http:alice", "10.1.2.3", str(run.run_id))
@@ -181,11 +136,11 @@ def test_start_never_resumes_a_running_run() -> None:
     with audit() as lines, pytest.raises(ImportRefusedError) as refused:
         world.operations.start(ImportRequest(ImportMode.API_PULL), who=WHO)
     assert refused.value.code is ImportErrorCode.ALREADY_RUNNING
-    assert (world.lock.released, world.sources_opened, lines) == (1, 0, [])
+    assert (world.lock.releases, world.sources_opened, lines) == (1, 0, [])
 
 
 def test_start_while_another_process_holds_the_lock_names_the_holder() -> None:
-    world = World(MemoryRuns(), MemoryLock(elsewhere=True))
+    world = World(MemoryRuns(), MemoryRunLock(taken_by_another=True))
     with pytest.raises(ImportRefusedError, match="talent-import elsewhere") as refused:
         world.operations.start(ImportRequest(ImportMode.API_PULL), who=WHO)
     assert refused.value.code is ImportErrorCode.ALREADY_RUNNING
@@ -196,14 +151,14 @@ def test_run_keeps_the_lock_for_its_caller_and_an_unavailable_source_refuses() -
     world = World(MemoryRuns())
     with audit() as lines:
         run, lock = world.operations.run(ImportRequest(ImportMode.API_PULL), who=WHO)
-    assert lock is world.lock and (lock.acquisitions, lock.released) == (1, 0)
+    assert lock is world.lock and (lock.acquisitions, lock.releases) == (1, 0)
     assert [a["action"] for a in lines] == ["talent-import-run"] and lines[0]["run_id"] == str(run.run_id)
 
-    down = World(MemoryRuns(), source=MemorySource(healthy=False))
+    down = World(MemoryRuns(), source=MemorySource(unavailable=True))
     with audit() as refused_lines, pytest.raises(ImportRefusedError) as refused:
         down.operations.run(ImportRequest(ImportMode.API_PULL), who=WHO)
     assert refused.value.code is ImportErrorCode.SOURCE_UNAVAILABLE
-    assert (down.lock.released, down.source.closed, refused_lines) == (1, True, [])
+    assert (down.lock.releases, down.source.closed, refused_lines) == (1, True, [])
 
 
 # ---------------------------------------------------------------- watching and steering

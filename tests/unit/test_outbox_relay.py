@@ -16,7 +16,7 @@ from pin_identity.adapters.postgres.outbox_queue import IdHorizon
 from pin_identity.domain.errors import OutboxIdsWentBackError
 from pin_identity.jobs.outbox_relay import OutboxRelay, RelaySettings
 from pin_identity.jobs.outbox_relay_observer import RelayObserver
-from pin_identity.jobs.ports import OutboxBacklog, PendingEvent, PublishReport, RelayRole
+from pin_identity.operations.ports.outbox import OutboxBacklog, PendingEvent, PublishReport, RelayRole
 
 
 def _event(n: int, key: str | None = None) -> PendingEvent:

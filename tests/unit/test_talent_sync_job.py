@@ -9,9 +9,9 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 
 from pin_identity.domain.talent import SyncErrorCode
-from pin_identity.jobs.ports import TalentRecord
 from pin_identity.jobs.talent_sync import TalentSyncJob, TalentSyncSettings
 from pin_identity.jobs.talent_sync_observer import TalentSyncObserver
+from pin_identity.operations.ports.talent import TalentRecord
 from pin_identity.operations.talent_replica import BatchOutcome
 from tests.support.memory_talent import MemoryReplica, MemoryStream, tenant_item, user_item
 

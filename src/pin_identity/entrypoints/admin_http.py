@@ -14,7 +14,7 @@ import socket
 import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Annotated, Any, Protocol
+from typing import Annotated, Any
 
 import psycopg
 import uvicorn
@@ -73,9 +73,9 @@ from pin_identity.entrypoints.documents import (
     ReplayResult,
 )
 from pin_identity.entrypoints.probes import ReadinessCache
-from pin_identity.jobs.ports import OutboxBacklog
 from pin_identity.observability import metrics
 from pin_identity.observability.logging import describe_error, get_logger
+from pin_identity.operations.ports.outbox import OutboxBacklog, OutboxBacklogSession
 
 log = get_logger("admin-http")
 
@@ -311,18 +311,13 @@ def set_role_permissions(
 # ---------------------------------------------------------------- metrics and probes
 
 
-class _BacklogReader(Protocol):
-    def backlog(self) -> OutboxBacklog: ...
-    def reset(self) -> None: ...
-
-
 class DatabaseGauges:
     """The gauges read from the database, refreshed at scrape time. The outbox backlog comes from the
     outbox queue's own query, on one dedicated session kept for the process."""
 
     def __init__(self, container: Container):
         self._container = container
-        self._outbox: _BacklogReader | None = None
+        self._outbox: OutboxBacklogSession | None = None
         self._lock = threading.Lock()
         self.outbox = OutboxBacklog(0, 0.0)  # as the last refresh read it
 

@@ -27,14 +27,10 @@ from pin_identity.domain.fanout import FanOutPath
 from pin_identity.domain.model import CompanyType, Scope, UserType
 from pin_identity.domain.talent_import import RunStatus
 from pin_identity.entrypoints.demo_bootstrap import EXPECTED_QUARANTINE, bootstrap_from_simulated_talent
-from pin_identity.jobs.ports import StopSignal
 from pin_identity.operations import identity
+from pin_identity.operations.ports.worker import Job
 
 DEMO_TIMEOUT_S = 300
-
-
-class _Job(Protocol):
-    def run(self, stop: StopSignal, *, once: bool = False) -> None: ...
 
 
 class _ReadEvent(Protocol):
@@ -131,7 +127,7 @@ class _Workers:
 
     def __init__(self, container: Container):
         self._stop = threading.Event()
-        jobs: list[_Job] = [container.access_fanout(), container.outbox_relay()]
+        jobs: list[Job] = [container.access_fanout(), container.outbox_relay()]
         self._threads = [threading.Thread(target=job.run, args=(self._stop,), daemon=True) for job in jobs]
         for thread in self._threads:
             thread.start()

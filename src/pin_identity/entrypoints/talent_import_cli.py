@@ -43,8 +43,8 @@ from pin_identity.entrypoints.cli_output import (
     when,
 )
 from pin_identity.entrypoints.documents import FailedItem, ImportRunReport, ReplayResult
-from pin_identity.jobs.ports import RunLock
 from pin_identity.observability.logging import configure_logging
+from pin_identity.operations.ports.imports import RunLock
 from pin_identity.operations.read_models import ImportRunView
 
 # CONTRACTS section 2: the exit status each refusal or end maps to.

@@ -7,19 +7,14 @@ import signal
 import threading
 from collections.abc import Callable, Sequence
 from http.server import ThreadingHTTPServer
-from typing import Protocol
 
 from pin_identity.composition import Container
 from pin_identity.entrypoints.worker_http import bind_worker_http, start_serving
 from pin_identity.jobs.outbox_relay import OutboxRelay
-from pin_identity.jobs.ports import StopSignal
 from pin_identity.observability.logging import get_logger
+from pin_identity.operations.ports.worker import Job
 
 log = get_logger("worker")
-
-
-class Job(Protocol):
-    def run(self, stop: StopSignal, *, once: bool = False) -> None: ...
 
 
 def _outbox_relay(container: Container) -> OutboxRelay:

@@ -18,8 +18,9 @@ from pin_identity.domain.backoff import Backoff
 from pin_identity.domain.errors import LeaseLostError
 from pin_identity.domain.model import AccessChangeReason
 from pin_identity.jobs.access_fanout_observer import FanOutObserver
-from pin_identity.jobs.ports import FanOutQueue, FanOutTask, StopSignal, TaskWakeups
 from pin_identity.observability.tracing import current_traceparent, tracer
+from pin_identity.operations.ports.fanout import FanOutQueue, FanOutTask, TaskWakeups
+from pin_identity.operations.ports.worker import StopSignal
 
 _tracer = tracer("access-fanout")
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import time
 
-from pin_identity.jobs.ports import FanOutTask, PoisonedTask, QueueStats
 from pin_identity.observability import metrics
 from pin_identity.observability.logging import describe_error, get_logger
+from pin_identity.operations.ports.fanout import FanOutTask, PoisonedTask, QueueStats
 
 log = get_logger("access-fanout")
 

@@ -18,9 +18,10 @@ from pin_identity.domain.talent_import import (
     PageStatus,
     RunStatus,
 )
-from pin_identity.jobs.ports import ImportStore, RunLock, TalentSource
 from pin_identity.jobs.talent_import_observer import ImportObserver
 from pin_identity.observability.logging import describe_error
+from pin_identity.operations.ports.imports import ImportStore, RunLock
+from pin_identity.operations.ports.talent import TalentSource
 
 
 class ImportOrchestrator:

@@ -20,11 +20,13 @@ from pin_identity.domain.talent_import import (
     ImportSettings,
     StageCounters,
 )
-from pin_identity.jobs.ports import ImportPageTransaction, ImportStore, TalentSource
 from pin_identity.jobs.talent_import_observer import ImportObserver
 from pin_identity.observability.logging import describe_error
 from pin_identity.operations.identity import Context
-from pin_identity.operations.talent_replica import ApplyOptions, BatchOutcome, SourceItem, apply_snapshots
+from pin_identity.operations.ports.imports import ImportPageTransaction, ImportStore
+from pin_identity.operations.ports.replica import SourceItem
+from pin_identity.operations.ports.talent import TalentSource
+from pin_identity.operations.talent_replica import ApplyOptions, BatchOutcome, apply_snapshots
 
 
 class PageWorker:
@@ -75,7 +77,7 @@ class PageWorker:
             memory = tx.dry_run_memory(run.run_id) if run.dry_run else None
             options = ApplyOptions(run_id=run.run_id, dry_run=run.dry_run, memory=memory)
             ctx = Context(correlation_id=run.correlation_id, now=now)
-            batch = apply_snapshots(tx, [SourceItem(item) for item in items], ctx, options)
+            batch = apply_snapshots(tx.replica, [SourceItem(item) for item in items], ctx, options)
             counters = batch.counters(planned=len(items))
             tx.complete_page(page, counters, count_planned=run.mode is ImportMode.TOPIC_REPLAY)
             tx.commit()

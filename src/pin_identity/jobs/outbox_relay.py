@@ -10,14 +10,14 @@ from dataclasses import dataclass
 from pin_identity.domain.backoff import Backoff
 from pin_identity.domain.errors import OutboxIdsWentBackError
 from pin_identity.jobs.outbox_relay_observer import RelayObserver
-from pin_identity.jobs.ports import (
+from pin_identity.operations.ports.outbox import (
     EventPublisher,
     OutboxQueue,
     PendingEvent,
     PublishReport,
     RelayRole,
-    StopSignal,
 )
+from pin_identity.operations.ports.worker import StopSignal
 
 
 @dataclass(frozen=True)

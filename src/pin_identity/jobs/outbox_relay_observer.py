@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from pin_identity.jobs.ports import OutboxBacklog, OutboxWriter
 from pin_identity.observability import metrics
 from pin_identity.observability.logging import describe_error, get_logger
+from pin_identity.operations.ports.outbox import OutboxBacklog, OutboxWriter
 
 log = get_logger("outbox-relay")
 

@@ -15,11 +15,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from pin_identity.domain.backoff import Backoff
-from pin_identity.jobs.ports import StopSignal, TalentRecord, TalentStream
 from pin_identity.jobs.talent_sync_observer import TalentSyncObserver
 from pin_identity.operations.identity import Context
-from pin_identity.operations.ports import ReplicaTransactions
-from pin_identity.operations.talent_replica import ApplyOptions, BatchOutcome, SourceItem, apply_snapshots
+from pin_identity.operations.ports.replica import ReplicaTransactions, SourceItem
+from pin_identity.operations.ports.talent import TalentRecord, TalentStream
+from pin_identity.operations.ports.worker import StopSignal
+from pin_identity.operations.talent_replica import ApplyOptions, BatchOutcome, apply_snapshots
 
 _LAG_REPORT_S = 10.0
 

@@ -2,27 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Protocol
 from uuid import UUID
 
 from pin_identity.domain.access_audit import difference, fingerprint, verdict
 from pin_identity.domain.errors import NotFoundError
-from pin_identity.operations.read_models import AccessLogSearch, UserAccess, UserAccessState
-
-
-class UserAccessLog(Protocol):
-    def last_event(self, user_id: UUID) -> AccessLogSearch:
-        """The user's last record, searched from the end of the one partition their key goes to;
-        AccessLogUnavailableError when the broker does not answer."""
-        ...
-
-
-class UserAccessStates(Protocol):
-    def user_exists(self, user_id: UUID) -> bool: ...
-
-    def user_state(self, user_id: UUID) -> UserAccessState | None:
-        """Active assignments and the user's access events not yet published, as of one moment."""
-        ...
+from pin_identity.operations.ports.audit import UserAccessLog, UserAccessStates
+from pin_identity.operations.read_models import UserAccess
 
 
 def show_access(log: UserAccessLog, states: UserAccessStates, user_id: UUID) -> UserAccess:

@@ -9,7 +9,7 @@ from uuid import UUID
 from pin_identity.domain.errors import ConflictError, NotFoundError
 from pin_identity.domain.model import FanOutTaskStatus
 from pin_identity.operations.audit import Actor, admin_action
-from pin_identity.operations.ports import FanOutTasks, TaskReplay
+from pin_identity.operations.ports.fanout import FanOutTasks, TaskReplay
 from pin_identity.operations.read_models import FanOutTaskView
 
 

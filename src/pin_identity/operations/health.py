@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from pin_identity.domain.errors import ConsumerLagUnavailableError
-from pin_identity.operations.ports import ConsumerLagReader, DeadLetterReads
+from pin_identity.operations.ports.health import ConsumerLagReader, DeadLetterReads
 from pin_identity.operations.read_models import ConsumerLag, DeadLetters
 
 

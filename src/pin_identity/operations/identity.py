@@ -24,12 +24,8 @@ from pin_identity.domain.model import (
     UserType,
 )
 from pin_identity.domain.phone import InvalidPhoneError, normalize_phone
-from pin_identity.operations.ports import (
-    AccessEventWriter,
-    IdentityTransaction,
-    IdentityTransactions,
-    RoleRecord,
-)
+from pin_identity.operations.ports.access import AccessEventWriter
+from pin_identity.operations.ports.identity import IdentityTransaction, IdentityTransactions, RoleRecord
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,9 @@ from pin_identity.domain.talent_import import (
 from pin_identity.observability.logging import get_logger
 from pin_identity.operations.audit import Actor, admin_action
 from pin_identity.operations.identity import Context
-from pin_identity.operations.ports import ImportRuns, ReplicaTransactions, RunLock, RunSummaries, SourceCheck
+from pin_identity.operations.ports.imports import ImportRuns, RunLock, RunSummaries
+from pin_identity.operations.ports.replica import ReplicaTransactions
+from pin_identity.operations.ports.talent import SourceCheck
 from pin_identity.operations.read_models import (
     FailedItemView,
     ImportRunView,

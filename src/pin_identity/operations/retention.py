@@ -6,7 +6,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from pin_identity.operations.audit import Actor, admin_action
-from pin_identity.operations.ports import Retention
+from pin_identity.operations.ports.retention import Retention
 from pin_identity.operations.read_models import Pruned
 
 

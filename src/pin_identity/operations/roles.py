@@ -10,7 +10,7 @@ from pin_identity.domain.errors import NotFoundError
 from pin_identity.domain.fanout import FanOutPolicy
 from pin_identity.operations import identity
 from pin_identity.operations.audit import Actor, admin_action
-from pin_identity.operations.ports import IdentityTransactions, RoleSummaries
+from pin_identity.operations.ports.identity import IdentityTransactions, RoleSummaries
 from pin_identity.operations.read_models import RoleSummary
 
 

@@ -18,7 +18,7 @@ from uuid import UUID
 from pin_identity.domain.errors import NotFoundError, StoreConflictError
 from pin_identity.domain.talent import ImportStage, Quarantine, SyncErrorCode
 from pin_identity.operations.identity import Context
-from pin_identity.operations.ports import ReplicaTransaction, ReplicaTransactions, SourceItem
+from pin_identity.operations.ports.replica import ReplicaTransaction, ReplicaTransactions, SourceItem
 from pin_identity.operations.talent_round import ApplyOptions, BatchOutcome, ItemOutcome, Round
 from pin_identity.operations.talent_tenants import apply_tenants
 from pin_identity.operations.talent_users import apply_users
@@ -27,7 +27,6 @@ __all__ = [
     "ApplyOptions",
     "BatchOutcome",
     "ItemOutcome",
-    "SourceItem",
     "apply_snapshots",
     "replay_quarantined",
 ]

@@ -30,7 +30,12 @@ from pin_identity.domain.talent import (
 )
 from pin_identity.domain.talent_import import StageCounters
 from pin_identity.operations.identity import Context
-from pin_identity.operations.ports import DryRunMemory, QuarantineEntry, ReplicaTransaction, SourceItem
+from pin_identity.operations.ports.replica import (
+    DryRunMemory,
+    QuarantineEntry,
+    ReplicaTransaction,
+    SourceItem,
+)
 
 _Snapshot = TypeVar("_Snapshot", TenantSnapshot, UserSnapshot)
 

@@ -22,13 +22,8 @@ from pin_identity.domain.talent import (
     decide_user,
 )
 from pin_identity.operations.identity import Context
-from pin_identity.operations.ports import (
-    DefaultGrant,
-    DryRunMemory,
-    ReplicaTransaction,
-    RoleRecord,
-    SourceItem,
-)
+from pin_identity.operations.ports.identity import RoleRecord
+from pin_identity.operations.ports.replica import DefaultGrant, DryRunMemory, ReplicaTransaction, SourceItem
 from pin_identity.operations.talent_round import ItemOutcome, Round, stand_in
 
 _GRANTING = (Change.CREATED, Change.RESTORED, Change.MOVED)

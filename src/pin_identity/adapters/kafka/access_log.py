@@ -15,7 +15,7 @@ from pin_identity.adapters.kafka.offsets import watermarks
 from pin_identity.domain.access_audit import UNREADABLE, LastEvent, fingerprint
 from pin_identity.domain.events import ACCESS_TOPIC
 from pin_identity.observability.logging import get_logger
-from pin_identity.operations.access_audit import KeepRecords, Progress, TopicRead
+from pin_identity.operations.ports.audit import KeepRecords, Progress, TopicRead
 
 log = get_logger("access-audit")
 

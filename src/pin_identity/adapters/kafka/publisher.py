@@ -21,9 +21,9 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from pin_identity.adapters.kafka.client_log import with_client_log
 from pin_identity.domain.events import CONTRACT_VERSION
-from pin_identity.jobs.ports import PendingEvent, PublishReport
 from pin_identity.observability import metrics
 from pin_identity.observability.logging import get_logger
+from pin_identity.operations.ports.outbox import PendingEvent, PublishReport
 
 log = get_logger("kafka-publisher")
 

@@ -10,8 +10,8 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 from pin_identity.adapters.kafka.client_log import with_client_log
 from pin_identity.adapters.talent_wire import topic_item
 from pin_identity.domain.talent import TENANTS_TOPIC, USERS_TOPIC, ImportStage
-from pin_identity.jobs.ports import TalentRecord
 from pin_identity.observability.logging import get_logger
+from pin_identity.operations.ports.talent import TalentRecord
 
 log = get_logger("talent-stream")
 

@@ -16,8 +16,7 @@ from pin_identity.adapters.postgres.outbox_writer import template_params
 from pin_identity.domain.errors import LeaseLostError
 from pin_identity.domain.events import AccessChangeTemplate
 from pin_identity.domain.model import FanOutTaskStatus
-from pin_identity.jobs.ports import FanOutTask, PageWritten, PoisonedTask, QueueStats
-from pin_identity.operations.ports import TaskReplay
+from pin_identity.operations.ports.fanout import FanOutTask, PageWritten, PoisonedTask, QueueStats, TaskReplay
 from pin_identity.operations.read_models import FanOutTaskView
 
 NIL_UUID = UUID(int=0)

@@ -17,7 +17,7 @@ from pin_identity.adapters.postgres.database import Database
 from pin_identity.adapters.postgres.outbox_writer import write_outbox
 from pin_identity.domain.events import CompanyState, OutboxMessage, UserState
 from pin_identity.domain.model import ActiveAssignment, RoleStatus, Scope, ScopeType, UserAccessSnapshot
-from pin_identity.operations.ports import AssignmentRecord, RoleRecord
+from pin_identity.operations.ports.identity import AssignmentRecord, RoleRecord
 
 _SCOPE_TYPES = {scope_type.value: scope_type for scope_type in ScopeType}
 
@@ -46,16 +46,35 @@ def _role(row: Sequence[Any] | None) -> RoleRecord | None:
     return RoleRecord(row[0], row[1], row[2], RoleStatus(row[3]), int(row[4]))
 
 
-class PostgresIdentityTransaction:
+class PostgresAccessEvents:
+    """AccessEventWriter and commit on one transaction's connection: what the identity and the replica
+    transactions share (each extends this, as their ports extend AccessEventWriter and Transaction)."""
+
     def __init__(self, conn: psycopg.Connection):
         self._conn = conn
 
+    def commit(self) -> None:
+        self._conn.commit()
+
+    def access_versions(self, user_ids: Sequence[UUID]) -> dict[UUID, int]:
+        rows = self._conn.execute(query("user_access_versions"), {"user_ids": list(user_ids)})
+        return {row[0]: int(row[1]) for row in rows}
+
+    def access_snapshots(self, user_ids: Sequence[UUID]) -> list[UserAccessSnapshot]:
+        if not user_ids:
+            return []
+        return snapshots_from_rows(
+            self._conn.execute(query("access_snapshots"), {"user_ids": list(user_ids)})
+        )
+
+    def add_events(self, messages: Sequence[OutboxMessage]) -> None:
+        write_outbox(self._conn, messages)
+
+
+class PostgresIdentityTransaction(PostgresAccessEvents):
     def _one(self, name: str, params: dict[str, Any]) -> Any:
         row = self._conn.execute(query(name), params).fetchone()
         return row[0] if row else None
-
-    def commit(self) -> None:
-        self._conn.commit()
 
     def insert_company(self, company: CompanyState) -> None:
         params = asdict(company)
@@ -140,10 +159,6 @@ class PostgresIdentityTransaction:
     def revoke_role_assignments(self, role_id: UUID) -> list[UUID]:
         return [row[0] for row in self._conn.execute(query("revoke_role_assignments"), {"role_id": role_id})]
 
-    def access_versions(self, user_ids: Sequence[UUID]) -> dict[UUID, int]:
-        rows = self._conn.execute(query("user_access_versions"), {"user_ids": list(user_ids)})
-        return {row[0]: int(row[1]) for row in rows}
-
     def count_active_users(self, role_id: UUID, limit: int) -> int:
         return int(self._one("count_active_users", {"role_id": role_id, "limit": limit}))
 
@@ -151,13 +166,6 @@ class PostgresIdentityTransaction:
         return [
             row[0] for row in self._conn.execute(query("lock_active_users_of_role"), {"role_id": role_id})
         ]
-
-    def access_snapshots(self, user_ids: Sequence[UUID]) -> list[UserAccessSnapshot]:
-        if not user_ids:
-            return []
-        return snapshots_from_rows(
-            self._conn.execute(query("access_snapshots"), {"user_ids": list(user_ids)})
-        )
 
     def enqueue_fanout_task(self, role: RoleRecord, role_version: int, now: datetime) -> UUID:
         params = {
@@ -171,9 +179,6 @@ class PostgresIdentityTransaction:
         # Delivered at commit: an idle fan-out worker wakes at once instead of at its next poll.
         self._conn.execute(query("notify_fanout_task"), {"task_id": str(task_id)})
         return task_id
-
-    def add_events(self, messages: Sequence[OutboxMessage]) -> None:
-        write_outbox(self._conn, messages)
 
 
 class PostgresIdentityTransactions:

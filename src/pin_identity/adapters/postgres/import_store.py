@@ -83,7 +83,17 @@ class PostgresDryRunMemory:
         self._conn.execute(query("remember_dry_run"), params)
 
 
-class PostgresImportPageTransaction(PostgresReplicaTransaction):
+class PostgresImportPageTransaction:
+    """An import page's transaction: the replica transaction and the page's own statements share its
+    connection, so one commit ends both."""
+
+    def __init__(self, conn: psycopg.Connection):
+        self._conn = conn
+        self.replica = PostgresReplicaTransaction(conn)
+
+    def commit(self) -> None:
+        self.replica.commit()
+
     def complete_page(self, page: ImportPage, counters: StageCounters, *, count_planned: bool) -> None:
         params = {
             "page_id": page.page_id,
@@ -94,14 +104,15 @@ class PostgresImportPageTransaction(PostgresReplicaTransaction):
             "failed": counters.failed,
             "count_planned": count_planned,
         }
-        if self._execute("complete_import_page", params).fetchone() is None:
+        if self._conn.execute(query("complete_import_page"), params).fetchone() is None:
             raise LeaseLostError(str(page.page_id))
 
     def dry_run_memory(self, run_id: UUID) -> PostgresDryRunMemory:
         return PostgresDryRunMemory(self._conn, run_id)
 
     def talent_users_of_tenant(self, tenant_id: UUID, user_ids: Sequence[UUID]) -> set[UUID]:
-        rows = self._execute("talent_users_of_tenant", {"tenant_id": tenant_id, "user_ids": list(user_ids)})
+        params = {"tenant_id": tenant_id, "user_ids": list(user_ids)}
+        rows = self._conn.execute(query("talent_users_of_tenant"), params)
         return {row[0] for row in rows}
 
 

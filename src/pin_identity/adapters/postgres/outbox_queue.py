@@ -14,7 +14,7 @@ import psycopg
 from pin_identity.adapters.postgres.catalogue import query
 from pin_identity.adapters.postgres.database import Database
 from pin_identity.domain.errors import OutboxIdsWentBackError
-from pin_identity.jobs.ports import OutboxBacklog, OutboxWriter, PendingEvent, RelayRole
+from pin_identity.operations.ports.outbox import OutboxBacklog, OutboxWriter, PendingEvent, RelayRole
 
 
 class IdHorizon:

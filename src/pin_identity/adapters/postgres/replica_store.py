@@ -17,14 +17,15 @@ from psycopg.types.array import ListBinaryDumper
 
 from pin_identity.adapters.postgres.catalogue import query
 from pin_identity.adapters.postgres.database import Database
-from pin_identity.adapters.postgres.identity_store import PostgresIdentityTransaction
+from pin_identity.adapters.postgres.identity_store import PostgresAccessEvents
 from pin_identity.adapters.talent_wire import Undecodable, read_item
 from pin_identity.domain.errors import StoreConflictError
 from pin_identity.domain.events import CompanyState, UserState
 from pin_identity.domain.model import DEVELOPER_MANAGER_ROLE_CODE, RenderedAccessSnapshot, RoleStatus
 from pin_identity.domain.talent import ImportStage
 from pin_identity.observability.logging import get_logger
-from pin_identity.operations.ports import DefaultGrant, QuarantineEntry, RoleRecord, SourceItem
+from pin_identity.operations.ports.identity import RoleRecord
+from pin_identity.operations.ports.replica import DefaultGrant, QuarantineEntry, SourceItem
 
 log = get_logger("replica-store")
 
@@ -104,11 +105,7 @@ def _quarantined(rows: Iterable[Sequence[Any]]) -> list[SourceItem]:
     ]
 
 
-class PostgresReplicaTransaction(PostgresIdentityTransaction):
-    def __init__(self, conn: psycopg.Connection):
-        super().__init__(conn)
-        self._conn = conn
-
+class PostgresReplicaTransaction(PostgresAccessEvents):
     def _execute(self, name: str, params: dict[str, Any]) -> psycopg.Cursor[Any]:
         cursor = self._conn.cursor()
         # A batch's columns go as binary arrays: the text format escapes every element in Python (a round's

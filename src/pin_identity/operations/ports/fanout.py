@@ -1,0 +1,112 @@
+"""The access fan-out's task queue: the job claims a role's task and writes its users' events page by page
+(FanOutQueue, FanOutBatch, TaskWakeups); operators list and replay the tasks (FanOutTasks)."""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from typing import NamedTuple, Protocol
+from uuid import UUID
+
+from pin_identity.domain.events import AccessChangeTemplate
+from pin_identity.domain.model import FanOutTaskStatus
+from pin_identity.operations.ports.transactions import Transaction
+from pin_identity.operations.read_models import FanOutTaskView
+
+
+@dataclass(frozen=True)
+class FanOutTask:
+    """A claimed AccessFanOutTask; claim_id fences every write of this lease (the jobRunId of the claim)."""
+
+    task_id: UUID
+    role_id: UUID
+    company_id: UUID | None
+    role_version: int
+    cursor: UUID | None
+    processed_count: int
+    attempt: int
+    created_at: datetime
+    claim_id: UUID
+
+
+@dataclass(frozen=True)
+class PoisonedTask:
+    task_id: UUID
+    role_id: UUID
+    attempts: int
+    last_error: str | None
+
+
+@dataclass(frozen=True)
+class QueueStats:
+    backlog: int
+    failed: int
+
+
+class PageWritten(NamedTuple):
+    """A fan-out page as written: how many users it held, and the last one (the next cursor)."""
+
+    size: int
+    last_user_id: UUID | None
+
+
+class FanOutBatch(Transaction, Protocol):
+    """One batch's transaction; the lease was checked (and renewed) when it opened."""
+
+    def write_page(
+        self, role_id: UUID, after: UUID | None, size: int, template: AccessChangeTemplate
+    ) -> PageWritten:
+        """Locks the next page of the role's users (by id, after `after`, at most `size`) and writes each
+        one's UserAccessChanged with their full snapshot from `template`."""
+        ...
+
+    def advance(self, *, cursor: UUID | None, processed: int, completed: bool) -> None: ...
+
+
+class FanOutQueue(Protocol):
+    def fail_exhausted(self, now: datetime, max_attempts: int) -> list[PoisonedTask]: ...
+    def claim(self, claim_id: UUID, now: datetime, lease_until: datetime) -> FanOutTask | None: ...
+    def batch(
+        self, task: FanOutTask, now: datetime, lease_until: datetime
+    ) -> AbstractContextManager[FanOutBatch]:
+        """Opens the batch transaction; its first statement raises LeaseLostError when the lease is no longer
+        this claim's."""
+        ...
+
+    def release(
+        self,
+        task: FanOutTask,
+        now: datetime,
+        *,
+        available_at: datetime,
+        count_attempt: bool,
+        error: str | None,
+    ) -> None: ...
+    def stats(self, now: datetime) -> QueueStats: ...
+
+
+class TaskWakeups(Protocol):
+    def wait(self, timeout_s: float) -> bool:
+        """Block until a new task is announced (True) or the timeout passes (False)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class TaskReplay(StrEnum):
+    """What asking for a fan-out task's replay did."""
+
+    REPLAYED = "replayed"  # Failed -> Pending, AttemptCount 0
+    NOT_FAILED = "not-failed"  # the task is in another status, or does not exist
+    ROLE_HAS_PENDING_TASK = "role-has-pending-task"  # one Pending task per role: it notifies every user
+
+
+class FanOutTasks(Protocol):
+    def list_tasks(self, status: FanOutTaskStatus | None, limit: int) -> list[FanOutTaskView]:
+        """The newest first."""
+        ...
+
+    def replay(self, task_id: UUID, now: datetime) -> TaskReplay: ...
+    def task_status(self, task_id: UUID) -> FanOutTaskStatus | None: ...

@@ -1,0 +1,113 @@
+"""Import runs: operators start, watch and steer them (ImportRuns), the job plans and works their pages
+(ImportStore); both read and create runs through what they share (ImportRunRecords)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
+from datetime import datetime
+from typing import Protocol
+from uuid import UUID
+
+from pin_identity.domain.talent import ImportStage
+from pin_identity.domain.talent_import import (
+    ImportPage,
+    ImportRequest,
+    ImportRun,
+    PageProgress,
+    PageStatus,
+    PlanStep,
+    RunStatus,
+    StageCounters,
+)
+from pin_identity.operations.ports.replica import DryRunMemory, ReplicaTransaction
+from pin_identity.operations.ports.transactions import Transaction
+from pin_identity.operations.read_models import FailedItemView, RunSummary
+
+
+class ImportRunRecords(Protocol):
+    """The import runs as stored: found, created, and their pages counted."""
+
+    def running_run(self) -> ImportRun | None: ...
+    def load_run(self, run_id: UUID) -> ImportRun | None: ...
+    def latest_run(self) -> ImportRun | None: ...
+    def create_run(self, request: ImportRequest, correlation_id: UUID, now: datetime) -> ImportRun: ...
+    def replica_company_count(self, tenant_filter: UUID | None) -> int: ...
+    def progress(self, run_id: UUID) -> PageProgress: ...
+
+
+class ImportRuns(ImportRunRecords, Protocol):
+    """The import runs as operators start, watch and steer them."""
+
+    def request_cancel(self, run_id: UUID) -> bool:
+        """Running -> Cancelled; False when the run is not Running (or does not exist)."""
+        ...
+
+    def reset_leases(self, run_id: UUID) -> int:
+        """Every InProgress page of the run becomes claimable now; returns how many."""
+        ...
+
+    def failed_items(self, run_id: UUID | None) -> list[FailedItemView]:
+        """A run's quarantine, or the continuous consumer's (None), oldest first."""
+        ...
+
+
+class ImportPageTransaction(Transaction, Protocol):
+    """One page's transaction, already fenced (the page is still this claim's): the replica is written
+    through `replica`, and commit() makes those writes and the page's completion visible together."""
+
+    @property
+    def replica(self) -> ReplicaTransaction: ...
+    def complete_page(self, page: ImportPage, counters: StageCounters, *, count_planned: bool) -> None: ...
+    def dry_run_memory(self, run_id: UUID) -> DryRunMemory: ...
+    def talent_users_of_tenant(self, tenant_id: UUID, user_ids: Sequence[UUID]) -> set[UUID]: ...
+
+
+class ImportStore(ImportRunRecords, Protocol):
+    """The import runs as the job plans them into pages, leases the pages and ends the runs."""
+
+    def add_planned_pages(self, run: ImportRun, stage: ImportStage, step: PlanStep) -> bool:
+        """False (nothing written) when the run's listing is no longer where `run` says it is."""
+        ...
+
+    def page_cursors(self, run_id: UUID, stage: ImportStage) -> list[str | None]: ...
+    def finish_run(
+        self,
+        run_id: UUID,
+        status: RunStatus,
+        now: datetime,
+        *,
+        error_code: str | None = None,
+        error: str | None = None,
+    ) -> bool: ...
+
+    def claim_page(
+        self, claim_id: UUID, now: datetime, lease_until: datetime, max_attempts: int, run_id: UUID | None
+    ) -> ImportPage | None: ...
+    def page_transaction(
+        self, page: ImportPage, now: datetime, lease_until: datetime
+    ) -> AbstractContextManager[ImportPageTransaction]:
+        """Opens the page's transaction; raises LeaseLostError when the page is no longer this claim's."""
+        ...
+
+    def release_page(
+        self, page: ImportPage, now: datetime, *, available_at: datetime, max_attempts: int, error: str
+    ) -> PageStatus | None: ...
+
+
+class RunLock(Protocol):
+    """The one-run-per-cluster lock (a session-level PostgreSQL advisory lock)."""
+
+    def try_acquire(self) -> bool: ...
+    def held(self) -> bool:
+        """False once the lock's session is gone (and with it the lock)."""
+        ...
+
+    def release(self) -> None: ...
+    def holder(self) -> str | None: ...
+
+
+class RunSummaries(Protocol):
+    def recent_runs(self, limit: int) -> list[RunSummary]:
+        """The newest first."""
+        ...

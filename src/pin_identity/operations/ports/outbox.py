@@ -1,0 +1,116 @@
+"""The outbox as the relay reads it (OutboxQueue) and the broker it publishes to (EventPublisher)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import NamedTuple, Protocol
+
+
+class PendingEvent(NamedTuple):
+    """An outbox row as the relay sends it: ids as text, the value as UTF-8 bytes, ready for the wire."""
+
+    outbox_id: int
+    topic: str
+    key: str
+    value: bytes
+    event_type: str
+    correlation_id: str
+    traceparent: str | None
+
+
+@dataclass
+class PublishReport:
+    """What the broker said about a batch: acknowledged, rejected for good, or to be tried again."""
+
+    delivered: list[int] = field(default_factory=list)
+    rejected: dict[int, str] = field(default_factory=dict)
+    retry: dict[int, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class OutboxWriter:
+    """A session whose transaction took an outbox id and has not ended: the relay publishes nothing after
+    that id until it does. Its figures are None where the relay's role may not see other roles' sessions."""
+
+    pid: int | None
+    application_name: str | None
+    transaction_s: float | None
+
+
+@dataclass(frozen=True)
+class OutboxBacklog:
+    waiting: int  # rows not yet acknowledged
+    oldest_age_s: float  # the age of the oldest of them
+    held_s: float = 0.0  # how long the oldest running writer's transaction has run: publishing waits on it
+    held_by: OutboxWriter | None = None
+
+
+class RelayRole(StrEnum):
+    STANDBY = "standby"  # another relay holds the lock
+    ACTIVE = "active"  # this relay holds the lock, and the one before it stood down cleanly
+    TAKEN_OVER = "taken_over"  # just took the lock from a relay that did not say its producer was empty
+
+
+class OutboxBacklogReader(Protocol):
+    def backlog(self) -> OutboxBacklog:
+        """Rows waiting, the age of the oldest, and the oldest running writer publishing waits on."""
+        ...
+
+
+class OutboxBacklogSession(OutboxBacklogReader, Protocol):
+    """A session of its own that reads the backlog (for `/metrics`)."""
+
+    def reset(self) -> None:
+        """Close the session; the next read opens another."""
+        ...
+
+
+class OutboxQueue(OutboxBacklogReader, Protocol):
+    """The outbox as the one active relay reads and settles it."""
+
+    def try_become_active(self) -> RelayRole:
+        """Whether this process is the one active relay (others stand by), and how it became so."""
+        ...
+
+    def fetch_ready(self, limit: int, after: int) -> list[PendingEvent]:
+        """Committed rows with ids above `after`, in outbox order, never past a row that may still commit.
+        OutboxIdsWentBackError when the id sequence restarted below what this session read."""
+        ...
+
+    def settle(self, delivered: Sequence[int], rejected: Mapping[int, str]) -> None: ...
+
+    def is_drained(self) -> bool:
+        """No committed row is left in the outbox."""
+        ...
+
+    def heartbeat(self) -> None:
+        """Raises when the session (and with it the relay lock) is gone."""
+        ...
+
+    def stand_down(self) -> None:
+        """Say that nothing this relay handed out can still reach the broker, then drop the session (and
+        the lock). Best effort: a session that is already gone cannot say it, and the next relay waits."""
+        ...
+
+
+class EventPublisher(Protocol):
+    def start(self) -> None:
+        """Start the broker client unless it runs: its handshake then overlaps the caller's first reads."""
+        ...
+
+    def send(self, events: Sequence[PendingEvent]) -> PublishReport:
+        """Hand events to the broker client; the report holds only what failed at once."""
+        ...
+
+    def collect(self, timeout_s: float) -> PublishReport:
+        """What the broker answered since the last call, waiting up to timeout_s for a first answer. A wait
+        says the relay has nothing more to hand over for now: a publisher that batches (a transaction) sends
+        what it holds at once."""
+        ...
+
+    def discard(self) -> None:
+        """Drop everything the client still holds and the client itself (its connections close), so that
+        nothing handed to it before can reach the broker later."""
+        ...

@@ -1,0 +1,134 @@
+"""The Talent replica, read and written in batches by the continuous consumer and the initial import."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol, TypeAlias
+from uuid import UUID
+
+from pin_identity.domain.events import CompanyState, UserState
+from pin_identity.domain.model import RenderedAccessSnapshot
+from pin_identity.domain.talent import TalentItem
+from pin_identity.operations.ports.access import AccessEventWriter
+from pin_identity.operations.ports.identity import RoleRecord
+from pin_identity.operations.ports.transactions import Transaction, Transactions
+
+
+@dataclass(frozen=True)
+class DefaultGrant:
+    """The developer-manager role in the user's own organization (created with the user, or re-granted)."""
+
+    assignment_id: UUID
+    user_id: UUID
+    company_id: UUID
+
+
+@dataclass(frozen=True)
+class QuarantineEntry:
+    """A row of talent_import_failed_items; run_id None: quarantined by the continuous consumer."""
+
+    entry_id: UUID
+    run_id: UUID | None
+    stage: str
+    external_id: UUID | None
+    error_code: str
+    payload: Any
+    attempt_count: int
+    next_attempt_at: datetime | None
+    reason: str | None = None  # what was wrong, in words, naming the field but never quoting its value
+
+
+@dataclass(frozen=True)
+class SourceItem:
+    """A Talent item to apply; a quarantine row read back for another try carries its id and how often it
+    was tried."""
+
+    item: TalentItem
+    quarantine_id: UUID | None = None
+    attempts: int = 0
+
+
+class DryRunMemory(Protocol):
+    """What a dry run would have written so far (it writes no replica row): its later pages resolve tenants
+    and phone owners against the replica plus this."""
+
+    def tenants(self, tenant_ids: Sequence[UUID]) -> set[UUID]: ...
+    def phones(self, phones: Sequence[str]) -> dict[str, UUID]:
+        """Phone -> the Talent user id that would hold it."""
+        ...
+
+    def remember(self, tenant_ids: Sequence[UUID], phones: Mapping[str, UUID]) -> None: ...
+
+
+class ReplicaTransaction(AccessEventWriter, Transaction, Protocol):
+    """One transaction over the Talent replica; batch-shaped, so a page costs a handful of statements."""
+
+    def savepoint(self) -> AbstractContextManager[None]:
+        """A nested block; a unique violation inside it rolls it back and raises StoreConflictError."""
+        ...
+
+    def pipelined(self) -> AbstractContextManager[None]:
+        """A block whose statements are sent without waiting for each one's answer (the caller's work goes on
+        while the database writes); a statement's failure surfaces by the end of the block at the latest."""
+        ...
+
+    def lock_talent_ids(self, stage: str, talent_ids: Sequence[UUID]) -> None: ...
+    def companies_by_tenant(
+        self, tenant_ids: Sequence[UUID], *, shared: bool = False
+    ) -> dict[UUID, CompanyState]: ...
+    def lock_managers(self, company_ids: Sequence[UUID]) -> dict[UUID, UUID]:
+        """The companies' live Talent managers (user id -> company id), locked as their writers lock them."""
+
+    def managers_without_default_role(
+        self, user_ids: Sequence[UUID], role_id: UUID
+    ) -> list[tuple[UUID, UUID]]:
+        """(user id, company id) of those of the users without an Active default role in their company."""
+
+    def users_by_talent_id(self, talent_ids: Sequence[UUID], *, lock: bool) -> dict[UUID, UserState]: ...
+    def phone_owners(self, phones: Sequence[str]) -> dict[str, UUID]: ...
+    def default_role(self) -> RoleRecord: ...
+    def deleted_versions(self, stage: str, talent_ids: Sequence[UUID]) -> dict[UUID, int]:
+        """Versions of deletions seen while these entities were absent from the replica."""
+        ...
+
+    def remember_deletions(self, stage: str, versions: Mapping[UUID, int]) -> None: ...
+
+    def save_companies(
+        self, created: Sequence[CompanyState], updated: Sequence[CompanyState], synced_at: datetime
+    ) -> None: ...
+    def save_users(
+        self, created: Sequence[UserState], updated: Sequence[UserState], synced_at: datetime
+    ) -> None: ...
+    def revoke_user_assignments(
+        self, user_ids: Sequence[UUID], role_id: UUID | None
+    ) -> list[tuple[UUID, UUID]]:
+        """Revokes the users' Active assignments (of one role, or all); returns (user, role) pairs revoked."""
+        ...
+
+    def access_changes(self, user_ids: Sequence[UUID]) -> dict[UUID, tuple[RenderedAccessSnapshot, int]]:
+        """Each user's access snapshot (activeAssignments rendered) and point version, read in one go."""
+        ...
+
+    def grant_default_role(self, role: RoleRecord, grants: Sequence[DefaultGrant]) -> None: ...
+
+    def quarantine(self, entries: Sequence[QuarantineEntry]) -> None: ...
+    def due_quarantined(self, now: datetime, limit: int) -> list[SourceItem]:
+        """The consumer's deferred items whose next try is due, locked for this transaction."""
+        ...
+
+    def quarantined_for_replay(
+        self, run_id: UUID | None, entry_ids: Sequence[UUID] | None
+    ) -> list[SourceItem]:
+        """A run's quarantine rows (the chosen ones, or all), locked for this transaction."""
+        ...
+
+    def release_quarantined(self, entry_ids: Sequence[UUID]) -> None: ...
+    def discard_deferred(self, stage: str, talent_ids: Sequence[UUID]) -> None:
+        """Drop the consumer's deferred items of these entities (they were deleted in Talent)."""
+        ...
+
+
+ReplicaTransactions: TypeAlias = Transactions[ReplicaTransaction]

@@ -1,0 +1,14 @@
+"""Pruning what no one needs any more."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Protocol
+
+from pin_identity.operations.read_models import Pruned
+
+
+class Retention(Protocol):
+    def prune(self, cutoff: datetime) -> Pruned:
+        """In one transaction: finished work and quarantine payloads last changed before the cutoff."""
+        ...

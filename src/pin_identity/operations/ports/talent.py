@@ -1,0 +1,70 @@
+"""Talent's sources: where an import reads snapshots (TalentSource, checked before a run starts through its
+narrower SourceCheck), and the continuous consumer's stream of the Talent topics (TalentStream)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+from uuid import UUID
+
+from pin_identity.domain.talent import ImportStage, TalentItem
+from pin_identity.domain.talent_import import PlanStep
+
+
+class SourceCheck(Protocol):
+    """What starting a run asks of its source before anything is written."""
+
+    def check(self) -> None:
+        """Raise SourceUnavailableError unless the source can be used."""
+        ...
+
+    def count_companies(self, tenant_filter: UUID | None) -> int | None:
+        """How many companies the source lists within the scope, None if it cannot tell cheaply."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class TalentSource(SourceCheck, Protocol):
+    """Where an import reads Talent's snapshots: the HTTP API (ApiPull) or the compacted topics (TopicReplay).
+    Cursors are the source's own: the job stores and hands them back without reading them."""
+
+    def plan(
+        self, stage: ImportStage, cursor: str | None, page_no: int, page_size: int, tenant_filter: UUID | None
+    ) -> PlanStep: ...
+    def read(
+        self, stage: ImportStage, cursor: str | None, page_size: int, tenant_filter: UUID | None
+    ) -> list[TalentItem]: ...
+    def handover(self, cursors: Sequence[str | None]) -> None:
+        """After a complete replay: let the continuous consumer resume where the replay ended."""
+        ...
+
+
+@dataclass(frozen=True)
+class TalentRecord:
+    """One record of a Talent topic: where it sits (to commit past it), and what it holds, read once."""
+
+    topic: str
+    partition: int
+    offset: int
+    item: TalentItem  # its stage says which of the two topics it came from
+
+
+class TalentStream(Protocol):
+    """The continuous consumer's view of the Talent topics (a consumer group, offsets committed by hand)."""
+
+    def poll(self, max_records: int, timeout_s: float) -> list[TalentRecord]: ...
+    def commit(self, records: Sequence[TalentRecord]) -> None:
+        """Mark every record up to the last of each partition as consumed (after the database commit)."""
+        ...
+
+    def rewind(self, records: Sequence[TalentRecord]) -> None:
+        """Read these records again: their transaction rolled back."""
+        ...
+
+    def lag(self) -> dict[tuple[str, int], int] | None:
+        """Records behind the end per assigned partition; None until the group assigned partitions."""
+        ...
+
+    def close(self) -> None: ...
