@@ -38,12 +38,15 @@ INSERT INTO identity.role_definitions (id, code, name, company_id) VALUES (%(id)
 -- name: lock_role
 -- NO KEY UPDATE, not UPDATE: an assignment insert's foreign-key check (KEY SHARE) of a writer that already
 -- holds some users must not wait for a role change that waits for those users.
-SELECT id, code, company_id, status, version FROM identity.role_definitions WHERE id = %(role_id)s
+SELECT id AS role_id, code, company_id, status, version FROM identity.role_definitions
+WHERE id = %(role_id)s
 FOR NO KEY UPDATE;
 
 -- name: share_role
 -- A grant only needs the role to stay Active until it commits; grants of one role do not wait for each other.
-SELECT id, code, company_id, status, version FROM identity.role_definitions WHERE id = %(role_id)s FOR SHARE;
+SELECT id AS role_id, code, company_id, status, version FROM identity.role_definitions
+WHERE id = %(role_id)s
+FOR SHARE;
 
 -- name: delete_role_permissions
 DELETE FROM identity.role_permissions WHERE role_id = %(role_id)s;
@@ -97,7 +100,7 @@ WHERE ra.role_id = %(role_id)s AND ra.status = 'Active'
 RETURNING ra.user_id;
 
 -- name: user_access_versions
-SELECT user_id, max(version) FROM identity.role_assignments
+SELECT user_id, max(version) AS version FROM identity.role_assignments
 WHERE user_id = ANY(%(user_ids)s::uuid[]) GROUP BY user_id;
 
 -- name: count_active_users
@@ -118,8 +121,8 @@ FOR KEY SHARE OF u;
 
 -- name: access_snapshots
 -- One query for the whole set: each user with every Active assignment across all roles (no N+1).
-SELECT u.id, u.company_id, ra.id, ra.role_id, rd.code, ra.scope_type, ra.scope_organization_id,
-       ra.scope_project_group_id, ra.scope_project_id, ra.expires_at
+SELECT u.id AS user_id, u.company_id, ra.id AS assignment_id, ra.role_id, rd.code AS role_code, ra.scope_type,
+       ra.scope_organization_id, ra.scope_project_group_id, ra.scope_project_id, ra.expires_at
 FROM identity.users u
 LEFT JOIN identity.role_assignments ra ON ra.user_id = u.id AND ra.status = 'Active'
 LEFT JOIN identity.role_definitions rd ON rd.id = ra.role_id
@@ -153,8 +156,8 @@ SELECT EXISTS (SELECT 1 FROM identity.users WHERE id = %(user_id)s);
 -- `access show`: the user's access events still in the outbox (oldest first), then those the broker refused
 -- for good (dead letters). Neither table has an index on the key: the outbox is read whole, which costs
 -- nothing while the relay keeps it drained and grows with a backlog (BENCHMARKS.md, "access show").
-SELECT false, id, event_id, value::jsonb #>> '{payload,changeReason}', value::jsonb #>> '{payload,version}',
-       created_at, NULL::text
+SELECT false AS dead, id AS outbox_id, event_id, value::jsonb #>> '{payload,changeReason}' AS change_reason,
+       value::jsonb #>> '{payload,version}' AS version, created_at AS queued_at, NULL::text AS error
 FROM identity.outbox_events
 WHERE topic = %(topic)s AND message_key = %(key)s
 UNION ALL
@@ -186,7 +189,7 @@ LISTEN pin_identity_fanout;
 UPDATE identity.access_fanout_tasks
 SET status = 'Failed', lease_expires_at = NULL, lease_owner = NULL, updated_at = %(now)s
 WHERE status = 'InProgress' AND lease_expires_at <= %(now)s AND attempt_count >= %(max_attempts)s
-RETURNING id, role_id, attempt_count, last_error;
+RETURNING id AS task_id, role_id, attempt_count AS attempts, last_error;
 
 -- name: claim_fanout_task
 -- The oldest Pending task, or InProgress one whose lease expired; tasks other workers hold are skipped.
@@ -206,8 +209,8 @@ SET status = 'InProgress',
     updated_at = %(now)s
 FROM next
 WHERE t.id = next.id
-RETURNING t.id, t.role_id, t.company_id, t.role_version, t.cursor, t.processed_count, t.attempt_count,
-          t.created_at;
+RETURNING t.id AS task_id, t.role_id, t.company_id, t.role_version, t.cursor, t.processed_count,
+          t.attempt_count AS attempt, t.created_at;
 
 -- name: renew_fanout_lease
 -- Fencing: only the claim that holds the lease may write; the row stays locked for the batch.
@@ -250,7 +253,9 @@ WITH page AS (
     ORDER BY u.id
     FOR KEY SHARE OF u
 )
-SELECT count(*), (array_agg(id ORDER BY id DESC))[1], array_agg(id ORDER BY id)::text FROM page;
+SELECT count(*) AS page_size, (array_agg(id ORDER BY id DESC))[1] AS last_user_id,
+       array_agg(id ORDER BY id)::text AS user_ids
+FROM page;
 
 -- name: rendered_access_snapshots
 -- Each user's full access snapshot, rendered as the event's activeAssignments array (CONTRACTS section 4;
@@ -324,13 +329,14 @@ SET lease_expires_at = %(available_at)s,
 WHERE id = %(task_id)s AND lease_owner = %(claim_id)s AND status = 'InProgress';
 
 -- name: fanout_queue_stats
-SELECT count(*) FILTER (WHERE status = 'Pending' OR (status = 'InProgress' AND lease_expires_at <= %(now)s)),
-       count(*) FILTER (WHERE status = 'Failed')
+SELECT count(*) FILTER (WHERE status = 'Pending' OR (status = 'InProgress' AND lease_expires_at <= %(now)s))
+           AS backlog,
+       count(*) FILTER (WHERE status = 'Failed') AS failed
 FROM identity.access_fanout_tasks
 WHERE status IN ('Pending', 'InProgress', 'Failed');
 
 -- name: list_fanout_tasks
-SELECT id, role_id, company_id, role_version, reason, status, cursor, processed_count, attempt_count,
+SELECT id AS task_id, role_id, company_id, role_version, reason, status, cursor, processed_count, attempt_count,
        lease_expires_at, created_at, started_at, completed_at, updated_at, last_error
 FROM identity.access_fanout_tasks
 WHERE %(status)s::text IS NULL OR status = %(status)s
@@ -346,7 +352,8 @@ WHERE id = %(task_id)s AND status = 'Failed'
 RETURNING id;
 
 -- name: fanout_task_status
-SELECT status FROM identity.access_fanout_tasks WHERE id = %(task_id)s;
+-- An operator's look at a task (fan-out replay), and the demo's wait for its fan-out.
+SELECT status, processed_count FROM identity.access_fanout_tasks WHERE id = %(task_id)s;
 
 -- ---------------------------------------------------------------- Talent replica
 
@@ -357,13 +364,15 @@ SELECT pg_advisory_xact_lock(hashtextextended(%(namespace)s || ids.id::text, 0))
 FROM (SELECT id FROM unnest(%(ids)s::uuid[]) AS id ORDER BY id) AS ids;
 
 -- name: companies_by_tenant
-SELECT id, name, company_type, status, tax_id, sync_source, external_talent_tenant_id, replica_version
+SELECT id AS company_id, name, company_type, status, tax_id, sync_source, external_talent_tenant_id,
+       replica_version
 FROM identity.companies WHERE external_talent_tenant_id = ANY(%(tenant_ids)s::uuid[]);
 
 -- name: share_companies_by_tenant
 -- A user round reads its companies' status under a share lock: a round blocking or restoring one of them
 -- (which follows up on the company's managers) commits first or waits for this one.
-SELECT id, name, company_type, status, tax_id, sync_source, external_talent_tenant_id, replica_version
+SELECT id AS company_id, name, company_type, status, tax_id, sync_source, external_talent_tenant_id,
+       replica_version
 FROM identity.companies WHERE external_talent_tenant_id = ANY(%(tenant_ids)s::uuid[])
 ORDER BY id
 FOR SHARE;
@@ -390,14 +399,14 @@ WHERE u.id = ANY(%(user_ids)s::uuid[])
                     AND ra.scope_organization_id = u.company_id);
 
 -- name: users_by_talent_id
-SELECT id, company_id, type, status, phone, email, first_name, last_name, middle_name, contacts_managed_by,
-       sync_source, external_talent_user_id, replica_version
+SELECT id AS user_id, company_id, type, status, phone, email, first_name, last_name, middle_name,
+       contacts_managed_by, sync_source, external_talent_user_id, replica_version
 FROM identity.users WHERE external_talent_user_id = ANY(%(talent_ids)s::uuid[]);
 
 -- name: lock_users_by_talent_id
 -- Locks the rows too: a point change of the same user (grant, revoke) waits, so versions stay ordered.
-SELECT id, company_id, type, status, phone, email, first_name, last_name, middle_name, contacts_managed_by,
-       sync_source, external_talent_user_id, replica_version
+SELECT id AS user_id, company_id, type, status, phone, email, first_name, last_name, middle_name,
+       contacts_managed_by, sync_source, external_talent_user_id, replica_version
 FROM identity.users WHERE external_talent_user_id = ANY(%(talent_ids)s::uuid[])
 ORDER BY id
 FOR UPDATE;
@@ -407,7 +416,7 @@ SELECT phone, id FROM identity.users WHERE phone = ANY(%(phones)s::text[]);
 
 -- name: default_role
 -- The system role every Talent manager holds in its organization (created by the first migration).
-SELECT id, code, company_id, status, version FROM identity.role_definitions
+SELECT id AS role_id, code, company_id, status, version FROM identity.role_definitions
 WHERE code = %(code)s AND company_id IS NULL;
 
 -- name: talent_deleted_versions
@@ -563,21 +572,22 @@ WHERE id = 1 AND holder = %(holder)s;
 -- that takes an id keeps it until it ends): IdHorizon in outbox_queue.py turns them into the id up to which
 -- every row is final. The cache size must be 1: ids cached by a session would be handed out after this read.
 -- A prepared transaction is listed apart: preparing gives a transaction's locks another virtual id.
-SELECT CASE WHEN s.is_called THEN s.last_value ELSE 0 END,
+SELECT CASE WHEN s.is_called THEN s.last_value ELSE 0 END AS last_value,
        ARRAY(SELECT l.virtualtransaction FROM pg_locks l
              WHERE l.locktype = 'relation'
                AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
                AND l.relation = 'identity.outbox_events_id_seq'::regclass
-               AND l.pid IS DISTINCT FROM pg_backend_pid()),
-       (SELECT seqcache FROM pg_sequence WHERE seqrelid = 'identity.outbox_events_id_seq'::regclass),
-       EXISTS (SELECT FROM pg_prepared_xacts WHERE database = current_database())
+               AND l.pid IS DISTINCT FROM pg_backend_pid()) AS writers,
+       (SELECT seqcache FROM pg_sequence WHERE seqrelid = 'identity.outbox_events_id_seq'::regclass) AS cache,
+       EXISTS (SELECT FROM pg_prepared_xacts WHERE database = current_database()) AS prepared
 FROM identity.outbox_events_id_seq s;
 
 -- name: fetch_ready_outbox_events
 -- The next rows after the last one the relay read, never past the id up to which every row is final, so a
 -- row that commits late is never stepped over, and rows of one aggregate leave in the order their
 -- transactions wrote them. The relay itself holds back the later rows of a key that has one in flight.
-SELECT id, topic, message_key, convert_to(value, 'UTF8'), event_type, correlation_id::text, traceparent
+SELECT id AS outbox_id, topic, message_key AS key, convert_to(value, 'UTF8') AS value, event_type,
+       correlation_id::text AS correlation_id, traceparent
 FROM identity.outbox_events
 WHERE id > %(after)s AND id <= %(final)s
 ORDER BY id
@@ -614,10 +624,10 @@ writer AS (
     LIMIT 1
 )
 SELECT CASE WHEN count(*) < 10000 THEN count(*)
-            ELSE (SELECT max(id) FROM identity.outbox_events) - min(head.id) + 1 END,
-       COALESCE(EXTRACT(EPOCH FROM now() - min(head.created_at)), 0)::float8,
-       EXISTS (SELECT FROM writer), (SELECT pid FROM writer), (SELECT application_name FROM writer),
-       (SELECT running_s FROM writer)
+            ELSE (SELECT max(id) FROM identity.outbox_events) - min(head.id) + 1 END AS waiting,
+       COALESCE(EXTRACT(EPOCH FROM now() - min(head.created_at)), 0)::float8 AS oldest_age_s,
+       EXISTS (SELECT FROM writer) AS writing, (SELECT pid FROM writer) AS pid,
+       (SELECT application_name FROM writer) AS application_name, (SELECT running_s FROM writer) AS running_s
 FROM head;
 
 -- ---------------------------------------------------------------- health
@@ -626,9 +636,6 @@ FROM head;
 SELECT 1;
 
 -- ---------------------------------------------------------------- demo checks
-
--- name: fanout_task_progress
-SELECT status, processed_count FROM identity.access_fanout_tasks WHERE id = %(task_id)s;
 
 -- name: outbox_is_empty
 SELECT NOT EXISTS (SELECT 1 FROM identity.outbox_events);
@@ -643,8 +650,8 @@ VALUES (%(id)s, %(mode)s, 'Running', %(tenant_filter)s, %(page_size)s, %(dry_run
         %(now)s, %(now)s);
 
 -- name: import_runs
--- The one read of runs: by id, the Running one, or the latest (both parameters null or false). The columns,
--- in this order, are what import_store._run_from_row reads.
+-- The one read of runs: by id, the Running one, or the latest (both parameters null or false), read by
+-- column name (import_store._run_from_row).
 SELECT id, mode, status, talent_tenant_id_filter, page_size, dry_run, correlation_id, started_at, finished_at,
        companies_planned, companies_applied, companies_skipped, companies_failed,
        users_planned, users_applied, users_skipped, users_failed,
@@ -684,7 +691,7 @@ SELECT gen_random_uuid(), %(run_id)s, %(stage)s, p.page_no, p.cursor, p.planned
 FROM unnest(%(page_nos)s::int[], %(cursors)s::text[], %(planned)s::int[]) AS p(page_no, cursor, planned);
 
 -- name: import_page_progress
-SELECT stage, status, count(*) FROM identity.talent_import_pages WHERE run_id = %(run_id)s GROUP BY 1, 2;
+SELECT stage, status, count(*) AS pages FROM identity.talent_import_pages WHERE run_id = %(run_id)s GROUP BY 1, 2;
 
 -- name: import_page_cursors
 SELECT cursor FROM identity.talent_import_pages WHERE run_id = %(run_id)s AND stage = %(stage)s ORDER BY page_no;
@@ -789,7 +796,7 @@ WHERE c.external_talent_tenant_id = %(tenant_id)s AND u.external_talent_user_id 
 
 -- name: import_lock_holder
 -- Who holds the one-run lock: the session's process, application name and client.
-SELECT a.pid, a.application_name, COALESCE(host(a.client_addr), 'local'), a.backend_start
+SELECT a.pid, a.application_name, COALESCE(host(a.client_addr), 'local') AS client, a.backend_start
 FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
 WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
   AND ((l.classid::bigint << 32) | l.objid::bigint) = hashtextextended(%(key)s, 0);
