@@ -129,44 +129,6 @@ LEFT JOIN identity.role_definitions rd ON rd.id = ra.role_id
 WHERE u.id = ANY(%(user_ids)s::uuid[])
 ORDER BY u.id, ra.id;
 
--- name: pending_access_users
--- The access audit: users whose access event is still in the outbox (a key is the user id).
-SELECT DISTINCT message_key::uuid FROM identity.outbox_events
-WHERE topic = %(topic)s AND message_key ~ '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$';
-
--- name: users_with_active_assignments
-SELECT DISTINCT user_id FROM identity.role_assignments WHERE status = 'Active' ORDER BY user_id;
-
--- name: create_audit_topic_records
--- The access topic's records as one audit read them (seq: the order read, which is each partition's order),
--- kept in the audit's own session rather than in its process: a million users cost the audit no memory.
-CREATE TEMP TABLE audit_topic_records (seq bigint NOT NULL, user_id uuid NOT NULL, fingerprint bigint);
-
--- name: copy_audit_topic_records
-COPY pg_temp.audit_topic_records (seq, user_id, fingerprint) FROM STDIN;
-
--- name: audit_last_events
--- Each user's last record (a null fingerprint: a tombstone), by user id as the truths come.
-SELECT DISTINCT ON (user_id) user_id, fingerprint FROM pg_temp.audit_topic_records ORDER BY user_id, seq DESC;
-
--- name: user_exists
-SELECT EXISTS (SELECT 1 FROM identity.users WHERE id = %(user_id)s);
-
--- name: queued_access_events_of_user
--- `access show`: the user's access events still in the outbox (oldest first), then those the broker refused
--- for good (dead letters). Neither table has an index on the key: the outbox is read whole, which costs
--- nothing while the relay keeps it drained and grows with a backlog (BENCHMARKS.md, "access show").
-SELECT false AS dead, id AS outbox_id, event_id, value::jsonb #>> '{payload,changeReason}' AS change_reason,
-       value::jsonb #>> '{payload,version}' AS version, created_at AS queued_at, NULL::text AS error
-FROM identity.outbox_events
-WHERE topic = %(topic)s AND message_key = %(key)s
-UNION ALL
-SELECT true, id, event_id, value::jsonb #>> '{payload,changeReason}', value::jsonb #>> '{payload,version}',
-       failed_at, error
-FROM identity.outbox_dead_letters
-WHERE topic = %(topic)s AND message_key = %(key)s
-ORDER BY 1, 2;
-
 -- ---------------------------------------------------------------- access fan-out queue
 
 -- name: enqueue_fanout_task
@@ -220,8 +182,8 @@ WHERE id = %(task_id)s AND lease_owner = %(claim_id)s AND status = 'InProgress'
 RETURNING id;
 
 -- name: fanout_page_commits_without_flush
--- A page's commit does not wait for its WAL to reach the disk (about a millisecond of a 10 ms page). Safe here:
--- a page changes no truth, and the page's events and checkpoint are lost or kept together. A page lost in a
+-- A page's commit does not wait for its WAL to reach the disk (what that saves: BENCHMARKS.md). Safe here: a
+-- page changes no truth, and the page's events and checkpoint are lost or kept together. A page lost in a
 -- server crash is written again from the older checkpoint (its events may already be on the topic: at least
 -- once, as any retry). It cannot come back behind a newer truth: a writer of one of its users waits for the
 -- page's lock and commits after it, and that writer's synchronous commit flushes the WAL up to itself, the
@@ -237,8 +199,8 @@ SET LOCAL synchronous_commit = off;
 -- The page's ids are gathered into an array first (an InitPlan over the (role_id, user_id) index), so the
 -- users are found through their primary key whatever the cost settings: as a join (`IN (subquery)`) the
 -- planner weighed a hash join over a sequential scan of every user against 500 index probes, and chose the
--- scan for a 50,000-user role under the default random_page_cost: 5 ms a page instead of 0.6 ms
--- (tests/integration/test_query_plans.py holds the shape).
+-- scan for a 50,000-user role under the default random_page_cost, several times slower a page (BENCHMARKS.md
+-- has the figures; tests/integration/test_query_plans.py holds the shape).
 -- One row comes back: the page's size, its last id (the next cursor) and its ids as the text of a uuid[] that
 -- write_access_changes takes as it is: turning 500 ids into Python objects and back was a sixth of the
 -- worker's time a page.
@@ -534,6 +496,20 @@ ORDER BY next_attempt_at
 LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED;
 
+-- name: import_failed_items
+-- A run's quarantine, or the continuous consumer's (run_id null).
+SELECT id, stage, external_id, error_code, reason, attempt_count, created_at, updated_at
+FROM identity.talent_import_failed_items
+WHERE run_id IS NOT DISTINCT FROM %(run_id)s::uuid
+ORDER BY created_at, id;
+
+-- name: import_failed_items_for_replay
+SELECT id, stage, external_id, error_code, payload, attempt_count, next_attempt_at
+FROM identity.talent_import_failed_items
+WHERE run_id IS NOT DISTINCT FROM %(run_id)s::uuid AND (%(all)s OR id = ANY(%(ids)s::uuid[]))
+ORDER BY created_at, id
+FOR UPDATE SKIP LOCKED;
+
 -- ---------------------------------------------------------------- transactional outbox
 
 -- name: copy_outbox_events
@@ -542,8 +518,9 @@ FROM STDIN;
 
 -- name: relay_session_settings
 -- A custom plan per statement: under a generic plan an id array (once the 20,000 ids in flight, now the ids
--- removed at once) was searched row by row, and one fetch took seconds with 18,000 in flight, holding up the
--- relay's loop (and its session checks). Planning the relay's few statements each time costs little.
+-- removed at once) was searched row by row, and a fetch with 18,000 in flight held up the relay's loop (and
+-- its session checks; BENCHMARKS.md has the figures). Planning the relay's few statements each time costs
+-- little.
 SET synchronous_commit = off; SET plan_cache_mode = force_custom_plan;
 
 -- name: try_lock_outbox_relay
@@ -630,6 +607,49 @@ SELECT CASE WHEN count(*) < 10000 THEN count(*)
        (SELECT application_name FROM writer) AS application_name, (SELECT running_s FROM writer) AS running_s
 FROM head;
 
+-- name: outbox_is_empty
+SELECT NOT EXISTS (SELECT 1 FROM identity.outbox_events);
+
+-- ---------------------------------------------------------------- access audit and access show
+
+-- name: pending_access_users
+-- The access audit: users whose access event is still in the outbox (a key is the user id).
+SELECT DISTINCT message_key::uuid FROM identity.outbox_events
+WHERE topic = %(topic)s AND message_key ~ '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$';
+
+-- name: users_with_active_assignments
+SELECT DISTINCT user_id FROM identity.role_assignments WHERE status = 'Active' ORDER BY user_id;
+
+-- name: create_audit_topic_records
+-- The access topic's records as one audit read them (seq: the order read, which is each partition's order),
+-- kept in the audit's own session rather than in its process: a million users cost the audit no memory.
+CREATE TEMP TABLE audit_topic_records (seq bigint NOT NULL, user_id uuid NOT NULL, fingerprint bigint);
+
+-- name: copy_audit_topic_records
+COPY pg_temp.audit_topic_records (seq, user_id, fingerprint) FROM STDIN;
+
+-- name: audit_last_events
+-- Each user's last record (a null fingerprint: a tombstone), by user id as the truths come.
+SELECT DISTINCT ON (user_id) user_id, fingerprint FROM pg_temp.audit_topic_records ORDER BY user_id, seq DESC;
+
+-- name: user_exists
+SELECT EXISTS (SELECT 1 FROM identity.users WHERE id = %(user_id)s);
+
+-- name: queued_access_events_of_user
+-- `access show`: the user's access events still in the outbox (oldest first), then those the broker refused
+-- for good (dead letters). Neither table has an index on the key: the outbox is read whole, which costs
+-- nothing while the relay keeps it drained and grows with a backlog (BENCHMARKS.md, "access show").
+SELECT false AS dead, id AS outbox_id, event_id, value::jsonb #>> '{payload,changeReason}' AS change_reason,
+       value::jsonb #>> '{payload,version}' AS version, created_at AS queued_at, NULL::text AS error
+FROM identity.outbox_events
+WHERE topic = %(topic)s AND message_key = %(key)s
+UNION ALL
+SELECT true, id, event_id, value::jsonb #>> '{payload,changeReason}', value::jsonb #>> '{payload,version}',
+       failed_at, error
+FROM identity.outbox_dead_letters
+WHERE topic = %(topic)s AND message_key = %(key)s
+ORDER BY 1, 2;
+
 -- ---------------------------------------------------------------- health
 
 -- name: ping
@@ -637,9 +657,14 @@ SELECT 1;
 
 -- ---------------------------------------------------------------- demo checks
 
--- name: outbox_is_empty
-SELECT NOT EXISTS (SELECT 1 FROM identity.outbox_events);
-
+-- name: talent_managers_with_one_default_role
+-- The demo's check of the bootstrap: every Talent manager holds exactly one Active default role.
+SELECT count(*) FROM identity.users u
+WHERE u.sync_source = 'TalentIdentity' AND u.status <> 'Blocked'
+  AND (SELECT count(*) FROM identity.role_assignments ra
+       JOIN identity.role_definitions rd ON rd.id = ra.role_id AND rd.code = %(code)s
+       WHERE ra.user_id = u.id AND ra.status = 'Active'
+         AND ra.scope_type = 'Organization' AND ra.scope_organization_id = u.company_id) = 1;
 
 -- ---------------------------------------------------------------- talent-initial-import
 
@@ -820,20 +845,6 @@ SET status = 'Cancelled', cancel_requested = true, finished_at = now(), updated_
 WHERE id = %(run_id)s AND status = 'Running'
 RETURNING id;
 
--- name: import_failed_items
--- A run's quarantine, or the continuous consumer's (run_id null).
-SELECT id, stage, external_id, error_code, reason, attempt_count, created_at, updated_at
-FROM identity.talent_import_failed_items
-WHERE run_id IS NOT DISTINCT FROM %(run_id)s::uuid
-ORDER BY created_at, id;
-
--- name: import_failed_items_for_replay
-SELECT id, stage, external_id, error_code, payload, attempt_count, next_attempt_at
-FROM identity.talent_import_failed_items
-WHERE run_id IS NOT DISTINCT FROM %(run_id)s::uuid AND (%(all)s OR id = ANY(%(ids)s::uuid[]))
-ORDER BY created_at, id
-FOR UPDATE SKIP LOCKED;
-
 -- ---------------------------------------------------------------- retention (maintenance prune)
 
 -- name: prune_fanout_tasks
@@ -854,15 +865,6 @@ UPDATE identity.talent_import_failed_items
 SET payload = NULL, updated_at = now()
 WHERE payload IS NOT NULL AND created_at < %(cutoff)s AND next_attempt_at IS NULL
 RETURNING id;
-
--- name: talent_managers_with_one_default_role
--- The demo's check of the bootstrap: every Talent manager holds exactly one Active default role.
-SELECT count(*) FROM identity.users u
-WHERE u.sync_source = 'TalentIdentity' AND u.status <> 'Blocked'
-  AND (SELECT count(*) FROM identity.role_assignments ra
-       JOIN identity.role_definitions rd ON rd.id = ra.role_id AND rd.code = %(code)s
-       WHERE ra.user_id = u.id AND ra.status = 'Active'
-         AND ra.scope_type = 'Organization' AND ra.scope_organization_id = u.company_id) = 1;
 
 -- ---------------------------------------------------------------- operator console (admin reads)
 
