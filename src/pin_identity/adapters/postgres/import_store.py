@@ -7,11 +7,13 @@ import socket
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import fields
 from datetime import datetime
+from typing import Any
 from uuid import UUID
 
 import psycopg
-from psycopg.rows import DictRow, dict_row, scalar_row
+from psycopg.rows import DictRow, dict_row, kwargs_row, scalar_row
 
 from pin_identity.adapters.postgres.catalogue import query
 from pin_identity.adapters.postgres.database import Database, Fence, read
@@ -32,51 +34,24 @@ from pin_identity.domain.talent_import import (
 )
 from pin_identity.operations.read_models import FailedItemView
 
+_COUNTERS = tuple(field.name for field in fields(StageCounters))
+
 
 def _run_from_row(row: DictRow) -> ImportRun:
-    """A row of import_runs, by column name."""
-    return ImportRun(
-        run_id=row["id"],
-        mode=ImportMode(row["mode"]),
-        status=RunStatus(row["status"]),
-        tenant_filter=row["talent_tenant_id_filter"],
-        page_size=row["page_size"],
-        dry_run=row["dry_run"],
-        correlation_id=row["correlation_id"],
-        started_at=row["started_at"],
-        finished_at=row["finished_at"],
-        companies=_counters(row, "companies"),
-        users=_counters(row, "users"),
-        tenants_listed=row["tenants_listed"],
-        users_listed=row["users_listed"],
-        plan_cursor=row["plan_cursor"],
-        plan_page_no=row["plan_page_no"],
-        error_code=row["error_code"],
-        error=row["error"],
-    )
+    """A row of import_runs: its columns are named as ImportRun's fields, but for the stages' counters."""
+    mode, status = ImportMode(row.pop("mode")), RunStatus(row.pop("status"))
+    companies, users = _counters(row, "companies"), _counters(row, "users")
+    return ImportRun(mode=mode, status=status, companies=companies, users=users, **row)
 
 
 def _counters(row: DictRow, stage: str) -> StageCounters:
-    """A stage's counters of an import_runs row (its columns `companies_planned`, `users_failed`, ...)."""
-    return StageCounters(
-        planned=row[f"{stage}_planned"],
-        applied=row[f"{stage}_applied"],
-        skipped=row[f"{stage}_skipped"],
-        failed=row[f"{stage}_failed"],
-    )
+    """Takes a stage's counters out of an import_runs row (`companies_planned`, ..., `users_failed`)."""
+    return StageCounters(**{counter: row.pop(f"{stage}_{counter}") for counter in _COUNTERS})
 
 
-def _failed_item(row: DictRow) -> FailedItemView:
-    return FailedItemView(
-        item_id=row["id"],
-        stage=ImportStage(row["stage"]),
-        external_id=row["external_id"],
-        error_code=row["error_code"],
-        reason=row["reason"],
-        attempts=row["attempt_count"],
-        created_at=row["created_at"],
-        updated_at=row["updated_at"],
-    )
+def _failed_item(*, stage: str, **columns: Any) -> FailedItemView:
+    """A row of import_failed_items, whose columns are named as FailedItemView's fields."""
+    return FailedItemView(stage=ImportStage(stage), **columns)
 
 
 class PostgresDryRunMemory:
@@ -263,10 +238,7 @@ class PostgresImportStore:
         return len(self._database.execute("reset_import_leases", {"run_id": run_id}))
 
     def failed_items(self, run_id: UUID | None) -> list[FailedItemView]:
-        return [
-            _failed_item(row)
-            for row in self._database.fetch("import_failed_items", {"run_id": run_id}, dict_row)
-        ]
+        return self._database.fetch("import_failed_items", {"run_id": run_id}, kwargs_row(_failed_item))
 
 
 class PostgresRunLock:

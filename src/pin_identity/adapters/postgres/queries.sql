@@ -498,7 +498,7 @@ FOR UPDATE SKIP LOCKED;
 
 -- name: import_failed_items
 -- A run's quarantine, or the continuous consumer's (run_id null).
-SELECT id, stage, external_id, error_code, reason, attempt_count, created_at, updated_at
+SELECT id AS item_id, stage, external_id, error_code, reason, attempt_count AS attempts, created_at, updated_at
 FROM identity.talent_import_failed_items
 WHERE run_id IS NOT DISTINCT FROM %(run_id)s::uuid
 ORDER BY created_at, id;
@@ -677,7 +677,8 @@ VALUES (%(id)s, %(mode)s, 'Running', %(tenant_filter)s, %(page_size)s, %(dry_run
 -- name: import_runs
 -- The one read of runs: by id, the Running one, or the latest (both parameters null or false), read by
 -- column name (import_store._run_from_row).
-SELECT id, mode, status, talent_tenant_id_filter, page_size, dry_run, correlation_id, started_at, finished_at,
+SELECT id AS run_id, mode, status, talent_tenant_id_filter AS tenant_filter, page_size, dry_run, correlation_id,
+       started_at, finished_at,
        companies_planned, companies_applied, companies_skipped, companies_failed,
        users_planned, users_applied, users_skipped, users_failed,
        tenants_listed, users_listed, plan_cursor, plan_page_no, error_code, error
