@@ -102,7 +102,7 @@ class PostgresImportPageTransaction(PostgresReplicaTransaction):
 
     def talent_users_of_tenant(self, tenant_id: UUID, user_ids: Sequence[UUID]) -> set[UUID]:
         params = {"tenant_id": tenant_id, "user_ids": list(user_ids)}
-        return set(self._read("talent_users_of_tenant", params, scalar_row))
+        return set(read(self._conn, "talent_users_of_tenant", params, scalar_row))
 
 
 class PostgresImportStore:

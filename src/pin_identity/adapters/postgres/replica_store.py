@@ -62,6 +62,30 @@ def _user_columns(users: Sequence[UserState]) -> dict[str, list[Any]]:
     }
 
 
+# The page apply's bulk reads (hundreds of rows a statement) go by position, each row straight into its
+# record: tests/integration/test_row_decoders.py holds the statements' columns to the order read here.
+
+
+def _companies_by_tenant(rows: Iterable[tuple[Any, ...]]) -> dict[UUID, CompanyState]:
+    """companies_by_tenant, share_companies_by_tenant: CompanyState's fields in order (the 7th the tenant)."""
+    return {row[6]: CompanyState(*row) for row in rows}
+
+
+def _users_by_talent_id(rows: Iterable[tuple[Any, ...]]) -> dict[UUID, UserState]:
+    """users_by_talent_id, lock_users_by_talent_id: UserState's fields in order (the 12th the Talent id)."""
+    return {row[11]: UserState(*row) for row in rows}
+
+
+def _access_changes(
+    snapshots: Iterable[tuple[Any, ...]], versions: Iterable[tuple[Any, ...]]
+) -> dict[UUID, tuple[RenderedAccessSnapshot, int]]:
+    """rendered_access_snapshots (RenderedAccessSnapshot's fields in order) and user_access_versions (user id,
+    version)."""
+    version_of = dict(versions)
+    rendered = map(RenderedAccessSnapshot._make, snapshots)
+    return {snapshot.user_id: (snapshot, version_of[snapshot.user_id]) for snapshot in rendered}
+
+
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 # A quarantined snapshot is kept for the operator and for replay; one larger than this is no snapshot.
 MAX_STORED_PAYLOAD = 64 * 1024
@@ -94,6 +118,10 @@ def _quarantine_columns(entries: Sequence[QuarantineEntry]) -> dict[str, list[An
     }
 
 
+def _text(talent_id: UUID | None) -> str | None:
+    return str(talent_id) if talent_id else None
+
+
 def _quarantined(rows: Iterable[DictRow]) -> list[SourceItem]:
     """Rows of due_quarantined or import_failed_items_for_replay, each read again as it was when it came."""
     return [
@@ -104,34 +132,6 @@ def _quarantined(rows: Iterable[DictRow]) -> list[SourceItem]:
         )
         for row in rows
     ]
-
-
-def _text(talent_id: UUID | None) -> str | None:
-    return str(talent_id) if talent_id else None
-
-
-# The page apply's bulk reads (hundreds of rows a statement) go by position, each row straight into its
-# record: tests/integration/test_row_decoders.py holds the statements' columns to the order read here.
-
-
-def _companies_by_tenant(rows: Iterable[tuple[Any, ...]]) -> dict[UUID, CompanyState]:
-    """companies_by_tenant, share_companies_by_tenant: CompanyState's fields in order (the 7th the tenant)."""
-    return {row[6]: CompanyState(*row) for row in rows}
-
-
-def _users_by_talent_id(rows: Iterable[tuple[Any, ...]]) -> dict[UUID, UserState]:
-    """users_by_talent_id, lock_users_by_talent_id: UserState's fields in order (the 12th the Talent id)."""
-    return {row[11]: UserState(*row) for row in rows}
-
-
-def _access_changes(
-    snapshots: Iterable[tuple[Any, ...]], versions: Iterable[tuple[Any, ...]]
-) -> dict[UUID, tuple[RenderedAccessSnapshot, int]]:
-    """rendered_access_snapshots (RenderedAccessSnapshot's fields in order) and user_access_versions (user id,
-    version)."""
-    version_of = dict(versions)
-    rendered = map(RenderedAccessSnapshot._make, snapshots)
-    return {snapshot.user_id: (snapshot, version_of[snapshot.user_id]) for snapshot in rendered}
 
 
 class PostgresReplicaTransaction(PostgresIdentityTransaction):
