@@ -61,7 +61,7 @@ class KafkaUserAccessLog:
             "queued.min.messages": first_window,
             "fetch.queue.backoff.ms": 10,
             # The end of the partition is known when a fetch there comes back empty; the broker holds such a
-            # fetch this long (librdkafka's 500 ms put 0.4-1.4 s on every answer).
+            # fetch this long (librdkafka's default, 500 ms, put a wait of its own on every answer).
             "fetch.wait.max.ms": 10,
             "logger": _librdkafka_log,
         }

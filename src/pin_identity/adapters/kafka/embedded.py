@@ -25,7 +25,7 @@ from pathlib import Path
 from pin_identity.adapters.kafka.distribution import KAFKA_VERSION, KafkaRuntime, cache_root, kafka_runtime
 
 HOST = "127.0.0.1"
-# A cold JVM on a busy 2-core machine: a healthy start takes 2-4 s (BENCHMARKS.md, "The embedded broker").
+# A cold JVM on a busy 2-core machine starts well within this (BENCHMARKS.md, "The embedded broker").
 START_TIMEOUT_S = 90.0
 # A clean stop writes its partitions' checkpoints; a stop that takes longer is ended with SIGKILL, which
 # the next start recovers from (Kafka's log recovery), so nothing acknowledged is lost either way.

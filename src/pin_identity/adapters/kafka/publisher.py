@@ -50,10 +50,9 @@ def producer_config(client_config: dict[str, str]) -> dict[str, Any]:
         "compression.type": "lz4",
         # A new idempotent producer sends nothing before it has a producer id, which it asks for over a
         # broker connection. With sparse connections it opens one only for its first message's partition,
-        # and its id request waits on librdkafka's 500 ms retry timer meanwhile: 0.5 s before the first event,
-        # 1 s when that message came a few ms after the start (librdkafka 2.16). Connected to
-        # every broker at once, it has its id within a few ms. The relay writes to every partition, so it
-        # would connect to every partition's leader all the same.
+        # and its id request waits on librdkafka's retry timer (500 ms) meanwhile, holding up the first events
+        # (librdkafka 2.16). Connected to every broker at once, it has its id at once. The relay writes to
+        # every partition, so it would connect to every partition's leader all the same.
         "enable.sparse.connections": False,
         # A producer's metadata request for a missing topic must not create it (librdkafka's producer default,
         # unlike its consumer's): a topic made that way is the broker's default layout, not compacted. The

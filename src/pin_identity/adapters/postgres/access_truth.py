@@ -10,11 +10,13 @@ from typing import Any
 from uuid import UUID
 
 import psycopg
+from psycopg.rows import kwargs_row, scalar_row
 
 from pin_identity.adapters.postgres.catalogue import query
-from pin_identity.adapters.postgres.database import Database
+from pin_identity.adapters.postgres.database import Database, read
 from pin_identity.domain.access_audit import Fingerprint, LastEvent, UserKey, fingerprint
 from pin_identity.domain.events import ACCESS_TOPIC
+from pin_identity.domain.model import RenderedAccessSnapshot
 from pin_identity.operations.read_models import QueuedAccessEvent, UserAccessState
 
 _CHUNK = 5000
@@ -26,18 +28,17 @@ class PostgresTruthSnapshot:
         self._conn = conn
 
     def pending(self) -> frozenset[UserKey]:
-        rows = self._conn.execute(query("pending_access_users"), {"topic": ACCESS_TOPIC})
-        return frozenset(row[0].bytes for row in rows)
+        users = read(self._conn, "pending_access_users", {"topic": ACCESS_TOPIC}, scalar_row)
+        return frozenset(user_id.bytes for user_id in users)
 
     def truths(self) -> Iterator[tuple[UserKey, Fingerprint]]:
         # A server-side cursor: a million users stream through in chunks, each rendered as the fan-out
         # renders its pages (so the audit compares events with exactly what the fan-out would write).
-        with self._conn.cursor(name="pin_identity_audit_truths") as users:
+        with self._conn.cursor(name="pin_identity_audit_truths", row_factory=scalar_row) as users:
             users.execute(query("users_with_active_assignments"))
             while chunk := users.fetchmany(_CHUNK):
-                rows = self._conn.execute(
-                    query("rendered_access_snapshots"), {"user_ids": [r[0] for r in chunk]}
-                )
+                rows = self._conn.execute(query("rendered_access_snapshots"), {"user_ids": chunk})
+                # By position, a million rows: RenderedAccessSnapshot's order, which test_row_decoders holds.
                 for user_id, _company_id, rendered in rows:
                     yield user_id.bytes, fingerprint(json.loads(rendered))
 
@@ -45,6 +46,7 @@ class PostgresTruthSnapshot:
         with self._conn.cursor(name="pin_identity_audit_last_events") as events:
             events.execute(query("audit_last_events"))
             while chunk := events.fetchmany(_CHUNK):
+                # By position, a million rows: (user id, fingerprint), which test_row_decoders holds.
                 for user_id, last in chunk:
                     yield user_id.bytes, last
 
@@ -98,35 +100,29 @@ class PostgresAccessTruth:
                 conn.isolation_level = None
 
     def user_exists(self, user_id: UUID) -> bool:
-        [(exists,)] = self._database.execute("user_exists", {"user_id": user_id})
+        [exists] = self._database.fetch("user_exists", {"user_id": user_id}, scalar_row)
         return bool(exists)
 
     def user_state(self, user_id: UUID) -> UserAccessState | None:
         # One snapshot: an assignment change and its outbox row are seen together or not at all.
         with self._repeatable_read() as conn:
-            rendered = conn.execute(query("rendered_access_snapshots"), {"user_ids": [user_id]}).fetchall()
-            if not rendered:
+            rendered = conn.execute(query("rendered_access_snapshots"), {"user_ids": [user_id]}).fetchone()
+            if rendered is None:
                 return None
-            [(_, company_id, assignments)] = rendered
+            snapshot = RenderedAccessSnapshot._make(rendered)
             params = {"topic": ACCESS_TOPIC, "key": str(user_id)}
-            queued = conn.execute(query("queued_access_events_of_user"), params).fetchall()
-        events = [(dead, _queued(row)) for dead, *row in queued]
+            queued = read(conn, "queued_access_events_of_user", params, kwargs_row(_queued)).fetchall()
         return UserAccessState(
             user_id=user_id,
-            company_id=company_id,
-            active_assignments=json.loads(assignments),
-            waiting=tuple(event for dead, event in events if not dead),
-            dead_letters=tuple(event for dead, event in events if dead),
+            company_id=snapshot.company_id,
+            active_assignments=json.loads(snapshot.assignments_json),
+            waiting=tuple(event for dead, event in queued if not dead),
+            dead_letters=tuple(event for dead, event in queued if dead),
         )
 
 
-def _queued(row: list[Any]) -> QueuedAccessEvent:
-    outbox_id, event_id, reason, version, queued_at, error = row
-    return QueuedAccessEvent(
-        outbox_id=outbox_id,
-        event_id=event_id,
-        change_reason=reason,
-        version=int(version) if version is not None and version.isdigit() else None,
-        queued_at=queued_at,
-        error=error,
-    )
+def _queued(*, dead: bool, version: str | None, **columns: Any) -> tuple[bool, QueuedAccessEvent]:
+    """A row of queued_access_events_of_user: whether it is a dead letter, and the event (its other columns
+    are named as QueuedAccessEvent's fields)."""
+    number = int(version) if version is not None and version.isdigit() else None
+    return dead, QueuedAccessEvent(version=number, **columns)

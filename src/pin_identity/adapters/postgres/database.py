@@ -7,14 +7,25 @@ import weakref
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 from uuid import UUID
 
 import psycopg
+from psycopg.rows import RowFactory
 from psycopg_pool import ConnectionPool
 
 from pin_identity.adapters.postgres.catalogue import query
 from pin_identity.domain.errors import LeaseLostError
+
+Row = TypeVar("Row")
+
+
+def read(
+    conn: psycopg.Connection, name: str, params: Mapping[str, Any] | None, row_factory: RowFactory[Row]
+) -> psycopg.Cursor[Row]:
+    """A named statement whose rows come out as `row_factory` makes them: by column name (psycopg.rows), so a
+    reordered SELECT shifts no field."""
+    return conn.cursor(row_factory=row_factory).execute(query(name), params)
 
 
 @dataclass(frozen=True)
@@ -94,6 +105,16 @@ class Database:
         with self.connection() as conn:
             cursor = conn.execute(query(name), params)
             return cursor.fetchall() if cursor.description is not None else []
+
+    def fetch(self, name: str, params: Mapping[str, Any], row_factory: RowFactory[Row]) -> list[Row]:
+        """The rows of one named statement in its own transaction, made by `row_factory`."""
+        with self.connection() as conn:
+            return read(conn, name, params, row_factory).fetchall()
+
+    def fetch_one(self, name: str, params: Mapping[str, Any], row_factory: RowFactory[Row]) -> Row | None:
+        """The first row of one named statement in its own transaction, None when it returns none."""
+        with self.connection() as conn:
+            return read(conn, name, params, row_factory).fetchone()
 
     @contextmanager
     def connection(self) -> Iterator[psycopg.Connection]:

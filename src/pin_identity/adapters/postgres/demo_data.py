@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from uuid import UUID
 
+from psycopg.rows import dict_row, scalar_row
+
 from pin_identity.adapters.postgres.database import Database
 from pin_identity.domain.model import DEVELOPER_MANAGER_ROLE_CODE
 
@@ -13,19 +15,16 @@ class PostgresDemoReads:
         self._database = database
 
     def fanout_progress(self, task_id: UUID) -> tuple[str, int]:
-        rows = self._database.execute("fanout_task_progress", {"task_id": task_id})
-        return (str(rows[0][0]), int(rows[0][1])) if rows else ("missing", 0)
+        task = self._database.fetch_one("fanout_task_status", {"task_id": task_id}, dict_row)
+        return (str(task["status"]), int(task["processed_count"])) if task else ("missing", 0)
 
     def outbox_is_empty(self) -> bool:
-        rows = self._database.execute("outbox_is_empty", {})
-        return bool(rows and rows[0][0])
+        return bool(self._database.fetch_one("outbox_is_empty", {}, scalar_row))
 
     def talent_managers_with_one_default_role(self) -> int:
-        rows = self._database.execute(
-            "talent_managers_with_one_default_role", {"code": DEVELOPER_MANAGER_ROLE_CODE}
-        )
-        return int(rows[0][0]) if rows else 0
+        params = {"code": DEVELOPER_MANAGER_ROLE_CODE}
+        return int(self._database.fetch_one("talent_managers_with_one_default_role", params, scalar_row) or 0)
 
     def active_holders(self, role_id: UUID) -> int:
-        rows = self._database.execute("count_active_users", {"role_id": role_id, "limit": 10_000_000})
-        return int(rows[0][0]) if rows else 0
+        params = {"role_id": role_id, "limit": 10_000_000}
+        return int(self._database.fetch_one("count_active_users", params, scalar_row) or 0)

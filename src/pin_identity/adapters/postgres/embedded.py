@@ -59,7 +59,7 @@ def _setup_lock(data_dir: Path) -> Iterator[None]:
 def _shared_buffers() -> str:
     """A quarter of the machine's memory (the usual starting point), at most 1 GB: initdb's 128 MB holds a
     50,000-user role, but a million-user fan-out then reads every page of users and assignments from the
-    OS cache (13 ms a page instead of 10; BENCHMARKS.md, "side by side (2026-11-30, evening)")."""
+    OS cache, and each page is slower (BENCHMARKS.md, "side by side (2026-11-30, evening)")."""
     quarter_mb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 4 // 2**20
     return "1GB" if quarter_mb >= 1024 else f"{max(128, quarter_mb)}MB"
 

@@ -9,6 +9,7 @@ from typing import Any
 from uuid import UUID
 
 import psycopg
+from psycopg.rows import class_row, dict_row, kwargs_row
 
 from pin_identity.adapters.postgres.catalogue import query
 from pin_identity.adapters.postgres.database import Database, Fence
@@ -20,6 +21,12 @@ from pin_identity.operations.ports.fanout import FanOutTask, PageWritten, Poison
 from pin_identity.operations.read_models import FanOutTaskView
 
 NIL_UUID = UUID(int=0)
+
+
+def _locked_page(row: tuple[Any, ...] | None) -> tuple[int, UUID | None, str | None]:
+    """lock_fanout_page's one row, by position (the fan-out's hot loop): the page's size, its last user id
+    and its ids as the text of a uuid[]. tests/integration/test_row_decoders.py holds the columns' order."""
+    return row or (0, None, None)
 
 
 class PostgresFanOutBatch:
@@ -42,7 +49,7 @@ class PostgresFanOutBatch:
         params = {"role_id": role_id, "cursor": after or NIL_UUID, "limit": size}
         locked = self._conn.cursor(binary=True).execute(query("lock_fanout_page"), params)
         self._fence.check(self._fence_reply)  # the first read: the fence and the lock go out together
-        page_size, last_user_id, user_ids = locked.fetchone() or (0, None, None)
+        page_size, last_user_id, user_ids = _locked_page(locked.fetchone())
         if page_size:
             params = {"user_ids": user_ids, **template_params(template)}
             self._conn.execute(query("write_access_changes"), params)  # answered with the commit
@@ -71,21 +78,13 @@ class PostgresFanOutQueue:
         self._database = database
 
     def fail_exhausted(self, now: datetime, max_attempts: int) -> list[PoisonedTask]:
-        rows = self._database.execute(
-            "fail_exhausted_fanout_tasks", {"now": now, "max_attempts": max_attempts}
-        )
-        return [PoisonedTask(*row) for row in rows]
+        params = {"now": now, "max_attempts": max_attempts}
+        return self._database.fetch("fail_exhausted_fanout_tasks", params, class_row(PoisonedTask))
 
     def claim(self, claim_id: UUID, now: datetime, lease_until: datetime) -> FanOutTask | None:
-        rows = self._database.execute(
-            "claim_fanout_task", {"claim_id": claim_id, "now": now, "lease_until": lease_until}
-        )
-        if not rows:
-            return None
-        task_id, role_id, company_id, role_version, cursor, processed, attempt, created_at = rows[0]
-        return FanOutTask(
-            task_id, role_id, company_id, role_version, cursor, processed, attempt, created_at, claim_id
-        )
+        params = {"claim_id": claim_id, "now": now, "lease_until": lease_until}
+        row = self._database.fetch_one("claim_fanout_task", params, dict_row)
+        return FanOutTask(**row, claim_id=claim_id) if row else None
 
     @contextmanager
     def batch(self, task: FanOutTask, now: datetime, lease_until: datetime) -> Iterator[PostgresFanOutBatch]:
@@ -116,8 +115,7 @@ class PostgresFanOutQueue:
 
     def list_tasks(self, status: FanOutTaskStatus | None, limit: int = 100) -> list[FanOutTaskView]:
         params = {"status": status.value if status else None, "limit": limit}
-        rows = self._database.execute("list_fanout_tasks", params)
-        return [_task_view(row) for row in rows]
+        return self._database.fetch("list_fanout_tasks", params, kwargs_row(_task_view))
 
     def replay(self, task_id: UUID, now: datetime) -> TaskReplay:
         """A Failed task back to Pending with fresh attempts, from its cursor (the role's one Pending task
@@ -129,34 +127,17 @@ class PostgresFanOutQueue:
         return TaskReplay.REPLAYED if replayed else TaskReplay.NOT_FAILED
 
     def task_status(self, task_id: UUID) -> FanOutTaskStatus | None:
-        rows = self._database.execute("fanout_task_status", {"task_id": task_id})
-        return FanOutTaskStatus(rows[0][0]) if rows else None
+        task = self._database.fetch_one("fanout_task_status", {"task_id": task_id}, dict_row)
+        return FanOutTaskStatus(task["status"]) if task else None
 
     def stats(self, now: datetime) -> QueueStats:
-        [(backlog, failed)] = self._database.execute("fanout_queue_stats", {"now": now})
-        return QueueStats(int(backlog), int(failed))
+        [stats] = self._database.fetch("fanout_queue_stats", {"now": now}, class_row(QueueStats))
+        return stats
 
 
-def _task_view(row: tuple[Any, ...]) -> FanOutTaskView:
-    task_id, role_id, company_id, role_version, reason, status, cursor, *rest = row
-    processed, attempts, lease_expires_at, created_at, started_at, completed_at, updated_at, error = rest
-    return FanOutTaskView(
-        task_id=task_id,
-        role_id=role_id,
-        company_id=company_id,
-        role_version=role_version,
-        reason=reason,
-        status=FanOutTaskStatus(status),
-        cursor=cursor,
-        processed_count=processed,
-        attempt_count=attempts,
-        lease_expires_at=lease_expires_at,
-        created_at=created_at,
-        started_at=started_at,
-        completed_at=completed_at,
-        updated_at=updated_at,
-        last_error=error,
-    )
+def _task_view(*, status: str, **columns: Any) -> FanOutTaskView:
+    """A row of list_fanout_tasks, whose columns are named as FanOutTaskView's fields."""
+    return FanOutTaskView(status=FanOutTaskStatus(status), **columns)
 
 
 class PostgresTaskWakeups:

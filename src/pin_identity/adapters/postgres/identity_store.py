@@ -7,13 +7,16 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict
 from datetime import datetime
+from itertools import groupby
+from operator import itemgetter
 from typing import Any
 from uuid import UUID
 
 import psycopg
+from psycopg.rows import DictRow, dict_row, kwargs_row, scalar_row
 
 from pin_identity.adapters.postgres.catalogue import query
-from pin_identity.adapters.postgres.database import Database
+from pin_identity.adapters.postgres.database import Database, read
 from pin_identity.adapters.postgres.outbox_writer import write_outbox
 from pin_identity.domain.events import CompanyState, OutboxMessage, UserState
 from pin_identity.domain.model import ActiveAssignment, RoleStatus, Scope, ScopeType, UserAccessSnapshot
@@ -22,28 +25,35 @@ from pin_identity.operations.ports.identity import AssignmentRecord, RoleRecord
 _SCOPE_TYPES = {scope_type.value: scope_type for scope_type in ScopeType}
 
 
-def snapshots_from_rows(rows: Iterable[Sequence[Any]]) -> list[UserAccessSnapshot]:
-    """Group the rows of `access_snapshots` (ordered by user, assignment) into one snapshot per user."""
+def snapshots_from_rows(rows: Iterable[DictRow]) -> list[UserAccessSnapshot]:
+    """Group the rows of `access_snapshots` (ordered by user, assignment) into one snapshot per user; a user
+    without an Active assignment comes as one row without one."""
     snapshots: list[UserAccessSnapshot] = []
-    current: tuple[UUID, UUID | None] | None = None
-    assignments: list[ActiveAssignment] = []
-    for user_id, company_id, assignment_id, role_id, code, scope_type, org, group, project, expires in rows:
-        if current is None or current[0] != user_id:
-            if current is not None:
-                snapshots.append(UserAccessSnapshot(current[0], current[1], tuple(assignments)))
-            current, assignments = (user_id, company_id), []
-        if assignment_id is not None:
-            scope = Scope(_SCOPE_TYPES[scope_type], org, group, project)
-            assignments.append(ActiveAssignment(assignment_id, role_id, code, scope, expires))
-    if current is not None:
-        snapshots.append(UserAccessSnapshot(current[0], current[1], tuple(assignments)))
+    for (user_id, company_id), own in groupby(rows, key=itemgetter("user_id", "company_id")):
+        assignments = tuple(_assignment(row) for row in own if row["assignment_id"] is not None)
+        snapshots.append(UserAccessSnapshot(user_id, company_id, assignments))
     return snapshots
 
 
-def _role(row: Sequence[Any] | None) -> RoleRecord | None:
-    if row is None:
-        return None
-    return RoleRecord(row[0], row[1], row[2], RoleStatus(row[3]), int(row[4]))
+def _assignment(row: DictRow) -> ActiveAssignment:
+    scope = Scope(
+        _SCOPE_TYPES[row["scope_type"]],
+        row["scope_organization_id"],
+        row["scope_project_group_id"],
+        row["scope_project_id"],
+    )
+    return ActiveAssignment(row["assignment_id"], row["role_id"], row["role_code"], scope, row["expires_at"])
+
+
+def role_record(
+    *, role_id: UUID, code: str, company_id: UUID | None, status: str, version: int
+) -> RoleRecord:
+    """A row of lock_role, share_role or default_role, its columns taken by name (kwargs_row)."""
+    return RoleRecord(role_id, code, company_id, RoleStatus(status), int(version))
+
+
+def _assignment_record(*, user_id: UUID, role_id: UUID, status: str) -> AssignmentRecord:
+    return AssignmentRecord(user_id, role_id, status == "Active")
 
 
 class PostgresAccessEvents:
@@ -57,14 +67,14 @@ class PostgresAccessEvents:
         self._conn.commit()
 
     def access_versions(self, user_ids: Sequence[UUID]) -> dict[UUID, int]:
-        rows = self._conn.execute(query("user_access_versions"), {"user_ids": list(user_ids)})
-        return {row[0]: int(row[1]) for row in rows}
+        rows = read(self._conn, "user_access_versions", {"user_ids": list(user_ids)}, dict_row)
+        return {row["user_id"]: int(row["version"]) for row in rows}
 
     def access_snapshots(self, user_ids: Sequence[UUID]) -> list[UserAccessSnapshot]:
         if not user_ids:
             return []
         return snapshots_from_rows(
-            self._conn.execute(query("access_snapshots"), {"user_ids": list(user_ids)})
+            read(self._conn, "access_snapshots", {"user_ids": list(user_ids)}, dict_row)
         )
 
     def add_events(self, messages: Sequence[OutboxMessage]) -> None:
@@ -73,8 +83,7 @@ class PostgresAccessEvents:
 
 class PostgresIdentityTransaction(PostgresAccessEvents):
     def _one(self, name: str, params: dict[str, Any]) -> Any:
-        row = self._conn.execute(query(name), params).fetchone()
-        return row[0] if row else None
+        return read(self._conn, name, params, scalar_row).fetchone()
 
     def insert_company(self, company: CompanyState) -> None:
         params = asdict(company)
@@ -99,7 +108,7 @@ class PostgresIdentityTransaction(PostgresAccessEvents):
 
     def lock_role(self, role_id: UUID, *, shared: bool = False) -> RoleRecord | None:
         name = "share_role" if shared else "lock_role"
-        return _role(self._conn.execute(query(name), {"role_id": role_id}).fetchone())
+        return read(self._conn, name, {"role_id": role_id}, kwargs_row(role_record)).fetchone()
 
     def replace_role_permissions(self, role_id: UUID, codes: Sequence[str], version: int) -> None:
         self._conn.execute(query("delete_role_permissions"), {"role_id": role_id})
@@ -150,22 +159,20 @@ class PostgresIdentityTransaction(PostgresAccessEvents):
         return bool(self._one("active_grant_exists", params))
 
     def assignment(self, assignment_id: UUID) -> AssignmentRecord | None:
-        row = self._conn.execute(query("assignment_owner"), {"assignment_id": assignment_id}).fetchone()
-        return AssignmentRecord(row[0], row[1], row[2] == "Active") if row else None
+        params = {"assignment_id": assignment_id}
+        return read(self._conn, "assignment_owner", params, kwargs_row(_assignment_record)).fetchone()
 
     def revoke_assignment(self, assignment_id: UUID, version: int) -> None:
         self._conn.execute(query("revoke_assignment"), {"assignment_id": assignment_id, "version": version})
 
     def revoke_role_assignments(self, role_id: UUID) -> list[UUID]:
-        return [row[0] for row in self._conn.execute(query("revoke_role_assignments"), {"role_id": role_id})]
+        return read(self._conn, "revoke_role_assignments", {"role_id": role_id}, scalar_row).fetchall()
 
     def count_active_users(self, role_id: UUID, limit: int) -> int:
         return int(self._one("count_active_users", {"role_id": role_id, "limit": limit}))
 
     def lock_active_users(self, role_id: UUID) -> list[UUID]:
-        return [
-            row[0] for row in self._conn.execute(query("lock_active_users_of_role"), {"role_id": role_id})
-        ]
+        return read(self._conn, "lock_active_users_of_role", {"role_id": role_id}, scalar_row).fetchall()
 
     def enqueue_fanout_task(self, role: RoleRecord, role_version: int, now: datetime) -> UUID:
         params = {

@@ -7,14 +7,16 @@ import socket
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import fields
 from datetime import datetime
 from typing import Any
 from uuid import UUID
 
 import psycopg
+from psycopg.rows import DictRow, dict_row, kwargs_row, scalar_row
 
 from pin_identity.adapters.postgres.catalogue import query
-from pin_identity.adapters.postgres.database import Database, Fence
+from pin_identity.adapters.postgres.database import Database, Fence, read
 from pin_identity.adapters.postgres.replica_store import PostgresReplicaTransaction
 from pin_identity.domain.errors import LeaseLostError
 from pin_identity.domain.talent import ImportStage
@@ -32,27 +34,24 @@ from pin_identity.domain.talent_import import (
 )
 from pin_identity.operations.read_models import FailedItemView
 
+_COUNTERS = tuple(field.name for field in fields(StageCounters))
 
-def _run_from_row(row: Sequence[Any]) -> ImportRun:
-    return ImportRun(
-        run_id=row[0],
-        mode=ImportMode(row[1]),
-        status=RunStatus(row[2]),
-        tenant_filter=row[3],
-        page_size=row[4],
-        dry_run=row[5],
-        correlation_id=row[6],
-        started_at=row[7],
-        finished_at=row[8],
-        companies=StageCounters(*row[9:13]),
-        users=StageCounters(*row[13:17]),
-        tenants_listed=row[17],
-        users_listed=row[18],
-        plan_cursor=row[19],
-        plan_page_no=row[20],
-        error_code=row[21],
-        error=row[22],
-    )
+
+def _run_from_row(row: DictRow) -> ImportRun:
+    """A row of import_runs: its columns are named as ImportRun's fields, but for the stages' counters."""
+    mode, status = ImportMode(row.pop("mode")), RunStatus(row.pop("status"))
+    companies, users = _counters(row, "companies"), _counters(row, "users")
+    return ImportRun(mode=mode, status=status, companies=companies, users=users, **row)
+
+
+def _counters(row: DictRow, stage: str) -> StageCounters:
+    """Takes a stage's counters out of an import_runs row (`companies_planned`, ..., `users_failed`)."""
+    return StageCounters(**{counter: row.pop(f"{stage}_{counter}") for counter in _COUNTERS})
+
+
+def _failed_item(*, stage: str, **columns: Any) -> FailedItemView:
+    """A row of import_failed_items, whose columns are named as FailedItemView's fields."""
+    return FailedItemView(stage=ImportStage(stage), **columns)
 
 
 class PostgresDryRunMemory:
@@ -65,13 +64,14 @@ class PostgresDryRunMemory:
         if not tenant_ids:
             return set()
         params = {"run_id": self._run_id, "tenant_ids": list(tenant_ids)}
-        return {row[0] for row in self._conn.execute(query("dry_run_tenants"), params)}
+        return set(read(self._conn, "dry_run_tenants", params, scalar_row))
 
     def phones(self, phones: Sequence[str]) -> dict[str, UUID]:
         if not phones:
             return {}
         params = {"run_id": self._run_id, "phones": list(phones)}
-        return {row[0]: row[1] for row in self._conn.execute(query("dry_run_phones"), params)}
+        rows = read(self._conn, "dry_run_phones", params, dict_row)
+        return {row["phone"]: row["external_talent_user_id"] for row in rows}
 
     def remember(self, tenant_ids: Sequence[UUID], phones: Mapping[str, UUID]) -> None:
         params = {
@@ -112,8 +112,7 @@ class PostgresImportPageTransaction:
 
     def talent_users_of_tenant(self, tenant_id: UUID, user_ids: Sequence[UUID]) -> set[UUID]:
         params = {"tenant_id": tenant_id, "user_ids": list(user_ids)}
-        rows = self._conn.execute(query("talent_users_of_tenant"), params)
-        return {row[0] for row in rows}
+        return set(read(self._conn, "talent_users_of_tenant", params, scalar_row))
 
 
 class PostgresImportStore:
@@ -121,8 +120,9 @@ class PostgresImportStore:
         self._database = database
 
     def _one_run(self, run_id: UUID | None, *, running_only: bool) -> ImportRun | None:
-        rows = self._database.execute("import_runs", {"run_id": run_id, "running_only": running_only})
-        return _run_from_row(rows[0]) if rows else None
+        params = {"run_id": run_id, "running_only": running_only}
+        row = self._database.fetch_one("import_runs", params, dict_row)
+        return _run_from_row(row) if row else None
 
     def running_run(self) -> ImportRun | None:
         return self._one_run(None, running_only=True)
@@ -150,7 +150,8 @@ class PostgresImportStore:
         return created
 
     def replica_company_count(self, tenant_filter: UUID | None) -> int:
-        return int(self._database.execute("replica_company_count", {"tenant_filter": tenant_filter})[0][0])
+        [count] = self._database.fetch("replica_company_count", {"tenant_filter": tenant_filter}, scalar_row)
+        return int(count)
 
     def add_planned_pages(self, run: ImportRun, stage: ImportStage, step: PlanStep) -> bool:
         params = {
@@ -175,14 +176,14 @@ class PostgresImportStore:
         return True
 
     def progress(self, run_id: UUID) -> PageProgress:
-        rows = self._database.execute("import_page_progress", {"run_id": run_id})
-        return PageProgress({(ImportStage(stage), PageStatus(status)): n for stage, status, n in rows})
+        rows = self._database.fetch("import_page_progress", {"run_id": run_id}, dict_row)
+        return PageProgress(
+            {(ImportStage(row["stage"]), PageStatus(row["status"])): row["pages"] for row in rows}
+        )
 
     def page_cursors(self, run_id: UUID, stage: ImportStage) -> list[str | None]:
-        return [
-            row[0]
-            for row in self._database.execute("import_page_cursors", {"run_id": run_id, "stage": stage.value})
-        ]
+        params = {"run_id": run_id, "stage": stage.value}
+        return self._database.fetch("import_page_cursors", params, scalar_row)
 
     def finish_run(
         self,
@@ -207,11 +208,13 @@ class PostgresImportStore:
     ) -> ImportPage | None:
         self._database.execute("fail_exhausted_import_pages", {"now": now, "max_attempts": max_attempts})
         params = {"claim_id": claim_id, "now": now, "lease_until": lease_until, "run_id": run_id}
-        rows = self._database.execute("claim_import_page", params)
-        if not rows:
+        row = self._database.fetch_one("claim_import_page", params, dict_row)
+        if row is None:
             return None
-        page_id, page_run_id, stage, page_no, cursor, attempt = rows[0]
-        return ImportPage(page_id, page_run_id, ImportStage(stage), page_no, cursor, attempt, claim_id)
+        stage = ImportStage(row["stage"])
+        return ImportPage(
+            row["id"], row["run_id"], stage, row["page_no"], row["cursor"], row["attempt_count"], claim_id
+        )
 
     @contextmanager
     def page_transaction(
@@ -232,8 +235,8 @@ class PostgresImportStore:
             "max_attempts": max_attempts,
             "error": error,
         }
-        rows = self._database.execute("release_import_page", params)
-        return PageStatus(rows[0][0]) if rows else None
+        status = self._database.fetch_one("release_import_page", params, scalar_row)
+        return PageStatus(status) if status is not None else None
 
     # ---------------------------------------------------------------- operator commands
 
@@ -245,8 +248,7 @@ class PostgresImportStore:
         return len(self._database.execute("reset_import_leases", {"run_id": run_id}))
 
     def failed_items(self, run_id: UUID | None) -> list[FailedItemView]:
-        rows = self._database.execute("import_failed_items", {"run_id": run_id})
-        return [FailedItemView(row[0], ImportStage(row[1]), *row[2:]) for row in rows]
+        return self._database.fetch("import_failed_items", {"run_id": run_id}, kwargs_row(_failed_item))
 
 
 class PostgresRunLock:
@@ -262,8 +264,7 @@ class PostgresRunLock:
             return True
         name = f"pin-identity talent-import {socket.gethostname()} pid {os.getpid()}"
         conn = self._database.dedicated(name=name[:63])
-        row = conn.execute(query("try_import_lock"), {"key": self._key}).fetchone()
-        if row and row[0]:
+        if read(conn, "try_import_lock", {"key": self._key}, scalar_row).fetchone():
             self._conn = conn
             return True
         conn.close()
@@ -295,9 +296,11 @@ class PostgresRunLock:
 
     def holder(self) -> str | None:
         with self._database.connection() as conn:
-            row = conn.execute(query("import_lock_holder"), {"key": self._key}).fetchone()
+            row = read(conn, "import_lock_holder", {"key": self._key}, dict_row).fetchone()
         if row is None:
             return None
-        pid, application, client, since = row
-        who = application or "unknown application"
-        return f"{who} (backend pid {pid}, client {client}, since {since:%Y-%m-%d %H:%M:%S%z})"
+        who = row["application_name"] or "unknown application"
+        return (
+            f"{who} (backend pid {row['pid']}, client {row['client']}, "
+            f"since {row['backend_start']:%Y-%m-%d %H:%M:%S%z})"
+        )

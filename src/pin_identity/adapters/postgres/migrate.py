@@ -7,6 +7,7 @@ from pathlib import Path
 import psycopg
 from alembic import command
 from alembic.config import Config
+from psycopg.rows import scalar_row
 from sqlalchemy import create_engine
 from sqlalchemy.pool import NullPool
 
@@ -29,12 +30,11 @@ def upgrade(database_url: str, revision: str = "head") -> None:
 
 
 def current_revision(database_url: str) -> str | None:
-    with psycopg.connect(database_url) as conn:
-        exists = conn.execute("SELECT to_regclass('identity.alembic_version') IS NOT NULL").fetchone()
-        if not exists or not exists[0]:
+    with psycopg.connect(database_url, row_factory=scalar_row) as conn:
+        if not conn.execute("SELECT to_regclass('identity.alembic_version') IS NOT NULL").fetchone():
             return None
-        row = conn.execute("SELECT version_num FROM identity.alembic_version").fetchone()
-        return str(row[0]) if row else None
+        revision = conn.execute("SELECT version_num FROM identity.alembic_version").fetchone()
+        return str(revision) if revision is not None else None
 
 
 def head_revision() -> str:

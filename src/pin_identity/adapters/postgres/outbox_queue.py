@@ -7,12 +7,13 @@ import socket
 from collections.abc import Collection, Mapping, Sequence
 from contextlib import ExitStack, suppress
 from functools import partial
-from typing import Any, LiteralString, cast
+from typing import Any, cast
 
 import psycopg
+from psycopg.rows import RowFactory, dict_row, scalar_row
 
 from pin_identity.adapters.postgres.catalogue import query
-from pin_identity.adapters.postgres.database import Database
+from pin_identity.adapters.postgres.database import Database, Row, read
 from pin_identity.domain.errors import OutboxIdsWentBackError
 from pin_identity.operations.ports.outbox import OutboxBacklog, OutboxWriter, PendingEvent, RelayRole
 
@@ -60,6 +61,13 @@ class IdHorizon:
             else:
                 self.final = max(self.final, self._last_read)
         self._last_read = last_value
+
+
+def _pending_events(rows: list[tuple[Any, ...]]) -> list[PendingEvent]:
+    """The rows of fetch_ready_outbox_events, whose columns are PendingEvent's fields in order (held to it by
+    tests/integration/test_row_decoders.py): by position, as tuple.__new__ makes them (what PendingEvent._make
+    calls, without a Python frame for each of the batch's rows)."""
+    return cast("list[PendingEvent]", list(map(partial(tuple.__new__, PendingEvent), rows)))
 
 
 class PostgresOutboxQueue:
@@ -110,12 +118,14 @@ class PostgresOutboxQueue:
             self._observe_horizon()
         return self._conn
 
-    def _ask(self, statement: LiteralString, params: Mapping[str, Any] | None = None) -> tuple[Any, ...]:
-        """The row of a statement that answers with one, after a sync (one round trip)."""
+    def _ask(
+        self, name: str, row_factory: RowFactory[Row], params: Mapping[str, Any] | None = None
+    ) -> Row | None:
+        """The row of a named statement that answers with one, after a sync (one round trip)."""
         self._send_removals()
-        cursor = self._session().execute(statement, params)
+        cursor = read(self._session(), name, params, row_factory)
         self._sync()
-        return cursor.fetchone() or ()
+        return cursor.fetchone()
 
     def _sync(self) -> None:
         if self._pipeline is not None:
@@ -135,11 +145,11 @@ class PostgresOutboxQueue:
         self._session()
         if self._active:
             return RelayRole.ACTIVE
-        if not self._ask(query("try_lock_outbox_relay"))[0]:
+        if not self._ask("try_lock_outbox_relay", scalar_row):
             return RelayRole.STANDBY
         self._active = True
-        previous = self._ask(query("take_outbox_relay_handover"), {"holder": self._holder})
-        return RelayRole.ACTIVE if previous and previous[0] else RelayRole.TAKEN_OVER
+        clean = self._ask("take_outbox_relay_handover", scalar_row, {"holder": self._holder})
+        return RelayRole.ACTIVE if clean else RelayRole.TAKEN_OVER
 
     def fetch_ready(self, limit: int, after: int) -> list[PendingEvent]:
         conn = self._session()
@@ -160,18 +170,21 @@ class PostgresOutboxQueue:
             # Not waited for: the server removes these rows while the relay hands the batch to the producer.
             # The next statement's sync commits the removal (and raises its error).
             self._send_removals()
-            # tuple.__new__ is what PendingEvent._make calls, without a Python frame for each of the rows.
             rows = cursor.fetchall()
             if len(rows) < limit:
                 self._read_to_final = self._horizon.final
-            return cast("list[PendingEvent]", list(map(partial(tuple.__new__, PendingEvent), rows)))
+            return _pending_events(rows)
 
     def _observe_horizon(self) -> None:
-        row = self._ask(query("outbox_id_horizon"))
-        last_value, writers, cache, prepared = row
-        if cache != 1:
-            raise RuntimeError(f"the outbox id sequence caches {cache} ids; the relay needs a cache of 1")
-        self._horizon.observe(int(last_value), writers, prepared=bool(prepared))
+        sequence = self._ask("outbox_id_horizon", dict_row)
+        assert sequence is not None  # the statement answers with one row
+        if sequence["cache"] != 1:
+            raise RuntimeError(
+                f"the outbox id sequence caches {sequence['cache']} ids; the relay needs a cache of 1"
+            )
+        self._horizon.observe(
+            int(sequence["last_value"]), sequence["writers"], prepared=bool(sequence["prepared"])
+        )
 
     def settle(self, delivered: Sequence[int], rejected: Mapping[int, str]) -> None:
         """Acknowledged rows are removed with the next read (fewer, larger deletes, none waited for on its
@@ -195,19 +208,27 @@ class PostgresOutboxQueue:
 
     def transactional_id(self) -> str:
         """The outbox's Kafka transactional.id, the same for every relay of it."""
-        [(transactional_id,)] = self._database.execute("outbox_transactional_id", {})
+        [transactional_id] = self._database.fetch("outbox_transactional_id", {}, scalar_row)
         return str(transactional_id)
 
     def backlog(self) -> OutboxBacklog:
-        waiting, oldest_age_s, writing, pid, application_name, running_s = self._ask(query("outbox_backlog"))
-        writer = OutboxWriter(pid, application_name, running_s) if writing else None
-        return OutboxBacklog(int(waiting), float(oldest_age_s), float(running_s or 0.0), writer)
+        backlog = self._ask("outbox_backlog", dict_row)
+        assert backlog is not None  # the statement answers with one row
+        running_s = backlog["running_s"]
+        writer = (
+            OutboxWriter(backlog["pid"], backlog["application_name"], running_s)
+            if backlog["writing"]
+            else None
+        )
+        return OutboxBacklog(
+            int(backlog["waiting"]), float(backlog["oldest_age_s"]), float(running_s or 0.0), writer
+        )
 
     def is_drained(self) -> bool:
-        return bool(self._ask(query("outbox_is_empty"))[0])
+        return bool(self._ask("outbox_is_empty", scalar_row))
 
     def heartbeat(self) -> None:
-        self._ask(query("ping"))
+        self._ask("ping", scalar_row)
 
     def stand_down(self) -> None:
         if self._conn is None:

@@ -38,12 +38,15 @@ INSERT INTO identity.role_definitions (id, code, name, company_id) VALUES (%(id)
 -- name: lock_role
 -- NO KEY UPDATE, not UPDATE: an assignment insert's foreign-key check (KEY SHARE) of a writer that already
 -- holds some users must not wait for a role change that waits for those users.
-SELECT id, code, company_id, status, version FROM identity.role_definitions WHERE id = %(role_id)s
+SELECT id AS role_id, code, company_id, status, version FROM identity.role_definitions
+WHERE id = %(role_id)s
 FOR NO KEY UPDATE;
 
 -- name: share_role
 -- A grant only needs the role to stay Active until it commits; grants of one role do not wait for each other.
-SELECT id, code, company_id, status, version FROM identity.role_definitions WHERE id = %(role_id)s FOR SHARE;
+SELECT id AS role_id, code, company_id, status, version FROM identity.role_definitions
+WHERE id = %(role_id)s
+FOR SHARE;
 
 -- name: delete_role_permissions
 DELETE FROM identity.role_permissions WHERE role_id = %(role_id)s;
@@ -97,7 +100,7 @@ WHERE ra.role_id = %(role_id)s AND ra.status = 'Active'
 RETURNING ra.user_id;
 
 -- name: user_access_versions
-SELECT user_id, max(version) FROM identity.role_assignments
+SELECT user_id, max(version) AS version FROM identity.role_assignments
 WHERE user_id = ANY(%(user_ids)s::uuid[]) GROUP BY user_id;
 
 -- name: count_active_users
@@ -118,51 +121,13 @@ FOR KEY SHARE OF u;
 
 -- name: access_snapshots
 -- One query for the whole set: each user with every Active assignment across all roles (no N+1).
-SELECT u.id, u.company_id, ra.id, ra.role_id, rd.code, ra.scope_type, ra.scope_organization_id,
-       ra.scope_project_group_id, ra.scope_project_id, ra.expires_at
+SELECT u.id AS user_id, u.company_id, ra.id AS assignment_id, ra.role_id, rd.code AS role_code, ra.scope_type,
+       ra.scope_organization_id, ra.scope_project_group_id, ra.scope_project_id, ra.expires_at
 FROM identity.users u
 LEFT JOIN identity.role_assignments ra ON ra.user_id = u.id AND ra.status = 'Active'
 LEFT JOIN identity.role_definitions rd ON rd.id = ra.role_id
 WHERE u.id = ANY(%(user_ids)s::uuid[])
 ORDER BY u.id, ra.id;
-
--- name: pending_access_users
--- The access audit: users whose access event is still in the outbox (a key is the user id).
-SELECT DISTINCT message_key::uuid FROM identity.outbox_events
-WHERE topic = %(topic)s AND message_key ~ '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$';
-
--- name: users_with_active_assignments
-SELECT DISTINCT user_id FROM identity.role_assignments WHERE status = 'Active' ORDER BY user_id;
-
--- name: create_audit_topic_records
--- The access topic's records as one audit read them (seq: the order read, which is each partition's order),
--- kept in the audit's own session rather than in its process: a million users cost the audit no memory.
-CREATE TEMP TABLE audit_topic_records (seq bigint NOT NULL, user_id uuid NOT NULL, fingerprint bigint);
-
--- name: copy_audit_topic_records
-COPY pg_temp.audit_topic_records (seq, user_id, fingerprint) FROM STDIN;
-
--- name: audit_last_events
--- Each user's last record (a null fingerprint: a tombstone), by user id as the truths come.
-SELECT DISTINCT ON (user_id) user_id, fingerprint FROM pg_temp.audit_topic_records ORDER BY user_id, seq DESC;
-
--- name: user_exists
-SELECT EXISTS (SELECT 1 FROM identity.users WHERE id = %(user_id)s);
-
--- name: queued_access_events_of_user
--- `access show`: the user's access events still in the outbox (oldest first), then those the broker refused
--- for good (dead letters). Neither table has an index on the key: the outbox is read whole, which costs
--- nothing while the relay keeps it drained and grows with a backlog (BENCHMARKS.md, "access show").
-SELECT false, id, event_id, value::jsonb #>> '{payload,changeReason}', value::jsonb #>> '{payload,version}',
-       created_at, NULL::text
-FROM identity.outbox_events
-WHERE topic = %(topic)s AND message_key = %(key)s
-UNION ALL
-SELECT true, id, event_id, value::jsonb #>> '{payload,changeReason}', value::jsonb #>> '{payload,version}',
-       failed_at, error
-FROM identity.outbox_dead_letters
-WHERE topic = %(topic)s AND message_key = %(key)s
-ORDER BY 1, 2;
 
 -- ---------------------------------------------------------------- access fan-out queue
 
@@ -186,7 +151,7 @@ LISTEN pin_identity_fanout;
 UPDATE identity.access_fanout_tasks
 SET status = 'Failed', lease_expires_at = NULL, lease_owner = NULL, updated_at = %(now)s
 WHERE status = 'InProgress' AND lease_expires_at <= %(now)s AND attempt_count >= %(max_attempts)s
-RETURNING id, role_id, attempt_count, last_error;
+RETURNING id AS task_id, role_id, attempt_count AS attempts, last_error;
 
 -- name: claim_fanout_task
 -- The oldest Pending task, or InProgress one whose lease expired; tasks other workers hold are skipped.
@@ -206,8 +171,8 @@ SET status = 'InProgress',
     updated_at = %(now)s
 FROM next
 WHERE t.id = next.id
-RETURNING t.id, t.role_id, t.company_id, t.role_version, t.cursor, t.processed_count, t.attempt_count,
-          t.created_at;
+RETURNING t.id AS task_id, t.role_id, t.company_id, t.role_version, t.cursor, t.processed_count,
+          t.attempt_count AS attempt, t.created_at;
 
 -- name: renew_fanout_lease
 -- Fencing: only the claim that holds the lease may write; the row stays locked for the batch.
@@ -217,8 +182,8 @@ WHERE id = %(task_id)s AND lease_owner = %(claim_id)s AND status = 'InProgress'
 RETURNING id;
 
 -- name: fanout_page_commits_without_flush
--- A page's commit does not wait for its WAL to reach the disk (about a millisecond of a 10 ms page). Safe here:
--- a page changes no truth, and the page's events and checkpoint are lost or kept together. A page lost in a
+-- A page's commit does not wait for its WAL to reach the disk (what that saves: BENCHMARKS.md). Safe here: a
+-- page changes no truth, and the page's events and checkpoint are lost or kept together. A page lost in a
 -- server crash is written again from the older checkpoint (its events may already be on the topic: at least
 -- once, as any retry). It cannot come back behind a newer truth: a writer of one of its users waits for the
 -- page's lock and commits after it, and that writer's synchronous commit flushes the WAL up to itself, the
@@ -234,8 +199,8 @@ SET LOCAL synchronous_commit = off;
 -- The page's ids are gathered into an array first (an InitPlan over the (role_id, user_id) index), so the
 -- users are found through their primary key whatever the cost settings: as a join (`IN (subquery)`) the
 -- planner weighed a hash join over a sequential scan of every user against 500 index probes, and chose the
--- scan for a 50,000-user role under the default random_page_cost: 5 ms a page instead of 0.6 ms
--- (tests/integration/test_query_plans.py holds the shape).
+-- scan for a 50,000-user role under the default random_page_cost, several times slower a page (BENCHMARKS.md
+-- has the figures; tests/integration/test_query_plans.py holds the shape).
 -- One row comes back: the page's size, its last id (the next cursor) and its ids as the text of a uuid[] that
 -- write_access_changes takes as it is: turning 500 ids into Python objects and back was a sixth of the
 -- worker's time a page.
@@ -250,7 +215,9 @@ WITH page AS (
     ORDER BY u.id
     FOR KEY SHARE OF u
 )
-SELECT count(*), (array_agg(id ORDER BY id DESC))[1], array_agg(id ORDER BY id)::text FROM page;
+SELECT count(*) AS page_size, (array_agg(id ORDER BY id DESC))[1] AS last_user_id,
+       array_agg(id ORDER BY id)::text AS user_ids
+FROM page;
 
 -- name: rendered_access_snapshots
 -- Each user's full access snapshot, rendered as UserAccessChanged's activeAssignments array: the SQL
@@ -326,13 +293,14 @@ SET lease_expires_at = %(available_at)s,
 WHERE id = %(task_id)s AND lease_owner = %(claim_id)s AND status = 'InProgress';
 
 -- name: fanout_queue_stats
-SELECT count(*) FILTER (WHERE status = 'Pending' OR (status = 'InProgress' AND lease_expires_at <= %(now)s)),
-       count(*) FILTER (WHERE status = 'Failed')
+SELECT count(*) FILTER (WHERE status = 'Pending' OR (status = 'InProgress' AND lease_expires_at <= %(now)s))
+           AS backlog,
+       count(*) FILTER (WHERE status = 'Failed') AS failed
 FROM identity.access_fanout_tasks
 WHERE status IN ('Pending', 'InProgress', 'Failed');
 
 -- name: list_fanout_tasks
-SELECT id, role_id, company_id, role_version, reason, status, cursor, processed_count, attempt_count,
+SELECT id AS task_id, role_id, company_id, role_version, reason, status, cursor, processed_count, attempt_count,
        lease_expires_at, created_at, started_at, completed_at, updated_at, last_error
 FROM identity.access_fanout_tasks
 WHERE %(status)s::text IS NULL OR status = %(status)s
@@ -348,7 +316,8 @@ WHERE id = %(task_id)s AND status = 'Failed'
 RETURNING id;
 
 -- name: fanout_task_status
-SELECT status FROM identity.access_fanout_tasks WHERE id = %(task_id)s;
+-- An operator's look at a task (fan-out replay), and the demo's wait for its fan-out.
+SELECT status, processed_count FROM identity.access_fanout_tasks WHERE id = %(task_id)s;
 
 -- ---------------------------------------------------------------- Talent replica
 
@@ -359,13 +328,15 @@ SELECT pg_advisory_xact_lock(hashtextextended(%(namespace)s || ids.id::text, 0))
 FROM (SELECT id FROM unnest(%(ids)s::uuid[]) AS id ORDER BY id) AS ids;
 
 -- name: companies_by_tenant
-SELECT id, name, company_type, status, tax_id, sync_source, external_talent_tenant_id, replica_version
+SELECT id AS company_id, name, company_type, status, tax_id, sync_source, external_talent_tenant_id,
+       replica_version
 FROM identity.companies WHERE external_talent_tenant_id = ANY(%(tenant_ids)s::uuid[]);
 
 -- name: share_companies_by_tenant
 -- A user round reads its companies' status under a share lock: a round blocking or restoring one of them
 -- (which follows up on the company's managers) commits first or waits for this one.
-SELECT id, name, company_type, status, tax_id, sync_source, external_talent_tenant_id, replica_version
+SELECT id AS company_id, name, company_type, status, tax_id, sync_source, external_talent_tenant_id,
+       replica_version
 FROM identity.companies WHERE external_talent_tenant_id = ANY(%(tenant_ids)s::uuid[])
 ORDER BY id
 FOR SHARE;
@@ -392,14 +363,14 @@ WHERE u.id = ANY(%(user_ids)s::uuid[])
                     AND ra.scope_organization_id = u.company_id);
 
 -- name: users_by_talent_id
-SELECT id, company_id, type, status, phone, email, first_name, last_name, middle_name, contacts_managed_by,
-       sync_source, external_talent_user_id, replica_version
+SELECT id AS user_id, company_id, type, status, phone, email, first_name, last_name, middle_name,
+       contacts_managed_by, sync_source, external_talent_user_id, replica_version
 FROM identity.users WHERE external_talent_user_id = ANY(%(talent_ids)s::uuid[]);
 
 -- name: lock_users_by_talent_id
 -- Locks the rows too: a point change of the same user (grant, revoke) waits, so versions stay ordered.
-SELECT id, company_id, type, status, phone, email, first_name, last_name, middle_name, contacts_managed_by,
-       sync_source, external_talent_user_id, replica_version
+SELECT id AS user_id, company_id, type, status, phone, email, first_name, last_name, middle_name,
+       contacts_managed_by, sync_source, external_talent_user_id, replica_version
 FROM identity.users WHERE external_talent_user_id = ANY(%(talent_ids)s::uuid[])
 ORDER BY id
 FOR UPDATE;
@@ -409,7 +380,7 @@ SELECT phone, id FROM identity.users WHERE phone = ANY(%(phones)s::text[]);
 
 -- name: default_role
 -- The system role every Talent manager holds in its organization (created by the first migration).
-SELECT id, code, company_id, status, version FROM identity.role_definitions
+SELECT id AS role_id, code, company_id, status, version FROM identity.role_definitions
 WHERE code = %(code)s AND company_id IS NULL;
 
 -- name: talent_deleted_versions
@@ -527,6 +498,20 @@ ORDER BY next_attempt_at
 LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED;
 
+-- name: import_failed_items
+-- A run's quarantine, or the continuous consumer's (run_id null).
+SELECT id AS item_id, stage, external_id, error_code, reason, attempt_count AS attempts, created_at, updated_at
+FROM identity.talent_import_failed_items
+WHERE run_id IS NOT DISTINCT FROM %(run_id)s::uuid
+ORDER BY created_at, id;
+
+-- name: import_failed_items_for_replay
+SELECT id, stage, external_id, error_code, payload, attempt_count, next_attempt_at
+FROM identity.talent_import_failed_items
+WHERE run_id IS NOT DISTINCT FROM %(run_id)s::uuid AND (%(all)s OR id = ANY(%(ids)s::uuid[]))
+ORDER BY created_at, id
+FOR UPDATE SKIP LOCKED;
+
 -- ---------------------------------------------------------------- transactional outbox
 
 -- name: copy_outbox_events
@@ -535,8 +520,9 @@ FROM STDIN;
 
 -- name: relay_session_settings
 -- A custom plan per statement: under a generic plan an id array (once the 20,000 ids in flight, now the ids
--- removed at once) was searched row by row, and one fetch took seconds with 18,000 in flight, holding up the
--- relay's loop (and its session checks). Planning the relay's few statements each time costs little.
+-- removed at once) was searched row by row, and a fetch with 18,000 in flight held up the relay's loop (and
+-- its session checks; BENCHMARKS.md has the figures). Planning the relay's few statements each time costs
+-- little.
 SET synchronous_commit = off; SET plan_cache_mode = force_custom_plan;
 
 -- name: try_lock_outbox_relay
@@ -565,21 +551,22 @@ WHERE id = 1 AND holder = %(holder)s;
 -- that takes an id keeps it until it ends): IdHorizon in outbox_queue.py turns them into the id up to which
 -- every row is final. The cache size must be 1: ids cached by a session would be handed out after this read.
 -- A prepared transaction is listed apart: preparing gives a transaction's locks another virtual id.
-SELECT CASE WHEN s.is_called THEN s.last_value ELSE 0 END,
+SELECT CASE WHEN s.is_called THEN s.last_value ELSE 0 END AS last_value,
        ARRAY(SELECT l.virtualtransaction FROM pg_locks l
              WHERE l.locktype = 'relation'
                AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
                AND l.relation = 'identity.outbox_events_id_seq'::regclass
-               AND l.pid IS DISTINCT FROM pg_backend_pid()),
-       (SELECT seqcache FROM pg_sequence WHERE seqrelid = 'identity.outbox_events_id_seq'::regclass),
-       EXISTS (SELECT FROM pg_prepared_xacts WHERE database = current_database())
+               AND l.pid IS DISTINCT FROM pg_backend_pid()) AS writers,
+       (SELECT seqcache FROM pg_sequence WHERE seqrelid = 'identity.outbox_events_id_seq'::regclass) AS cache,
+       EXISTS (SELECT FROM pg_prepared_xacts WHERE database = current_database()) AS prepared
 FROM identity.outbox_events_id_seq s;
 
 -- name: fetch_ready_outbox_events
 -- The next rows after the last one the relay read, never past the id up to which every row is final, so a
 -- row that commits late is never stepped over, and rows of one aggregate leave in the order their
 -- transactions wrote them. The relay itself holds back the later rows of a key that has one in flight.
-SELECT id, topic, message_key, convert_to(value, 'UTF8'), event_type, correlation_id::text, traceparent
+SELECT id AS outbox_id, topic, message_key AS key, convert_to(value, 'UTF8') AS value, event_type,
+       correlation_id::text AS correlation_id, traceparent
 FROM identity.outbox_events
 WHERE id > %(after)s AND id <= %(final)s
 ORDER BY id
@@ -616,11 +603,54 @@ writer AS (
     LIMIT 1
 )
 SELECT CASE WHEN count(*) < 10000 THEN count(*)
-            ELSE (SELECT max(id) FROM identity.outbox_events) - min(head.id) + 1 END,
-       COALESCE(EXTRACT(EPOCH FROM now() - min(head.created_at)), 0)::float8,
-       EXISTS (SELECT FROM writer), (SELECT pid FROM writer), (SELECT application_name FROM writer),
-       (SELECT running_s FROM writer)
+            ELSE (SELECT max(id) FROM identity.outbox_events) - min(head.id) + 1 END AS waiting,
+       COALESCE(EXTRACT(EPOCH FROM now() - min(head.created_at)), 0)::float8 AS oldest_age_s,
+       EXISTS (SELECT FROM writer) AS writing, (SELECT pid FROM writer) AS pid,
+       (SELECT application_name FROM writer) AS application_name, (SELECT running_s FROM writer) AS running_s
 FROM head;
+
+-- name: outbox_is_empty
+SELECT NOT EXISTS (SELECT 1 FROM identity.outbox_events);
+
+-- ---------------------------------------------------------------- access audit and access show
+
+-- name: pending_access_users
+-- The access audit: users whose access event is still in the outbox (a key is the user id).
+SELECT DISTINCT message_key::uuid FROM identity.outbox_events
+WHERE topic = %(topic)s AND message_key ~ '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$';
+
+-- name: users_with_active_assignments
+SELECT DISTINCT user_id FROM identity.role_assignments WHERE status = 'Active' ORDER BY user_id;
+
+-- name: create_audit_topic_records
+-- The access topic's records as one audit read them (seq: the order read, which is each partition's order),
+-- kept in the audit's own session rather than in its process: a million users cost the audit no memory.
+CREATE TEMP TABLE audit_topic_records (seq bigint NOT NULL, user_id uuid NOT NULL, fingerprint bigint);
+
+-- name: copy_audit_topic_records
+COPY pg_temp.audit_topic_records (seq, user_id, fingerprint) FROM STDIN;
+
+-- name: audit_last_events
+-- Each user's last record (a null fingerprint: a tombstone), by user id as the truths come.
+SELECT DISTINCT ON (user_id) user_id, fingerprint FROM pg_temp.audit_topic_records ORDER BY user_id, seq DESC;
+
+-- name: user_exists
+SELECT EXISTS (SELECT 1 FROM identity.users WHERE id = %(user_id)s);
+
+-- name: queued_access_events_of_user
+-- `access show`: the user's access events still in the outbox (oldest first), then those the broker refused
+-- for good (dead letters). Neither table has an index on the key: the outbox is read whole, which costs
+-- nothing while the relay keeps it drained and grows with a backlog (BENCHMARKS.md, "access show").
+SELECT false AS dead, id AS outbox_id, event_id, value::jsonb #>> '{payload,changeReason}' AS change_reason,
+       value::jsonb #>> '{payload,version}' AS version, created_at AS queued_at, NULL::text AS error
+FROM identity.outbox_events
+WHERE topic = %(topic)s AND message_key = %(key)s
+UNION ALL
+SELECT true, id, event_id, value::jsonb #>> '{payload,changeReason}', value::jsonb #>> '{payload,version}',
+       failed_at, error
+FROM identity.outbox_dead_letters
+WHERE topic = %(topic)s AND message_key = %(key)s
+ORDER BY 1, 2;
 
 -- ---------------------------------------------------------------- health
 
@@ -629,12 +659,14 @@ SELECT 1;
 
 -- ---------------------------------------------------------------- demo checks
 
--- name: fanout_task_progress
-SELECT status, processed_count FROM identity.access_fanout_tasks WHERE id = %(task_id)s;
-
--- name: outbox_is_empty
-SELECT NOT EXISTS (SELECT 1 FROM identity.outbox_events);
-
+-- name: talent_managers_with_one_default_role
+-- The demo's check of the bootstrap: every Talent manager holds exactly one Active default role.
+SELECT count(*) FROM identity.users u
+WHERE u.sync_source = 'TalentIdentity' AND u.status <> 'Blocked'
+  AND (SELECT count(*) FROM identity.role_assignments ra
+       JOIN identity.role_definitions rd ON rd.id = ra.role_id AND rd.code = %(code)s
+       WHERE ra.user_id = u.id AND ra.status = 'Active'
+         AND ra.scope_type = 'Organization' AND ra.scope_organization_id = u.company_id) = 1;
 
 -- ---------------------------------------------------------------- talent-initial-import
 
@@ -645,9 +677,10 @@ VALUES (%(id)s, %(mode)s, 'Running', %(tenant_filter)s, %(page_size)s, %(dry_run
         %(now)s, %(now)s);
 
 -- name: import_runs
--- The one read of runs: by id, the Running one, or the latest (both parameters null or false). The columns,
--- in this order, are what import_store._run_from_row reads.
-SELECT id, mode, status, talent_tenant_id_filter, page_size, dry_run, correlation_id, started_at, finished_at,
+-- The one read of runs: by id, the Running one, or the latest (both parameters null or false), read by
+-- column name (import_store._run_from_row).
+SELECT id AS run_id, mode, status, talent_tenant_id_filter AS tenant_filter, page_size, dry_run, correlation_id,
+       started_at, finished_at,
        companies_planned, companies_applied, companies_skipped, companies_failed,
        users_planned, users_applied, users_skipped, users_failed,
        tenants_listed, users_listed, plan_cursor, plan_page_no, error_code, error
@@ -686,7 +719,7 @@ SELECT gen_random_uuid(), %(run_id)s, %(stage)s, p.page_no, p.cursor, p.planned
 FROM unnest(%(page_nos)s::int[], %(cursors)s::text[], %(planned)s::int[]) AS p(page_no, cursor, planned);
 
 -- name: import_page_progress
-SELECT stage, status, count(*) FROM identity.talent_import_pages WHERE run_id = %(run_id)s GROUP BY 1, 2;
+SELECT stage, status, count(*) AS pages FROM identity.talent_import_pages WHERE run_id = %(run_id)s GROUP BY 1, 2;
 
 -- name: import_page_cursors
 SELECT cursor FROM identity.talent_import_pages WHERE run_id = %(run_id)s AND stage = %(stage)s ORDER BY page_no;
@@ -791,7 +824,7 @@ WHERE c.external_talent_tenant_id = %(tenant_id)s AND u.external_talent_user_id 
 
 -- name: import_lock_holder
 -- Who holds the one-run lock: the session's process, application name and client.
-SELECT a.pid, a.application_name, COALESCE(host(a.client_addr), 'local'), a.backend_start
+SELECT a.pid, a.application_name, COALESCE(host(a.client_addr), 'local') AS client, a.backend_start
 FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
 WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
   AND ((l.classid::bigint << 32) | l.objid::bigint) = hashtextextended(%(key)s, 0);
@@ -815,20 +848,6 @@ SET status = 'Cancelled', cancel_requested = true, finished_at = now(), updated_
 WHERE id = %(run_id)s AND status = 'Running'
 RETURNING id;
 
--- name: import_failed_items
--- A run's quarantine, or the continuous consumer's (run_id null).
-SELECT id, stage, external_id, error_code, reason, attempt_count, created_at, updated_at
-FROM identity.talent_import_failed_items
-WHERE run_id IS NOT DISTINCT FROM %(run_id)s::uuid
-ORDER BY created_at, id;
-
--- name: import_failed_items_for_replay
-SELECT id, stage, external_id, error_code, payload, attempt_count, next_attempt_at
-FROM identity.talent_import_failed_items
-WHERE run_id IS NOT DISTINCT FROM %(run_id)s::uuid AND (%(all)s OR id = ANY(%(ids)s::uuid[]))
-ORDER BY created_at, id
-FOR UPDATE SKIP LOCKED;
-
 -- ---------------------------------------------------------------- retention (maintenance prune)
 
 -- name: prune_fanout_tasks
@@ -849,15 +868,6 @@ UPDATE identity.talent_import_failed_items
 SET payload = NULL, updated_at = now()
 WHERE payload IS NOT NULL AND created_at < %(cutoff)s AND next_attempt_at IS NULL
 RETURNING id;
-
--- name: talent_managers_with_one_default_role
--- The demo's check of the bootstrap: every Talent manager holds exactly one Active default role.
-SELECT count(*) FROM identity.users u
-WHERE u.sync_source = 'TalentIdentity' AND u.status <> 'Blocked'
-  AND (SELECT count(*) FROM identity.role_assignments ra
-       JOIN identity.role_definitions rd ON rd.id = ra.role_id AND rd.code = %(code)s
-       WHERE ra.user_id = u.id AND ra.status = 'Active'
-         AND ra.scope_type = 'Organization' AND ra.scope_organization_id = u.company_id) = 1;
 
 -- ---------------------------------------------------------------- operator console (admin reads)
 

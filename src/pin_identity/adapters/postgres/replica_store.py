@@ -13,15 +13,16 @@ from uuid import UUID
 import psycopg
 from psycopg import errors
 from psycopg.pq import TransactionStatus
+from psycopg.rows import DictRow, RowFactory, dict_row, kwargs_row, scalar_row, tuple_row
 from psycopg.types.array import ListBinaryDumper
 
 from pin_identity.adapters.postgres.catalogue import query
-from pin_identity.adapters.postgres.database import Database
-from pin_identity.adapters.postgres.identity_store import PostgresAccessEvents
+from pin_identity.adapters.postgres.database import Database, Row
+from pin_identity.adapters.postgres.identity_store import PostgresAccessEvents, role_record
 from pin_identity.adapters.talent_wire import Undecodable, read_item
 from pin_identity.domain.errors import StoreConflictError
 from pin_identity.domain.events import CompanyState, UserState
-from pin_identity.domain.model import DEVELOPER_MANAGER_ROLE_CODE, RenderedAccessSnapshot, RoleStatus
+from pin_identity.domain.model import DEVELOPER_MANAGER_ROLE_CODE, RenderedAccessSnapshot
 from pin_identity.domain.talent import ImportStage
 from pin_identity.observability.logging import get_logger
 from pin_identity.operations.ports.identity import RoleRecord
@@ -62,6 +63,30 @@ def _user_columns(users: Sequence[UserState]) -> dict[str, list[Any]]:
     }
 
 
+# The page apply's bulk reads (hundreds of rows a statement) go by position, each row straight into its
+# record: tests/integration/test_row_decoders.py holds the statements' columns to the order read here.
+
+
+def _companies_by_tenant(rows: Iterable[tuple[Any, ...]]) -> dict[UUID, CompanyState]:
+    """companies_by_tenant, share_companies_by_tenant: CompanyState's fields in order (the 7th the tenant)."""
+    return {row[6]: CompanyState(*row) for row in rows}
+
+
+def _users_by_talent_id(rows: Iterable[tuple[Any, ...]]) -> dict[UUID, UserState]:
+    """users_by_talent_id, lock_users_by_talent_id: UserState's fields in order (the 12th the Talent id)."""
+    return {row[11]: UserState(*row) for row in rows}
+
+
+def _access_changes(
+    snapshots: Iterable[tuple[Any, ...]], versions: Iterable[tuple[Any, ...]]
+) -> dict[UUID, tuple[RenderedAccessSnapshot, int]]:
+    """rendered_access_snapshots (RenderedAccessSnapshot's fields in order) and user_access_versions (user id,
+    version)."""
+    version_of = dict(versions)
+    rendered = map(RenderedAccessSnapshot._make, snapshots)
+    return {snapshot.user_id: (snapshot, version_of[snapshot.user_id]) for snapshot in rendered}
+
+
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 # A quarantined snapshot is kept for the operator and for replay; one larger than this is no snapshot.
 MAX_STORED_PAYLOAD = 64 * 1024
@@ -94,20 +119,29 @@ def _quarantine_columns(entries: Sequence[QuarantineEntry]) -> dict[str, list[An
     }
 
 
-def _quarantined(rows: Iterable[Sequence[Any]]) -> list[SourceItem]:
-    """Rows of (id, stage, external_id, error_code, payload, attempt_count, next_attempt_at), each read again
-    as it was read when it came."""
+def _text(talent_id: UUID | None) -> str | None:
+    return str(talent_id) if talent_id else None
+
+
+def _quarantined(rows: Iterable[DictRow]) -> list[SourceItem]:
+    """Rows of due_quarantined or import_failed_items_for_replay, each read again as it was when it came."""
     return [
         SourceItem(
-            read_item(ImportStage(stage), str(talent_id) if talent_id else None, payload), row_id, tries
+            read_item(ImportStage(row["stage"]), _text(row["external_id"]), row["payload"]),
+            row["id"],
+            row["attempt_count"],
         )
-        for row_id, stage, talent_id, _, payload, tries, _ in rows
+        for row in rows
     ]
 
 
 class PostgresReplicaTransaction(PostgresAccessEvents):
     def _execute(self, name: str, params: dict[str, Any]) -> psycopg.Cursor[Any]:
-        cursor = self._conn.cursor()
+        return self._read(name, params, tuple_row)
+
+    def _read(self, name: str, params: dict[str, Any], row_factory: RowFactory[Row]) -> psycopg.Cursor[Row]:
+        """A named statement whose rows `row_factory` makes (by column name where the rows are few)."""
+        cursor = self._conn.cursor(row_factory=row_factory)
         # A batch's columns go as binary arrays: the text format escapes every element in Python (a round's
         # user columns are 5,500 values), the binary one packs them several times faster. An empty or
         # all-NULL list still goes as text (psycopg cannot tell its element type).
@@ -144,54 +178,55 @@ class PostgresReplicaTransaction(PostgresAccessEvents):
         if not tenant_ids:
             return {}
         name = "share_companies_by_tenant" if shared else "companies_by_tenant"
-        rows = self._execute(name, {"tenant_ids": list(tenant_ids)})
-        return {row[6]: CompanyState(*row) for row in rows}
+        return _companies_by_tenant(self._execute(name, {"tenant_ids": list(tenant_ids)}))
 
     def lock_managers(self, company_ids: Sequence[UUID]) -> dict[UUID, UUID]:
         if not company_ids:
             return {}
-        talent_ids = sorted(
-            row[0] for row in self._execute("company_managers", {"company_ids": list(company_ids)})
-        )
+        talent_ids = sorted(self._read("company_managers", {"company_ids": list(company_ids)}, scalar_row))
         # The same per-user lock every writer of a Talent user takes, then the rows (id order).
         self.lock_talent_ids("Users", talent_ids)
-        rows = self._execute("lock_managers", {"talent_ids": talent_ids, "company_ids": list(company_ids)})
-        return {row[0]: row[1] for row in rows}
+        params = {"talent_ids": talent_ids, "company_ids": list(company_ids)}
+        return {row["id"]: row["company_id"] for row in self._read("lock_managers", params, dict_row)}
 
     def managers_without_default_role(
         self, user_ids: Sequence[UUID], role_id: UUID
     ) -> list[tuple[UUID, UUID]]:
         if not user_ids:
             return []
-        rows = self._execute(
-            "managers_without_default_role", {"user_ids": list(user_ids), "role_id": role_id}
-        )
-        return [(row[0], row[1]) for row in rows]
+        params = {"user_ids": list(user_ids), "role_id": role_id}
+        rows = self._read("managers_without_default_role", params, dict_row)
+        return [(row["id"], row["company_id"]) for row in rows]
 
     def users_by_talent_id(self, talent_ids: Sequence[UUID], *, lock: bool) -> dict[UUID, UserState]:
         if not talent_ids:
             return {}
         name = "lock_users_by_talent_id" if lock else "users_by_talent_id"
-        return {row[11]: UserState(*row) for row in self._execute(name, {"talent_ids": list(talent_ids)})}
+        return _users_by_talent_id(self._execute(name, {"talent_ids": list(talent_ids)}))
 
     def phone_owners(self, phones: Sequence[str]) -> dict[str, UUID]:
         if not phones:
             return {}
-        return {row[0]: row[1] for row in self._execute("phone_owners", {"phones": list(phones)})}
+        # (phone, user id) rows, a page's worth: as a dict straight away (test_row_decoders holds the order).
+        return dict(self._execute("phone_owners", {"phones": list(phones)}))
 
     def default_role(self) -> RoleRecord:
-        row = self._execute("default_role", {"code": DEVELOPER_MANAGER_ROLE_CODE}).fetchone()
-        if row is None:
+        role = self._read(
+            "default_role", {"code": DEVELOPER_MANAGER_ROLE_CODE}, kwargs_row(role_record)
+        ).fetchone()
+        if role is None:
             raise RuntimeError(
                 f"the {DEVELOPER_MANAGER_ROLE_CODE} system role is missing: run `pin-identity db upgrade`"
             )
-        return RoleRecord(row[0], row[1], row[2], RoleStatus(row[3]), int(row[4]))
+        return role
 
     def deleted_versions(self, stage: str, talent_ids: Sequence[UUID]) -> dict[UUID, int]:
         if not talent_ids:
             return {}
-        rows = self._execute("talent_deleted_versions", {"stage": stage, "talent_ids": list(talent_ids)})
-        return {row[0]: int(row[1]) for row in rows}
+        # (Talent id, version) rows, a page's worth: a dict straight away (test_row_decoders holds the order).
+        return dict(
+            self._execute("talent_deleted_versions", {"stage": stage, "talent_ids": list(talent_ids)})
+        )
 
     def remember_deletions(self, stage: str, versions: Mapping[UUID, int]) -> None:
         if versions:
@@ -219,8 +254,11 @@ class PostgresReplicaTransaction(PostgresAccessEvents):
     def revoke_user_assignments(
         self, user_ids: Sequence[UUID], role_id: UUID | None
     ) -> list[tuple[UUID, UUID]]:
-        rows = self._execute("revoke_user_assignments", {"user_ids": list(user_ids), "role_id": role_id})
-        return [(row[0], row[1]) for row in rows]
+        params = {"user_ids": list(user_ids), "role_id": role_id}
+        return [
+            (row["user_id"], row["role_id"])
+            for row in self._read("revoke_user_assignments", params, dict_row)
+        ]
 
     def grant_default_role(self, role: RoleRecord, grants: Sequence[DefaultGrant]) -> None:
         if not grants:
@@ -243,8 +281,7 @@ class PostgresReplicaTransaction(PostgresAccessEvents):
         with self.pipelined():
             snapshots = self._execute("rendered_access_snapshots", params)
             versions = self._execute("user_access_versions", params)
-        version_of = {row[0]: int(row[1]) for row in versions.fetchall()}
-        return {row[0]: (RenderedAccessSnapshot(*row), version_of[row[0]]) for row in snapshots.fetchall()}
+        return _access_changes(snapshots.fetchall(), versions.fetchall())
 
     def quarantine(self, entries: Sequence[QuarantineEntry]) -> None:
         """Never fails its batch for what the entries hold: should the schema still refuse a payload, the
@@ -261,13 +298,13 @@ class PostgresReplicaTransaction(PostgresAccessEvents):
         self._execute("insert_quarantined", columns)
 
     def due_quarantined(self, now: datetime, limit: int) -> list[SourceItem]:
-        return _quarantined(self._execute("due_quarantined", {"now": now, "limit": limit}))
+        return _quarantined(self._read("due_quarantined", {"now": now, "limit": limit}, dict_row))
 
     def quarantined_for_replay(
         self, run_id: UUID | None, entry_ids: Sequence[UUID] | None
     ) -> list[SourceItem]:
         params = {"run_id": run_id, "all": entry_ids is None, "ids": list(entry_ids or [])}
-        return _quarantined(self._execute("import_failed_items_for_replay", params))
+        return _quarantined(self._read("import_failed_items_for_replay", params, dict_row))
 
     def release_quarantined(self, entry_ids: Sequence[UUID]) -> None:
         self._execute("release_quarantined", {"ids": list(entry_ids)})
