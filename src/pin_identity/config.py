@@ -9,11 +9,15 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from pin_identity.domain.errors import ServiceError
+
 ENV_PREFIX = "PIN_IDENTITY_"
 
 
-class ConfigurationError(Exception):
+class ConfigurationError(ServiceError):
     """A setting is missing or invalid; the message is one line naming the variable."""
+
+    code = "IDENTITY_MISCONFIGURED"
 
 
 PositiveInt = Annotated[int, Field(ge=1)]

@@ -22,7 +22,7 @@ from pin_identity.domain.talent_import import (
     PageStatus,
     RunStatus,
 )
-from pin_identity.entrypoints.talent_import_cli import exit_status
+from pin_identity.entrypoints.cli_common import exit_status
 from pin_identity.jobs.ports import TalentSource
 from pin_identity.jobs.talent_import import start_run
 from pin_identity.simulation.talent import TalentDataset, generate_dataset

@@ -15,11 +15,13 @@ from uuid import UUID
 from pin_identity.domain.errors import ImportNotRunningError, NotFoundError, SourceUnavailableError
 from pin_identity.domain.talent_import import (
     TRUNCATED_SOURCE_SHARE,
-    ImportErrorCode,
+    ImportAlreadyRunningError,
     ImportMode,
-    ImportRefusedError,
     ImportRequest,
+    ImportResumeMismatchError,
     ImportRun,
+    ImportSourceIncompleteError,
+    ImportSourceUnavailableError,
     PageProgress,
 )
 from pin_identity.observability.logging import get_logger
@@ -53,9 +55,7 @@ def start_run(
 
 def _take(lock: RunLock) -> None:
     if not lock.try_acquire():
-        raise ImportRefusedError(
-            ImportErrorCode.ALREADY_RUNNING, f"another run holds the lock ({lock.holder()})"
-        )
+        raise ImportAlreadyRunningError(f"another run holds the lock ({lock.holder()})")
 
 
 def _resume_or_create(
@@ -63,8 +63,7 @@ def _resume_or_create(
 ) -> ImportRun:
     running = store.running_run()
     if running is not None and (differences := request.differs_from(running)):
-        raise ImportRefusedError(
-            ImportErrorCode.RESUME_MISMATCH,
+        raise ImportResumeMismatchError(
             f"run {running.run_id} is Running with {', '.join(differences)}; resume it with the same options",
         )
     _check_source(source)
@@ -90,7 +89,7 @@ def _check_source(source: SourceCheck) -> None:
     try:
         source.check()
     except SourceUnavailableError as exc:
-        raise ImportRefusedError(ImportErrorCode.SOURCE_UNAVAILABLE, str(exc)) from None
+        raise ImportSourceUnavailableError(str(exc)) from None
 
 
 def _guard_against_truncated_source(
@@ -102,10 +101,9 @@ def _guard_against_truncated_source(
     try:
         listed = source.count_companies(tenant_filter)
     except SourceUnavailableError as exc:
-        raise ImportRefusedError(ImportErrorCode.SOURCE_UNAVAILABLE, str(exc)) from None
+        raise ImportSourceUnavailableError(str(exc)) from None
     if listed is not None and held and listed < held * TRUNCATED_SOURCE_SHARE:
-        raise ImportRefusedError(
-            ImportErrorCode.SOURCE_INCOMPLETE,
+        raise ImportSourceIncompleteError(
             f"the source lists {listed} companies, the replica holds {held} from Talent "
             f"(under {TRUNCATED_SOURCE_SHARE:.0%}); rerun with --force if this is intended",
         )
@@ -156,7 +154,7 @@ class ImportOperations:
         try:
             running = self._runs.running_run()
             if running is not None:
-                raise ImportRefusedError(ImportErrorCode.ALREADY_RUNNING, f"run {running.run_id} is Running")
+                raise ImportAlreadyRunningError(f"run {running.run_id} is Running")
             with self._source(request.mode) as source:
                 run = _resume_or_create(self._runs, source, request, self._clock())
         finally:
@@ -169,7 +167,7 @@ class ImportOperations:
         try:
             source = self._sources(mode)
         except SourceUnavailableError as exc:
-            raise ImportRefusedError(ImportErrorCode.SOURCE_UNAVAILABLE, str(exc)) from None
+            raise ImportSourceUnavailableError(str(exc)) from None
         try:
             yield source
         finally:
