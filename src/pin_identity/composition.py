@@ -62,12 +62,12 @@ from pin_identity.domain.errors import (
 )
 from pin_identity.domain.events import PUBLISHED_TOPICS, now_utc
 from pin_identity.domain.fanout import FanOutPolicy
-from pin_identity.domain.talent_import import ImportMode
+from pin_identity.domain.talent_import import ImportMode, ImportSettings
 from pin_identity.jobs.access_fanout import AccessFanOutJob, FanOutSettings
 from pin_identity.jobs.outbox_relay import OutboxRelay, RelaySettings
 from pin_identity.jobs.outbox_relay_observer import RelayObserver
 from pin_identity.jobs.ports import RunLock, TalentSource
-from pin_identity.jobs.talent_import import ImportSettings, TalentImportJob
+from pin_identity.jobs.talent_import import TalentImportJob
 from pin_identity.jobs.talent_sync import TalentSyncJob, TalentSyncSettings
 from pin_identity.operations.access_audit import Progress, audit_access
 from pin_identity.operations.access_show import show_access

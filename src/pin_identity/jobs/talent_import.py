@@ -24,9 +24,6 @@ from pin_identity.jobs.import_orchestrator import ImportOrchestrator
 from pin_identity.jobs.import_pages import PageWorker
 from pin_identity.jobs.ports import ImportStore, RunLock, StopSignal, TalentSource
 from pin_identity.jobs.talent_import_observer import ImportObserver
-from pin_identity.operations.imports import start_run  # its home; importable from here too
-
-__all__ = ["ImportSettings", "TalentImportJob", "start_run"]
 
 
 @dataclass
