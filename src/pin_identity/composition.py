@@ -69,6 +69,7 @@ from pin_identity.jobs.outbox_relay_observer import RelayObserver
 from pin_identity.jobs.ports import RunLock, TalentSource
 from pin_identity.jobs.talent_import import TalentImportJob
 from pin_identity.jobs.talent_sync import TalentSyncJob, TalentSyncSettings
+from pin_identity.observability.logging import first_line
 from pin_identity.operations.access_audit import Progress, audit_access
 from pin_identity.operations.access_show import show_access
 from pin_identity.operations.fanout_admin import FanOutAdmin
@@ -141,7 +142,7 @@ class Container:
         try:
             database.open()
         except Exception as exc:
-            raise ConfigurationError(_DATABASE_UNREACHABLE.format(_first_line(exc))) from None
+            raise ConfigurationError(_DATABASE_UNREACHABLE.format(first_line(exc))) from None
         self._closers.append(database.close)
         return database
 
@@ -427,7 +428,7 @@ def dependency_error(exc: BaseException) -> ConfigurationError | None:
         if isinstance(cause, psycopg.OperationalError) and (
             cause.sqlstate is None or cause.sqlstate.startswith(_CONNECTION_SQLSTATES)
         ):
-            return ConfigurationError(_DATABASE_UNREACHABLE.format(_first_line(cause)))
+            return ConfigurationError(_DATABASE_UNREACHABLE.format(first_line(cause)))
     return None
 
 
@@ -440,9 +441,3 @@ def _causes(exc: BaseException) -> Iterator[BaseException]:
         seen.add(id(current))
         yield current
         current = current.__cause__
-
-
-def _first_line(exc: BaseException) -> str:
-    """Only the first line: a driver's detail lines may quote row values (PII)."""
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__

@@ -15,6 +15,7 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
 from pin_identity.adapters.kafka.publisher import producer_config
+from pin_identity.observability.logging import first_line
 
 # librdkafka writes its log lines raw to stderr unless it is given a logger. The checks below report their
 # outcome as one line of their own, so their clients log nowhere.
@@ -93,7 +94,7 @@ def check_client_properties(properties: Mapping[str, str]) -> None:
         Producer({**transactional, "logger": _quiet})
         Consumer({**properties, "group.id": "pin-identity-config-check", "logger": _quiet}).close()
     except (KafkaException, TypeError, ValueError) as exc:  # the last two for the Python-side keys
-        raise KafkaPropertiesError(_reason(exc)) from None
+        raise KafkaPropertiesError(failure_reason(exc)) from None
 
 
 def probe_broker(client_config: Mapping[str, str], *, timeout_s: float = 5.0) -> None:
@@ -107,7 +108,7 @@ def probe_broker(client_config: Mapping[str, str], *, timeout_s: float = 5.0) ->
             admin.list_topics(timeout=min(_PROBE_STEP_S, max(deadline - time.monotonic(), 0.1)))
             return
         except KafkaException as exc:
-            last = _reason(exc)
+            last = failure_reason(exc)
         admin.poll(0)  # serves error_cb: the reason, as early as librdkafka has it
         if any(error.code() in _HOPELESS for error in heard):
             raise _failure(heard)
@@ -142,10 +143,10 @@ def _first_cause(heard: Sequence[KafkaError]) -> str:
     return (specific or list(heard))[0].str() if heard else ""
 
 
-def _reason(exc: BaseException) -> str:
+def failure_reason(exc: BaseException) -> str:
+    """A broker failure in one line: librdkafka's own words for its KafkaError, else the exception's."""
     error = exc.args[0] if exc.args else None
-    text = error.str() if isinstance(error, KafkaError) else str(exc)
-    return text.strip().splitlines()[0] if text.strip() else type(exc).__name__
+    return first_line(exc, error.str() if isinstance(error, KafkaError) else None)
 
 
 class BrokerFailure(StrEnum):
@@ -173,4 +174,4 @@ def broker_failure(exc: BaseException) -> tuple[BrokerFailure, str] | None:
     error = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
     if not isinstance(error, KafkaError) or error.code() not in _FAILURES:
         return None
-    return _FAILURES[error.code()], _reason(exc)
+    return _FAILURES[error.code()], failure_reason(exc)
