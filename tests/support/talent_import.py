@@ -91,6 +91,11 @@ class TalentWorld:
     def run(self, settings: ImportSettings = FAST, **fields: Any) -> ImportRun:
         return run_to_end(self.container, self.request(**fields), settings)
 
+    def start(self, runner: TalentImportJob, **fields: Any) -> ImportRun:
+        """Start (or resume) a run under `runner`'s lock, which it keeps: the test drives the run."""
+        store, sources = self.container.import_store, self.container.talent_source
+        return start_run(store, runner.lock, sources, self.request(**fields), now_utc())
+
     def close(self) -> None:
         for container in self.containers:
             container.close()
