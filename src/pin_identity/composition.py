@@ -87,6 +87,8 @@ class BrokerUnreachableError(ConfigurationError):
     """A read that needs the broker now (`access show`) got no answer: the CLI says it as any configuration
     failure (exit 2, naming the variable), the HTTP API as 503."""
 
+    code = "IDENTITY_BROKER_UNAVAILABLE"
+
 
 def _missing_extra(what: str) -> ConfigurationError:
     return ConfigurationError(

@@ -84,9 +84,9 @@ class SourceRejectedError(SourceUnavailableError):
 
 class SourceNotConfiguredError(ServiceError):
     """This process has no way to read the run's source (e.g. api-pull without the Talent API URL); the
-    message names the variable to set."""
+    message names the variable to set. To a client starting a run the source is as good as unavailable."""
 
-    code = "IDENTITY_MISCONFIGURED"
+    code = "IDENTITY_IMPORT_SOURCE_UNAVAILABLE"
 
 
 class ConsumerLagUnavailableError(ServiceError):

@@ -103,29 +103,30 @@ _FAILURES: tuple[tuple[type[BaseException], int, Callable[[BaseException], str] 
 
 def exit_status(exc: BaseException) -> int:
     """The exit status a command ends with when it raises `exc`."""
-    return _failure(exc)[0]
+    known = _known(exc)
+    return known[0] if known else EXIT_FAILED
 
 
 def fail(exc: BaseException) -> int:
-    """Say the failure in one line on stderr, never a traceback (unless a developer asks for one); return the
-    exit status. The database or the broker failing unexpectedly names its variable (exit 2); anything not in
-    the table is a bug and says so (exit 1)."""
-    status, line = _failure(exc)
+    """Say the failure in one line on stderr and return its exit status. A failure outside the table is a
+    bug and says so (exit 1), its traceback only when a developer asks for one."""
+    known = _known(exc)
+    status, line = known or (EXIT_FAILED, describe_error(exc))
     if line is not None:
         typer.echo(f"error: {line}", err=True)
-    if status == EXIT_FAILED and not isinstance(exc, typer.Abort) and _wants_traceback():
+    if known is None and _wants_traceback():
         traceback.print_exception(exc)
     return status
 
 
-def _failure(exc: BaseException) -> tuple[int, str | None]:
+def _known(exc: BaseException) -> tuple[int, str | None] | None:
+    """The table's exit status and line; else the database or the broker failing unexpectedly, said as the
+    variable to check (exit 2); else None."""
     for kind, status, line in _FAILURES:
         if isinstance(exc, kind):
             return status, line(exc) if line else None
     named = dependency_error(exc)
-    if named is not None:
-        return EXIT_BAD_INPUT, str(named)
-    return EXIT_FAILED, describe_error(exc)
+    return (EXIT_BAD_INPUT, str(named)) if named is not None else None
 
 
 def _wants_traceback() -> bool:
