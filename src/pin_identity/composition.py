@@ -28,7 +28,6 @@ from pin_identity.adapters.kafka.replay_source import TopicReplaySource
 from pin_identity.adapters.kafka.talent_stream import KafkaTalentStream
 from pin_identity.adapters.kafka.topics import (
     BrokerFailure,
-    BrokerRefusedError,
     BrokerUnavailableError,
     KafkaPropertiesError,
     TopicLayout,
@@ -182,10 +181,8 @@ class Container:
         """Raise ConfigurationError, within seconds, naming the variable to check unless a broker answers."""
         try:
             probe_broker(self.kafka_client_config, timeout_s=BROKER_START_TIMEOUT_S)
-        except BrokerUnavailableError as exc:
-            raise ConfigurationError(_BROKER_FAILURES[BrokerFailure.UNREACHABLE].format(exc)) from None
-        except BrokerRefusedError as exc:
-            raise ConfigurationError(_BROKER_FAILURES[BrokerFailure.REFUSED].format(exc)) from None
+        except BrokerUnavailableError as exc:  # or refused: `failure` says which
+            raise ConfigurationError(_BROKER_FAILURES[exc.failure].format(exc)) from None
 
     def ensure_topics(self) -> list[str]:
         return ensure_topics(self.kafka_client_config, PUBLISHED_TOPICS, self.topic_layout)

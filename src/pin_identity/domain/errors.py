@@ -3,7 +3,7 @@ refusals sit beside their codes (`ImportRefusedError` in `domain/talent_import.p
 
 One hierarchy, and a code is always a class attribute (the contract's code, CONTRACTS sections 2 and 6):
 
-    ServiceError                 raised on purpose; anything else is a bug     IDENTITY_INTERNAL_ERROR
+    ServiceError                 raised on purpose; others are unexpected      IDENTITY_INTERNAL_ERROR
     ├── IdentityError            a request refused: its input or the state     IDENTITY_ERROR
     │   ├── NotFoundError, ConflictError (ImportNotRunningError), InvalidInputError
     │   └── ImportRefusedError   one subclass per IDENTITY_IMPORT_* refusal

@@ -64,7 +64,7 @@ def broker_reachable(client_config: dict[str, str], timeout_s: float = 3.0) -> b
     try:
         probe_broker(client_config, timeout_s=timeout_s)
         return True
-    except (BrokerUnavailableError, BrokerRefusedError):
+    except BrokerUnavailableError:  # or refused
         return False
 
 
@@ -75,12 +75,25 @@ class KafkaPropertiesError(ValueError):
     """librdkafka refuses the extra properties: an unknown one, an invalid value, or a combination."""
 
 
+class BrokerFailure(StrEnum):
+    """What a broker failure says about the configuration."""
+
+    UNREACHABLE = "unreachable"
+    REFUSED = "refused"
+    REPLICATION = "replication"
+    PARTITIONS = "partitions"
+
+
 class BrokerUnavailableError(Exception):
-    """No broker answered."""
+    """No broker answered; `failure` is what that says about the configuration."""
+
+    failure = BrokerFailure.UNREACHABLE
 
 
-class BrokerRefusedError(Exception):
+class BrokerRefusedError(BrokerUnavailableError):
     """A broker answered and refused the client (authentication, TLS, authorization)."""
+
+    failure = BrokerFailure.REFUSED
 
 
 def check_client_properties(properties: Mapping[str, str]) -> None:
@@ -147,15 +160,6 @@ def failure_reason(exc: BaseException) -> str:
     """A broker failure in one line: librdkafka's own words for its KafkaError, else the exception's."""
     error = exc.args[0] if exc.args else None
     return first_line(exc, error.str() if isinstance(error, KafkaError) else None)
-
-
-class BrokerFailure(StrEnum):
-    """What an unexpected broker error says about the configuration."""
-
-    UNREACHABLE = "unreachable"
-    REFUSED = "refused"
-    REPLICATION = "replication"
-    PARTITIONS = "partitions"
 
 
 _FAILURES = {
