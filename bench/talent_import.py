@@ -63,7 +63,8 @@ from pin_identity.config import ConfigurationError, Settings, load_settings
 from pin_identity.domain.events import now_utc
 from pin_identity.domain.talent import ImportStage, TalentItem
 from pin_identity.domain.talent_import import ImportMode, ImportRequest, ImportRun, PlanStep, RunStatus
-from pin_identity.jobs.talent_import import TalentImportJob, start_run
+from pin_identity.jobs.talent_import import TalentImportJob
+from pin_identity.operations.imports import start_run
 from pin_identity.operations.ports.talent import TalentSource
 from pin_identity.simulation.talent import (
     TALENT_PARTITIONS,
@@ -282,11 +283,7 @@ def run_once(bench: Bench, mode: ImportMode, run: int) -> RunResult:
         lock = container.run_lock()
         job = TalentImportJob(store, lock, sources, container.import_settings, now_utc)
         started = time.perf_counter()
-        source = sources(mode)
-        try:
-            begun = start_run(store, lock, source, ImportRequest(mode, page_size=bench.page_size), now_utc())
-        finally:
-            source.close()
+        begun = start_run(store, lock, sources, ImportRequest(mode, page_size=bench.page_size), now_utc())
         final = job.drive(begun, threading.Event())
         seconds = time.perf_counter() - started
         pages = store.progress(final.run_id).count()

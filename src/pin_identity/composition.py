@@ -29,7 +29,6 @@ from pin_identity.adapters.kafka.replay_source import TopicReplaySource
 from pin_identity.adapters.kafka.talent_stream import KafkaTalentStream
 from pin_identity.adapters.kafka.topics import (
     BrokerFailure,
-    BrokerRefusedError,
     BrokerUnavailableError,
     KafkaPropertiesError,
     TopicLayout,
@@ -63,12 +62,13 @@ from pin_identity.domain.errors import (
 )
 from pin_identity.domain.events import PUBLISHED_TOPICS, now_utc
 from pin_identity.domain.fanout import FanOutPolicy
-from pin_identity.domain.talent_import import ImportMode
+from pin_identity.domain.talent_import import ImportMode, ImportSettings
 from pin_identity.jobs.access_fanout import AccessFanOutJob, FanOutSettings
 from pin_identity.jobs.outbox_relay import OutboxRelay, RelaySettings
 from pin_identity.jobs.outbox_relay_observer import RelayObserver
-from pin_identity.jobs.talent_import import ImportSettings, TalentImportJob
+from pin_identity.jobs.talent_import import TalentImportJob
 from pin_identity.jobs.talent_sync import TalentSyncJob, TalentSyncSettings
+from pin_identity.observability.logging import first_line
 from pin_identity.operations.access_audit import audit_access
 from pin_identity.operations.access_show import show_access
 from pin_identity.operations.fanout_admin import FanOutAdmin
@@ -89,6 +89,8 @@ BROKER_START_TIMEOUT_S = 5.0
 class BrokerUnreachableError(ConfigurationError):
     """A read that needs the broker now (`access show`) got no answer: the CLI says it as any configuration
     failure (exit 2, naming the variable), the HTTP API as 503."""
+
+    code = "IDENTITY_BROKER_UNAVAILABLE"
 
 
 def _missing_extra(what: str) -> ConfigurationError:
@@ -145,7 +147,7 @@ class Container:
         try:
             database.open()
         except Exception as exc:
-            raise ConfigurationError(_DATABASE_UNREACHABLE.format(_first_line(exc))) from None
+            raise ConfigurationError(_DATABASE_UNREACHABLE.format(first_line(exc))) from None
         self._closers.append(database.close)
         return database
 
@@ -183,10 +185,8 @@ class Container:
         """Raise ConfigurationError, within seconds, naming the variable to check unless a broker answers."""
         try:
             probe_broker(self.kafka_client_config, timeout_s=BROKER_START_TIMEOUT_S)
-        except BrokerUnavailableError as exc:
-            raise ConfigurationError(_BROKER_FAILURES[BrokerFailure.UNREACHABLE].format(exc)) from None
-        except BrokerRefusedError as exc:
-            raise ConfigurationError(_BROKER_FAILURES[BrokerFailure.REFUSED].format(exc)) from None
+        except BrokerUnavailableError as exc:  # or refused: `failure` says which
+            raise ConfigurationError(_BROKER_FAILURES[exc.failure].format(exc)) from None
 
     def ensure_topics(self) -> list[str]:
         return ensure_topics(self.kafka_client_config, PUBLISHED_TOPICS, self.topic_layout)
@@ -431,7 +431,7 @@ def dependency_error(exc: BaseException) -> ConfigurationError | None:
         if isinstance(cause, psycopg.OperationalError) and (
             cause.sqlstate is None or cause.sqlstate.startswith(_CONNECTION_SQLSTATES)
         ):
-            return ConfigurationError(_DATABASE_UNREACHABLE.format(_first_line(cause)))
+            return ConfigurationError(_DATABASE_UNREACHABLE.format(first_line(cause)))
     return None
 
 
@@ -444,9 +444,3 @@ def _causes(exc: BaseException) -> Iterator[BaseException]:
         seen.add(id(current))
         yield current
         current = current.__cause__
-
-
-def _first_line(exc: BaseException) -> str:
-    """Only the first line: a driver's detail lines may quote row values (PII)."""
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__

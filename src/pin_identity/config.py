@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from pin_identity.domain.errors import ServiceError
 from pin_identity.domain.talent import TENANTS_TOPIC, USERS_TOPIC
 from pin_identity.domain.talent_import import ImportSettings
 from pin_identity.jobs.access_fanout import FanOutSettings
@@ -16,8 +17,10 @@ from pin_identity.jobs.access_fanout import FanOutSettings
 ENV_PREFIX = "PIN_IDENTITY_"
 
 
-class ConfigurationError(Exception):
+class ConfigurationError(ServiceError):
     """A setting is missing or invalid; the message is one line naming the variable."""
+
+    code = "IDENTITY_MISCONFIGURED"
 
 
 PositiveInt = Annotated[int, Field(ge=1)]

@@ -13,13 +13,8 @@ from typing import Any
 import httpx
 import pytest
 
-from pin_identity.adapters.talent_http.client import (
-    TalentApiClient,
-    TalentPage,
-    TalentSourceError,
-    TalentSourceRejectedError,
-    TalentSourceUnavailableError,
-)
+from pin_identity.adapters.talent_http.client import TalentApiClient, TalentPage
+from pin_identity.domain.errors import SourceRejectedError, SourceUnavailableError
 from pin_identity.simulation.talent import SimulatedTalentApi, TalentDataset, generate_dataset
 
 TOKEN = "talent-token"
@@ -100,7 +95,7 @@ def test_health_follows_the_source(api: SimulatedTalentApi, client: TalentApiCli
     client.health()
 
     api.healthy = False
-    with pytest.raises(TalentSourceUnavailableError, match="HTTP 503"):
+    with pytest.raises(SourceUnavailableError, match="HTTP 503"):
         client.health()
 
 
@@ -108,15 +103,15 @@ def test_a_stopped_source_is_unavailable(api: SimulatedTalentApi, client: Talent
     client.health()  # opens a keep-alive connection that the stop must cut
     api.stop()
 
-    with pytest.raises(TalentSourceUnavailableError):
+    with pytest.raises(SourceUnavailableError):
         client.health()
 
 
 def test_a_wrong_token_is_rejected_without_retry(api: SimulatedTalentApi) -> None:
     with TalentApiClient(api.url, "stolen-token", sleep=_no_sleep) as intruder:
-        with pytest.raises(TalentSourceRejectedError) as rejected:
+        with pytest.raises(SourceRejectedError) as rejected:
             intruder.list_users(100)
-        with pytest.raises(TalentSourceRejectedError):
+        with pytest.raises(SourceRejectedError):
             intruder.health()
 
     assert api.requests == 1
@@ -126,7 +121,7 @@ def test_a_wrong_token_is_rejected_without_retry(api: SimulatedTalentApi) -> Non
 def test_a_rejecting_source_fails_at_once(api: SimulatedTalentApi, client: TalentApiClient) -> None:
     api.reject_token = True
 
-    with pytest.raises(TalentSourceRejectedError):
+    with pytest.raises(SourceRejectedError):
         client.list_tenants(100)
 
     assert api.requests == 1
@@ -148,10 +143,10 @@ def test_a_failing_source_gives_up_after_max_attempts(api: SimulatedTalentApi) -
     sleeps: list[float] = []
 
     client = TalentApiClient(api.url, TOKEN, max_attempts=4, backoff_base_s=0.1, sleep=sleeps.append)
-    with client, pytest.raises(TalentSourceError, match="after 4 attempts: HTTP 503") as failed:
+    with client, pytest.raises(SourceUnavailableError, match="after 4 attempts: HTTP 503") as failed:
         client.list_users(100)
 
-    assert not isinstance(failed.value, TalentSourceUnavailableError)
+    assert not isinstance(failed.value, SourceRejectedError)  # worth trying again later
     assert api.requests == 4
     assert len(sleeps) == 3
     assert all(0.05 * 2**n <= pause <= 0.1 * 2**n for n, pause in enumerate(sleeps))
@@ -165,7 +160,7 @@ def test_backoff_is_capped(api: SimulatedTalentApi) -> None:
         TalentApiClient(
             api.url, TOKEN, max_attempts=6, backoff_base_s=1.0, backoff_max_s=2.0, sleep=sleeps.append
         ) as client,
-        pytest.raises(TalentSourceError),
+        pytest.raises(SourceUnavailableError),
     ):
         client.list_tenants(10)
 
@@ -211,7 +206,7 @@ def test_a_malformed_page_is_retried_then_fails(body: bytes) -> None:
     client = TalentApiClient(
         "http://talent.test", TOKEN, max_attempts=2, sleep=_no_sleep, transport=transport
     )
-    with client, pytest.raises(TalentSourceError, match="after 2 attempts: malformed page"):
+    with client, pytest.raises(SourceUnavailableError, match="after 2 attempts: malformed page"):
         client.list_users(100, cursor="c1", tenant_id=uuid.UUID(int=1))
 
     assert len(calls) == 2
@@ -234,7 +229,7 @@ def test_a_slow_source_times_out_and_is_retried(api: SimulatedTalentApi) -> None
     api.delay_s = 0.3
 
     client = TalentApiClient(api.url, TOKEN, timeout_s=0.05, max_attempts=2, sleep=_no_sleep)
-    with client, pytest.raises(TalentSourceError, match="after 2 attempts: ReadTimeout"):
+    with client, pytest.raises(SourceUnavailableError, match="after 2 attempts: ReadTimeout"):
         client.list_tenants(10)
 
     assert api.requests == 2
@@ -263,7 +258,7 @@ def test_a_huge_retry_after_is_capped(api: SimulatedTalentApi) -> None:
     sleeps: list[float] = []
 
     client = TalentApiClient(api.url, TOKEN, max_attempts=3, sleep=sleeps.append)
-    with client, pytest.raises(TalentSourceError, match="after 3 attempts: HTTP 429"):
+    with client, pytest.raises(SourceUnavailableError, match="after 3 attempts: HTTP 429"):
         client.list_tenants(10)
 
     assert sleeps == [30.0, 30.0]

@@ -22,8 +22,7 @@ from pin_identity.domain.talent_import import (
     PageStatus,
     RunStatus,
 )
-from pin_identity.entrypoints.talent_import_cli import exit_status
-from pin_identity.jobs.talent_import import start_run
+from pin_identity.entrypoints.cli_common import exit_status
 from pin_identity.operations.ports.talent import TalentSource
 from pin_identity.simulation.talent import TalentDataset, generate_dataset
 from tests.support import talent
@@ -83,9 +82,7 @@ def test_a_second_run_over_a_filled_replica_changes_nothing(world: TalentWorld) 
 def test_a_run_interrupted_mid_stage_resumes_from_its_pending_pages(world: TalentWorld) -> None:
     world.publish(generate_dataset(12, 40, seed=5))
     runner = job(world.container)
-    source = world.container.talent_source(world.mode)
-    run = start_run(world.container.import_store, runner.lock, source, world.request(page_size=4), now_utc())
-    source.close()
+    run = world.start(runner, page_size=4)
     for _ in range(3):  # plan, then apply a few Tenants pages, then the process "dies"
         runner.step(world.container.import_store.load_run(run.run_id) or run)
     runner.close()
@@ -174,9 +171,7 @@ def test_cancelling_stops_after_the_current_page_and_keeps_done_pages(world: Tal
     stop = threading.Event()
     runner = job(world.container)
     runner.sources = lambda mode: _SignalledAfterReads(world.container.talent_source(mode), stop, reads=2)
-    source = world.container.talent_source(world.mode)
-    run = start_run(world.container.import_store, runner.lock, source, world.request(page_size=2), now_utc())
-    source.close()
+    run = world.start(runner, page_size=2)
 
     ended = runner.drive(run, stop)
 
@@ -244,9 +239,7 @@ def test_a_page_failing_every_attempt_fails_the_run_and_keeps_the_other_pages(wo
     world.publish(generate_dataset(4, 10, seed=13))
     runner = job(world.container)
     runner.sources = lambda mode: _UsersUnreadable(world.container.talent_source(mode))
-    source = world.container.talent_source(world.mode)
-    run = start_run(world.container.import_store, runner.lock, source, world.request(page_size=5), now_utc())
-    source.close()
+    run = world.start(runner, page_size=5)
 
     ended = runner.drive(run, threading.Event())
 
@@ -302,8 +295,8 @@ def test_a_planner_with_a_stale_view_of_the_run_changes_nothing(api_world: Talen
     world = api_world
     world.publish(generate_dataset(9, 0, seed=16))
     runner = job(world.container)
+    run = world.start(runner, page_size=4)
     source = world.container.talent_source(world.mode)
-    run = start_run(world.container.import_store, runner.lock, source, world.request(page_size=4), now_utc())
     step = source.plan(ImportStage.TENANTS, None, 0, 4, None)
     source.close()
 
@@ -322,9 +315,7 @@ def test_a_worker_that_cannot_read_the_source_leaves_the_run_to_others(api_world
     world = api_world
     world.publish(generate_dataset(3, 0, seed=17))
     runner = job(world.container)
-    source = world.container.talent_source(world.mode)
-    run = start_run(world.container.import_store, runner.lock, source, world.request(), now_utc())
-    source.close()
+    run = world.start(runner)
     runner.lock.release()  # the run waits for an orchestrator
     unconfigured = Container(world.settings.model_copy(update={"talent_api_url": None}))
 
@@ -364,9 +355,7 @@ def test_a_user_written_during_a_replay_is_left_to_the_consumer_not_lost(replay_
         world.container.talent_source(mode),
         lambda: world.publish(TalentDataset([late_company], [late_manager])),
     )
-    source = world.container.talent_source(world.mode)
-    run = start_run(world.container.import_store, runner.lock, source, world.request(), now_utc())
-    source.close()
+    run = world.start(runner)
 
     ended = runner.drive(run, threading.Event())
     replayed = {u[0] for u in talent.replica_state(world.container)["users"]}
@@ -381,9 +370,7 @@ def test_an_orchestrator_whose_lock_session_died_steps_down(api_world: TalentWor
     world = api_world
     world.publish(generate_dataset(4, 0, seed=19))
     runner = job(world.container)
-    source = world.container.talent_source(world.mode)
-    run = start_run(world.container.import_store, runner.lock, source, world.request(page_size=2), now_utc())
-    source.close()
+    run = world.start(runner, page_size=2)
     runner.orchestrating = True
     with world.container.database.connection() as conn:
         conn.execute(

@@ -11,8 +11,9 @@ from typing import TYPE_CHECKING, Any
 from pin_identity.composition import Container
 from pin_identity.config import Settings
 from pin_identity.domain.events import now_utc
-from pin_identity.domain.talent_import import ImportMode, ImportRequest, ImportRun
-from pin_identity.jobs.talent_import import ImportSettings, TalentImportJob, start_run
+from pin_identity.domain.talent_import import ImportMode, ImportRequest, ImportRun, ImportSettings
+from pin_identity.jobs.talent_import import TalentImportJob
+from pin_identity.operations.imports import start_run
 from pin_identity.simulation.talent import SimulatedTalentApi, TalentDataset, produce_to_topics
 
 if TYPE_CHECKING:
@@ -42,11 +43,7 @@ def job(container: Container, settings: ImportSettings = FAST) -> TalentImportJo
 def run_to_end(container: Container, request: ImportRequest, settings: ImportSettings = FAST) -> ImportRun:
     """What `talent-import run` does: start or resume under the lock, then drive the run to its end."""
     runner = job(container, settings)
-    source = container.talent_source(request.mode)
-    try:
-        run = start_run(container.import_store, runner.lock, source, request, now_utc())
-    finally:
-        source.close()
+    run = start_run(container.import_store, runner.lock, container.talent_source, request, now_utc())
     return runner.drive(run, threading.Event())
 
 
@@ -93,6 +90,11 @@ class TalentWorld:
 
     def run(self, settings: ImportSettings = FAST, **fields: Any) -> ImportRun:
         return run_to_end(self.container, self.request(**fields), settings)
+
+    def start(self, runner: TalentImportJob, **fields: Any) -> ImportRun:
+        """Start (or resume) a run under `runner`'s lock, which it keeps: the test drives the run."""
+        store, sources = self.container.import_store, self.container.talent_source
+        return start_run(store, runner.lock, sources, self.request(**fields), now_utc())
 
     def close(self) -> None:
         for container in self.containers:

@@ -22,6 +22,7 @@ from pin_identity.domain.talent import (
     TenantSnapshot,
     UserSnapshot,
 )
+from pin_identity.observability.logging import first_line
 
 # A Talent snapshot is a flat object: anything nested deeper is not one, and deep values cost the encoders
 # (and PostgreSQL's jsonb) their stack.
@@ -94,7 +95,7 @@ def decode_text(text: str) -> Any:
     except RecursionError:
         return Undecodable("the value is nested too deeply", text)
     except ValueError as exc:  # not JSON, NaN/Infinity, an integer of thousands of digits
-        return Undecodable(f"the value is not valid JSON ({_first_line(exc)})", text)
+        return Undecodable(f"the value is not valid JSON ({first_line(exc)[:200]})", text)
     if _depth_exceeds(decoded, MAX_DEPTH):
         return Undecodable(f"the value is nested deeper than {MAX_DEPTH} levels", text)
     return decoded
@@ -215,10 +216,6 @@ def _finite(literal: str) -> float:
 
 def _non_finite(constant: str) -> NoReturn:
     raise ValueError(f"{constant} is not a JSON number")
-
-
-def _first_line(exc: Exception) -> str:
-    return (str(exc).splitlines() or [type(exc).__name__])[0][:200]
 
 
 # ---------------------------------------------------------------- reading a snapshot's fields

@@ -1,10 +1,36 @@
-"""Errors of the domain and of its ports (adapters raise these): each kind has one home, here."""
+"""Errors of the domain and of its ports (adapters raise these): each kind has one home, here; the import's
+refusals sit beside their codes (`ImportRefusedError` in `domain/talent_import.py`).
+
+One hierarchy, and a code is always a class attribute (the contract's code, CONTRACTS sections 2 and 6):
+
+    ServiceError                 raised on purpose; others are unexpected      IDENTITY_INTERNAL_ERROR
+    ├── IdentityError            a request refused: its input or the state     IDENTITY_ERROR
+    │   ├── NotFoundError, ConflictError (ImportNotRunningError), InvalidInputError
+    │   └── ImportRefusedError   one subclass per IDENTITY_IMPORT_* refusal
+    ├── ConfigurationError       a setting is missing or wrong (config.py)     IDENTITY_MISCONFIGURED
+    ├── SourceNotConfiguredError, SourceUnavailableError (SourceRejectedError),
+    │   ConsumerLagUnavailableError, AccessLogUnavailableError: a dependency that cannot be used now
+    └── LeaseLostError, StoreConflictError, OutboxIdsWentBackError: what a job handles itself
+
+Each entry point maps a class to what its caller sees in one table: the command line's exit status in
+`entrypoints/cli_common.py`, the HTTP status in `entrypoints/admin_problems.py`.
+"""
 
 from __future__ import annotations
 
+from typing import ClassVar
 
-class IdentityError(Exception):
-    code = "IDENTITY_ERROR"
+
+class ServiceError(Exception):
+    """Every error this service raises on purpose; `code` names its kind."""
+
+    code: ClassVar[str] = "IDENTITY_INTERNAL_ERROR"
+
+
+class IdentityError(ServiceError):
+    """A request refused because of its input or the current state (CLI exit 2, HTTP 4xx)."""
+
+    code: ClassVar[str] = "IDENTITY_ERROR"
 
 
 class NotFoundError(IdentityError):
@@ -25,7 +51,7 @@ class ImportNotRunningError(ConflictError):
     code = "IDENTITY_IMPORT_NOT_RUNNING"
 
 
-class OutboxIdsWentBackError(Exception):
+class OutboxIdsWentBackError(ServiceError):
     """The outbox's id sequence stands below what the relay already read (a `TRUNCATE ... RESTART IDENTITY`
     or an `ALTER SEQUENCE ... RESTART`): rows written since lie below the relay's read position."""
 
@@ -34,11 +60,11 @@ class OutboxIdsWentBackError(Exception):
         self.read_up_to, self.now_at = read_up_to, now_at
 
 
-class LeaseLostError(Exception):
+class LeaseLostError(ServiceError):
     """The task's lease now belongs to another claim: this worker must not write for it any more."""
 
 
-class StoreConflictError(Exception):
+class StoreConflictError(ServiceError):
     """A unique constraint refused a write; `field` names what collided (`phone`, ...)."""
 
     def __init__(self, field: str):
@@ -46,22 +72,31 @@ class StoreConflictError(Exception):
         self.field = field
 
 
-class SourceUnavailableError(Exception):
+class SourceUnavailableError(ServiceError):
     """Talent cannot be read now (down, timing out, malformed answers); worth trying again later."""
+
+    code = "IDENTITY_IMPORT_SOURCE_UNAVAILABLE"
 
 
 class SourceRejectedError(SourceUnavailableError):
     """Talent refuses our credentials (401/403): retrying will not help."""
 
 
-class SourceNotConfiguredError(Exception):
-    """This process has no way to read the run's source (e.g. api-pull without the Talent API URL)."""
+class SourceNotConfiguredError(ServiceError):
+    """This process has no way to read the run's source (e.g. api-pull without the Talent API URL); the
+    message names the variable to set. To a client starting a run the source is as good as unavailable."""
+
+    code = "IDENTITY_IMPORT_SOURCE_UNAVAILABLE"
 
 
-class ConsumerLagUnavailableError(Exception):
+class ConsumerLagUnavailableError(ServiceError):
     """The broker did not say how far a group is behind: it did not answer in time, refused, or this process
     has no broker configured."""
 
+    code = "IDENTITY_BROKER_UNAVAILABLE"
 
-class AccessLogUnavailableError(Exception):
+
+class AccessLogUnavailableError(ServiceError):
     """The access topic could not be read (the broker did not answer in time, or refused the read)."""
+
+    code = "IDENTITY_BROKER_UNAVAILABLE"

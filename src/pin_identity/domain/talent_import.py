@@ -5,10 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, ClassVar
 from uuid import UUID
 
 from pin_identity.domain.backoff import Backoff
+from pin_identity.domain.errors import IdentityError
 from pin_identity.domain.talent import ImportStage
 
 MAX_PAGE_SIZE = 2000
@@ -49,9 +50,7 @@ class ImportMode(StrEnum):
         try:
             return cls(text)
         except ValueError:
-            raise ImportRefusedError(
-                ImportErrorCode.INVALID_REQUEST, f"mode must be api-pull or topic-replay, not {text!r}"
-            ) from None
+            raise ImportInvalidRequestError(f"mode must be api-pull or topic-replay, not {text!r}") from None
 
 
 class RunStatus(StrEnum):
@@ -78,12 +77,35 @@ class ImportErrorCode(StrEnum):
     PLANNING_FAILED = "IDENTITY_IMPORT_PLANNING_FAILED"
 
 
-class ImportRefusedError(Exception):
-    """The import did not start (or resume): nothing was written."""
+class ImportRefusedError(IdentityError):
+    """The import did not start (or resume): nothing was written. Raised as one of the subclasses below, whose
+    `code` (an ImportErrorCode) says why."""
 
-    def __init__(self, code: ImportErrorCode, message: str):
-        super().__init__(f"{code.value}: {message}")
-        self.code = code
+    code: ClassVar[ImportErrorCode] = ImportErrorCode.INVALID_REQUEST
+
+
+class ImportInvalidRequestError(ImportRefusedError):
+    code = ImportErrorCode.INVALID_REQUEST
+
+
+class ImportResumeMismatchError(ImportRefusedError):
+    """A Running run continues only with the same mode, tenant filter, page size and dry-run flag."""
+
+    code = ImportErrorCode.RESUME_MISMATCH
+
+
+class ImportAlreadyRunningError(ImportRefusedError):
+    code = ImportErrorCode.ALREADY_RUNNING
+
+
+class ImportSourceUnavailableError(ImportRefusedError):
+    code = ImportErrorCode.SOURCE_UNAVAILABLE
+
+
+class ImportSourceIncompleteError(ImportRefusedError):
+    """The source lists markedly fewer companies than the replica holds (`--force` overrides)."""
+
+    code = ImportErrorCode.SOURCE_INCOMPLETE
 
 
 @dataclass(frozen=True)
@@ -97,9 +119,7 @@ class ImportRequest:
 
     def __post_init__(self) -> None:
         if not 1 <= self.page_size <= MAX_PAGE_SIZE:
-            raise ImportRefusedError(
-                ImportErrorCode.INVALID_REQUEST, f"page size must be 1..{MAX_PAGE_SIZE}, not {self.page_size}"
-            )
+            raise ImportInvalidRequestError(f"page size must be 1..{MAX_PAGE_SIZE}, not {self.page_size}")
 
     def differs_from(self, run: ImportRun) -> list[str]:
         """What a resume would change: a Running run continues only with the same shape."""

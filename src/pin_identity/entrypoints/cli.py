@@ -7,26 +7,30 @@ from __future__ import annotations
 import json
 import logging
 import sys
-import traceback
 from typing import Annotated
 
 import typer
 from rich.console import Console
 
 from pin_identity import __version__
-from pin_identity.composition import dependency_error, stop_embedded_servers
-from pin_identity.config import ConfigurationError, Settings, load_settings
-from pin_identity.domain.errors import IdentityError
+from pin_identity.composition import stop_embedded_servers
+from pin_identity.config import Settings, load_settings
 from pin_identity.entrypoints import worker as worker_entry
 from pin_identity.entrypoints.access_cli import access_app
-from pin_identity.entrypoints.cli_common import JsonOption, command_group, container_from_env
+from pin_identity.entrypoints.cli_common import (
+    EXIT_BAD_INPUT,
+    EXIT_FAILED,
+    EXIT_OK,
+    JsonOption,
+    command_group,
+    container_from_env,
+    fail,
+)
 from pin_identity.entrypoints.demo_console import print_console, start_console, stop_console
 from pin_identity.entrypoints.embedded_cli import embedded_fetch, embedded_info
 from pin_identity.entrypoints.operator_cli import fanout_app, maintenance_app, roles_app
 from pin_identity.entrypoints.talent_import_cli import run_initial_import, talent_import_app
-from pin_identity.observability.logging import configure_logging, describe_error
-
-EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
+from pin_identity.observability.logging import configure_logging
 
 app = typer.Typer(
     name="pin-identity",
@@ -183,53 +187,15 @@ def embedded_stop() -> None:
     )
 
 
-def main(argv: list[str] | None = None) -> int:  # noqa: PLR0911 - one exit status per failure kind
-    """Run the CLI; every failure is one line on stderr and a contract exit status, never a traceback."""
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI; every failure is one line on stderr and a contract exit status (cli_common's table)."""
     try:
         result = app(args=argv, standalone_mode=False)
         return int(result) if isinstance(result, int) else EXIT_OK
     except typer.Exit as done:
         return int(done.exit_code)
-    except typer.Abort:
-        typer.echo("error: aborted", err=True)
-        return EXIT_FAILED
-    except typer.TyperException as exc:  # usage errors: unknown option, bad value, missing argument
-        message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
-        typer.echo(f"error: {message}", err=True)
-        return EXIT_BAD_INPUT
-    except ConfigurationError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        return EXIT_BAD_INPUT
-    except IdentityError as exc:
-        typer.echo(f"error: {exc.code}: {exc}", err=True)
-        return EXIT_BAD_INPUT
-    except KeyboardInterrupt:
-        return 130
-    except Exception as exc:
-        return _unexpected(exc)
-
-
-def _unexpected(exc: Exception) -> int:
-    """The last resort, still one line: the database or the broker failing names its variable (exit 2);
-    anything else is a bug and says so (exit 1), its traceback only on request."""
-    named = dependency_error(exc)
-    if named is not None:
-        typer.echo(f"error: {named}", err=True)
-        return EXIT_BAD_INPUT
-    typer.echo(f"error: {describe_error(exc)}", err=True)
-    if _wants_traceback():
-        traceback.print_exception(exc)
-    return EXIT_FAILED
-
-
-def _wants_traceback() -> bool:
-    """PIN_IDENTITY_DEBUG with PIN_IDENTITY_LOG_FORMAT=console: a developer at a terminal, never a pod whose
-    log lines are parsed one per event."""
-    try:
-        settings = load_settings()
-    except ConfigurationError:
-        return False
-    return settings.debug and settings.log_format == "console"
+    except (Exception, KeyboardInterrupt) as exc:
+        return fail(exc)
 
 
 def run() -> None:

@@ -63,11 +63,7 @@ def _import(container: Container, dataset: TalentDataset, console: Console) -> B
     started = time.monotonic()
     request = ImportRequest(ImportMode.API_PULL, page_size=500)
     runner = container.talent_import()
-    source = container.talent_source(request.mode)
-    try:
-        run = start_run(container.import_store, runner.lock, source, request, now_utc())
-    finally:
-        source.close()
+    run = start_run(container.import_store, runner.lock, container.talent_source, request, now_utc())
     stop = threading.Event()
     helper = container.talent_import()
     helping = threading.Thread(target=helper.run, args=(stop,), name="demo-import-worker", daemon=True)

@@ -18,21 +18,28 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 from rich.table import Table
 
 from pin_identity.composition import Container
-from pin_identity.config import ConfigurationError
-from pin_identity.domain.errors import InvalidInputError, SourceNotConfiguredError
+from pin_identity.domain.errors import InvalidInputError
 from pin_identity.domain.events import now_utc
 from pin_identity.domain.talent import ImportStage
 from pin_identity.domain.talent_import import (
     ImportErrorCode,
     ImportMode,
-    ImportRefusedError,
     ImportRequest,
     ImportRun,
     PageProgress,
     PageStatus,
     RunStatus,
 )
-from pin_identity.entrypoints.cli_common import JsonOption, command_group, container_from_env, operator
+from pin_identity.entrypoints.cli_common import (
+    EXIT_CANCELLED,
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_SOURCE_UNAVAILABLE,
+    JsonOption,
+    command_group,
+    container_from_env,
+    operator,
+)
 from pin_identity.entrypoints.cli_output import (
     Column,
     print_fields,
@@ -47,15 +54,12 @@ from pin_identity.observability.logging import configure_logging
 from pin_identity.operations.ports.imports import RunLock
 from pin_identity.operations.read_models import ImportRunView
 
-# CONTRACTS section 2: the exit status each refusal or end maps to.
-REFUSAL_EXIT_STATUS = {
-    ImportErrorCode.INVALID_REQUEST: 2,
-    ImportErrorCode.RESUME_MISMATCH: 2,
-    ImportErrorCode.ALREADY_RUNNING: 3,
-    ImportErrorCode.SOURCE_UNAVAILABLE: 4,
-    ImportErrorCode.SOURCE_INCOMPLETE: 4,
+# CONTRACTS section 2: the exit status each end of a run maps to (a refusal's: cli_common's table).
+RUN_EXIT_STATUS = {
+    RunStatus.COMPLETED: EXIT_OK,
+    RunStatus.FAILED: EXIT_FAILED,
+    RunStatus.CANCELLED: EXIT_CANCELLED,
 }
-RUN_EXIT_STATUS = {RunStatus.COMPLETED: 0, RunStatus.FAILED: 1, RunStatus.CANCELLED: 5}
 
 talent_import_app = command_group("The Talent initial import (bootstrap of the replica).")
 
@@ -67,15 +71,6 @@ class ModeChoice(StrEnum):
 
     API_PULL = "api-pull"
     TOPIC_REPLAY = "topic-replay"
-
-
-def exit_status(refusal: ImportRefusedError) -> int:
-    return REFUSAL_EXIT_STATUS.get(refusal.code, 1)
-
-
-def _refused(exc: ImportRefusedError) -> typer.Exit:
-    typer.echo(f"error: {exc}", err=True)
-    return typer.Exit(exit_status(exc))
 
 
 @talent_import_app.command("run")
@@ -110,12 +105,7 @@ def run_command(  # noqa: PLR0917 - one parameter per command-line option
     as_json: JsonOption = False,
 ) -> None:
     """Start (or resume) the bootstrap and work on it until it ends; prints TalentInitialImportResult."""
-    try:
-        request = ImportRequest(
-            ImportMode.parse(mode.value), tenant, page_size, dry_run, correlation_id, force
-        )
-    except ImportRefusedError as exc:
-        raise _refused(exc) from None
+    request = ImportRequest(ImportMode.parse(mode.value), tenant, page_size, dry_run, correlation_id, force)
     with container_from_env() as container:
         raise typer.Exit(run_import(container, request, as_json=as_json, log_json=log_json))
 
@@ -132,12 +122,7 @@ def run_import(container: Container, request: ImportRequest, *, as_json: bool, l
     for signum in (signal.SIGTERM, signal.SIGINT):  # from the start: a SIGTERM never kills a half-made run
         signal.signal(signum, lambda *_: stop.set())
     show_progress = _progress_or_logs(container, log_json)
-    try:
-        run, lock = container.imports.run(request, who=operator())
-    except ImportRefusedError as exc:
-        raise _refused(exc) from None
-    except SourceNotConfiguredError as exc:  # e.g. api-pull without PIN_IDENTITY_TALENT_API_URL
-        raise ConfigurationError(str(exc)) from None
+    run, lock = container.imports.run(request, who=operator())
     final = _drive(container, lock, run, stop, show_progress=show_progress)
     result = final.result(now_utc())
     if as_json:
@@ -145,8 +130,8 @@ def run_import(container: Container, request: ImportRequest, *, as_json: bool, l
     else:
         _print_result(result, final)
     if final.error_code == ImportErrorCode.SOURCE_UNAVAILABLE.value:
-        return REFUSAL_EXIT_STATUS[ImportErrorCode.SOURCE_UNAVAILABLE]
-    return RUN_EXIT_STATUS.get(final.status, 1)
+        return EXIT_SOURCE_UNAVAILABLE
+    return RUN_EXIT_STATUS.get(final.status, EXIT_FAILED)
 
 
 def _progress_or_logs(container: Container, log_json: bool) -> bool:

@@ -23,12 +23,9 @@ from pin_identity.domain.talent_import import (
 from pin_identity.jobs.import_orchestrator import ImportOrchestrator
 from pin_identity.jobs.import_pages import PageWorker
 from pin_identity.jobs.talent_import_observer import ImportObserver
-from pin_identity.operations.imports import start_run  # its home; importable from here too
 from pin_identity.operations.ports.imports import ImportStore, RunLock
 from pin_identity.operations.ports.talent import TalentSource
 from pin_identity.operations.ports.worker import StopSignal
-
-__all__ = ["ImportSettings", "TalentImportJob", "start_run"]
 
 
 @dataclass

@@ -119,7 +119,7 @@ def _formatted(template: str, args: Any) -> str:
 
 
 def _described(value: Any) -> Any:
-    return _first_line(value) if isinstance(value, BaseException) else value
+    return scrub_contacts(first_line(value)) if isinstance(value, BaseException) else value
 
 
 def _below(level: int) -> Any:
@@ -146,13 +146,16 @@ def describe_error(exc: BaseException, *, limit: int = 300) -> str:
     characters. A database error's detail lines quote the row it refused (phones, names), so they are dropped;
     a first line may still quote a value (`invalid input syntax ...: "<value>"`, a trigger's message), so
     phones there are masked and e-mails replaced."""
-    first_line = _first_line(exc)
-    return f"{type(exc).__name__}: {first_line}"[:limit] if first_line else type(exc).__name__
+    if not str(exc).strip():
+        return type(exc).__name__
+    return f"{type(exc).__name__}: {scrub_contacts(first_line(exc))}"[:limit]
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return scrub_contacts(text.splitlines()[0]) if text else ""
+def first_line(exc: BaseException, text: str | None = None) -> str:
+    """The first line of what an exception says (`text`, else its message), or its class name when it says
+    nothing. Only the first: a driver's or a library's further lines may quote row values (PII)."""
+    said = (str(exc) if text is None else text).strip()
+    return said.splitlines()[0] if said else type(exc).__name__
 
 
 def scrub_contacts(text: str) -> str:

@@ -15,11 +15,13 @@ from uuid import UUID
 from pin_identity.domain.errors import ImportNotRunningError, NotFoundError, SourceUnavailableError
 from pin_identity.domain.talent_import import (
     TRUNCATED_SOURCE_SHARE,
-    ImportErrorCode,
+    ImportAlreadyRunningError,
     ImportMode,
-    ImportRefusedError,
     ImportRequest,
+    ImportResumeMismatchError,
     ImportRun,
+    ImportSourceIncompleteError,
+    ImportSourceUnavailableError,
     PageProgress,
 )
 from pin_identity.observability.logging import get_logger
@@ -41,13 +43,23 @@ log = get_logger("talent-import")
 
 
 def start_run(
-    store: ImportRuns, lock: RunLock, source: SourceCheck, request: ImportRequest, now: datetime
+    store: ImportRuns,
+    lock: RunLock,
+    sources: Callable[[ImportMode], SourceCheck],
+    request: ImportRequest,
+    now: datetime,
+    *,
+    resume: bool = True,
 ) -> ImportRun:
-    """Take the run lock, then resume the Running run or validate and create a new one. The lock stays held
-    (released on a refusal): the caller orchestrates the run."""
+    """The one way to start an import run (`talent-import run`, the HTTP API, the demo): take the run lock;
+    refuse a Running run that differs from the request (with `resume=False`, any Running run); open the
+    request's source, check it and close it; resume the Running run or create a new one. The lock stays held
+    (released on a refusal): the caller orchestrates the run or lets go of the lock."""
     _take(lock)
     try:
-        return _resume_or_create(store, source, request, now)
+        running = _running(store, request, resume=resume)
+        with _opened(sources, request.mode) as source:
+            return _resume_or_create(store, source, request, running, now)
     except BaseException:
         lock.release()
         raise
@@ -55,20 +67,38 @@ def start_run(
 
 def _take(lock: RunLock) -> None:
     if not lock.try_acquire():
-        raise ImportRefusedError(
-            ImportErrorCode.ALREADY_RUNNING, f"another run holds the lock ({lock.holder()})"
+        raise ImportAlreadyRunningError(f"another run holds the lock ({lock.holder()})")
+
+
+def _running(store: ImportRuns, request: ImportRequest, *, resume: bool) -> ImportRun | None:
+    """The Running run the request resumes, if any."""
+    running = store.running_run()
+    if running is None:
+        return None
+    if not resume:
+        raise ImportAlreadyRunningError(f"run {running.run_id} is Running")
+    if differences := request.differs_from(running):
+        raise ImportResumeMismatchError(
+            f"run {running.run_id} is Running with {', '.join(differences)}; resume it with the same options",
         )
+    return running
+
+
+@contextmanager
+def _opened(sources: Callable[[ImportMode], SourceCheck], mode: ImportMode) -> Iterator[SourceCheck]:
+    try:
+        source = sources(mode)
+    except SourceUnavailableError as exc:
+        raise ImportSourceUnavailableError(str(exc)) from None
+    try:
+        yield source
+    finally:
+        source.close()
 
 
 def _resume_or_create(
-    store: ImportRuns, source: SourceCheck, request: ImportRequest, now: datetime
+    store: ImportRuns, source: SourceCheck, request: ImportRequest, running: ImportRun | None, now: datetime
 ) -> ImportRun:
-    running = store.running_run()
-    if running is not None and (differences := request.differs_from(running)):
-        raise ImportRefusedError(
-            ImportErrorCode.RESUME_MISMATCH,
-            f"run {running.run_id} is Running with {', '.join(differences)}; resume it with the same options",
-        )
     _check_source(source)
     if running is not None:
         log.info("import-resumed", run_id=str(running.run_id), correlation_id=str(running.correlation_id))
@@ -92,7 +122,7 @@ def _check_source(source: SourceCheck) -> None:
     try:
         source.check()
     except SourceUnavailableError as exc:
-        raise ImportRefusedError(ImportErrorCode.SOURCE_UNAVAILABLE, str(exc)) from None
+        raise ImportSourceUnavailableError(str(exc)) from None
 
 
 def _guard_against_truncated_source(
@@ -104,10 +134,9 @@ def _guard_against_truncated_source(
     try:
         listed = source.count_companies(tenant_filter)
     except SourceUnavailableError as exc:
-        raise ImportRefusedError(ImportErrorCode.SOURCE_UNAVAILABLE, str(exc)) from None
+        raise ImportSourceUnavailableError(str(exc)) from None
     if listed is not None and held and listed < held * TRUNCATED_SOURCE_SHARE:
-        raise ImportRefusedError(
-            ImportErrorCode.SOURCE_INCOMPLETE,
+        raise ImportSourceIncompleteError(
             f"the source lists {listed} companies, the replica holds {held} from Talent "
             f"(under {TRUNCATED_SOURCE_SHARE:.0%}); rerun with --force if this is intended",
         )
@@ -145,8 +174,7 @@ class ImportOperations:
     def run(self, request: ImportRequest, *, who: Actor) -> tuple[ImportRun, RunLock]:
         """`talent-import run`: start or resume the run and keep its lock: the caller orchestrates the run."""
         lock = self._locks()
-        with self._source(request.mode) as source:
-            run = start_run(self._runs, lock, source, request, self._clock())
+        run = start_run(self._runs, lock, self._sources, request, self._clock())
         admin_action("talent-import-run", who, **_started(run))
         return run, lock
 
@@ -154,28 +182,10 @@ class ImportOperations:
         """Create a run (never resume one: a Running run is ALREADY_RUNNING) and let go of the lock at once: a
         `worker` running the `talent-import` job takes it and orchestrates the run."""
         lock = self._locks()
-        _take(lock)
-        try:
-            running = self._runs.running_run()
-            if running is not None:
-                raise ImportRefusedError(ImportErrorCode.ALREADY_RUNNING, f"run {running.run_id} is Running")
-            with self._source(request.mode) as source:
-                run = _resume_or_create(self._runs, source, request, self._clock())
-        finally:
-            lock.release()
+        run = start_run(self._runs, lock, self._sources, request, self._clock(), resume=False)
+        lock.release()
         admin_action("talent-import-start", who, **_started(run))
         return run
-
-    @contextmanager
-    def _source(self, mode: ImportMode) -> Iterator[SourceCheck]:
-        try:
-            source = self._sources(mode)
-        except SourceUnavailableError as exc:
-            raise ImportRefusedError(ImportErrorCode.SOURCE_UNAVAILABLE, str(exc)) from None
-        try:
-            yield source
-        finally:
-            source.close()
 
     # ---------------------------------------------------------------- watching and steering a run
 

@@ -8,9 +8,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping, Sequence
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from pin_identity.adapters.kafka.offsets import watermarks
+from pin_identity.adapters.kafka.topics import failure_reason
 from pin_identity.domain.errors import ConsumerLagUnavailableError
 from pin_identity.operations.read_models import PartitionLag
 
@@ -44,7 +45,7 @@ def consumer_group_lag(
         committed = consumer.committed(partitions, timeout=timeout_s)
         return [_lag(consumer, stored, timeout_s) for stored in committed]
     except KafkaException as exc:
-        raise ConsumerLagUnavailableError(_reason(exc)) from None
+        raise ConsumerLagUnavailableError(failure_reason(exc)) from None
     finally:
         consumer.close()
 
@@ -65,9 +66,3 @@ def _lag(consumer: Consumer, stored: TopicPartition, timeout_s: float) -> Partit
     # With nothing committed the group starts from the beginning (auto.offset.reset = earliest).
     at = committed if committed is not None else low
     return PartitionLag(stored.topic, stored.partition, max(high - at, 0), committed)
-
-
-def _reason(exc: KafkaException) -> str:
-    error = exc.args[0] if exc.args else None
-    text = error.str() if isinstance(error, KafkaError) else str(exc)
-    return text.strip().splitlines()[0] if text.strip() else type(exc).__name__

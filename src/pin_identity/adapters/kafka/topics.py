@@ -16,6 +16,7 @@ from confluent_kafka.cimpl import NewTopic
 
 from pin_identity.adapters.kafka.client_log import with_client_log
 from pin_identity.adapters.kafka.publisher import producer_config
+from pin_identity.observability.logging import first_line
 
 # librdkafka writes its log lines raw to stderr unless it is given a logger. The checks below report their
 # outcome as one line of their own, so their clients log nowhere.
@@ -64,7 +65,7 @@ def broker_reachable(client_config: dict[str, str], timeout_s: float = 3.0) -> b
     try:
         probe_broker(client_config, timeout_s=timeout_s)
         return True
-    except (BrokerUnavailableError, BrokerRefusedError):
+    except BrokerUnavailableError:  # or refused
         return False
 
 
@@ -75,12 +76,25 @@ class KafkaPropertiesError(ValueError):
     """librdkafka refuses the extra properties: an unknown one, an invalid value, or a combination."""
 
 
+class BrokerFailure(StrEnum):
+    """What a broker failure says about the configuration."""
+
+    UNREACHABLE = "unreachable"
+    REFUSED = "refused"
+    REPLICATION = "replication"
+    PARTITIONS = "partitions"
+
+
 class BrokerUnavailableError(Exception):
-    """No broker answered."""
+    """No broker answered; `failure` is what that says about the configuration."""
+
+    failure = BrokerFailure.UNREACHABLE
 
 
-class BrokerRefusedError(Exception):
+class BrokerRefusedError(BrokerUnavailableError):
     """A broker answered and refused the client (authentication, TLS, authorization)."""
+
+    failure = BrokerFailure.REFUSED
 
 
 def check_client_properties(properties: Mapping[str, str]) -> None:
@@ -94,7 +108,7 @@ def check_client_properties(properties: Mapping[str, str]) -> None:
         Producer({**transactional, "logger": _quiet})
         Consumer({**properties, "group.id": "pin-identity-config-check", "logger": _quiet}).close()
     except (KafkaException, TypeError, ValueError) as exc:  # the last two for the Python-side keys
-        raise KafkaPropertiesError(_reason(exc)) from None
+        raise KafkaPropertiesError(failure_reason(exc)) from None
 
 
 def probe_broker(client_config: Mapping[str, str], *, timeout_s: float = 5.0) -> None:
@@ -108,7 +122,7 @@ def probe_broker(client_config: Mapping[str, str], *, timeout_s: float = 5.0) ->
             admin.list_topics(timeout=min(_PROBE_STEP_S, max(deadline - time.monotonic(), 0.1)))
             return
         except KafkaException as exc:
-            last = _reason(exc)
+            last = failure_reason(exc)
         admin.poll(0)  # serves error_cb: the reason, as early as librdkafka has it
         if any(error.code() in _HOPELESS for error in heard):
             raise _failure(heard)
@@ -143,19 +157,10 @@ def _first_cause(heard: Sequence[KafkaError]) -> str:
     return (specific or list(heard))[0].str() if heard else ""
 
 
-def _reason(exc: BaseException) -> str:
+def failure_reason(exc: BaseException) -> str:
+    """A broker failure in one line: librdkafka's own words for its KafkaError, else the exception's."""
     error = exc.args[0] if exc.args else None
-    text = error.str() if isinstance(error, KafkaError) else str(exc)
-    return text.strip().splitlines()[0] if text.strip() else type(exc).__name__
-
-
-class BrokerFailure(StrEnum):
-    """What an unexpected broker error says about the configuration."""
-
-    UNREACHABLE = "unreachable"
-    REFUSED = "refused"
-    REPLICATION = "replication"
-    PARTITIONS = "partitions"
+    return first_line(exc, error.str() if isinstance(error, KafkaError) else None)
 
 
 _FAILURES = {
@@ -174,4 +179,4 @@ def broker_failure(exc: BaseException) -> tuple[BrokerFailure, str] | None:
     error = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
     if not isinstance(error, KafkaError) or error.code() not in _FAILURES:
         return None
-    return _FAILURES[error.code()], _reason(exc)
+    return _FAILURES[error.code()], failure_reason(exc)

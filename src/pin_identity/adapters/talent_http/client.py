@@ -1,4 +1,8 @@
-"""A synchronous client of Talent's HTTP API (ApiPull, CONTRACTS section 5), shared by the import threads."""
+"""A synchronous client of Talent's HTTP API (ApiPull, CONTRACTS section 5), shared by the import threads.
+
+It raises the source port's own errors: SourceUnavailableError when Talent gives no usable answer even after
+the retries, SourceRejectedError when it refuses our credentials (retrying cannot help). Their message is one
+line without PII: a status or an exception class, never a body or the token."""
 
 from __future__ import annotations
 
@@ -17,6 +21,7 @@ import httpx
 
 from pin_identity.adapters.talent_wire import Undecodable, decode_page
 from pin_identity.domain.backoff import Backoff
+from pin_identity.domain.errors import SourceRejectedError, SourceUnavailableError
 from pin_identity.observability.logging import get_logger
 
 log = get_logger("talent-api")
@@ -27,18 +32,8 @@ USERS_PATH = "/api/v1/users"
 _REJECTED_STATUSES = frozenset({401, 403})
 # The statuses whose Retry-After says when Talent expects us back (RFC 9110 section 10.2.3).
 _THROTTLING_STATUSES = frozenset({429, 503})
-
-
-class TalentSourceError(Exception):
-    """Talent gave no usable answer, even after the retries. The reason is one line without PII."""
-
-
-class TalentSourceUnavailableError(TalentSourceError):
-    """Talent is not usable now (the health probe failed)."""
-
-
-class TalentSourceRejectedError(TalentSourceUnavailableError):
-    """Talent refused our credentials: retrying cannot help, the run must fail with a clear error."""
+# How a failure starts: the log line of a page that failed says which source it was.
+_TALENT = "Talent API"
 
 
 class _AttemptError(Exception):
@@ -114,11 +109,11 @@ class TalentApiClient:
         self.close()
 
     def health(self) -> None:
-        """A probe, so no retries: unless Talent answers 200, raises TalentSourceUnavailableError."""
+        """A probe, so no retries: unless Talent answers 200, raises SourceUnavailableError."""
         try:
             self._send(HEALTH_PATH, {})
         except _AttemptError as failure:
-            raise TalentSourceUnavailableError(f"GET {HEALTH_PATH} failed: {failure}") from None
+            raise SourceUnavailableError(f"{_TALENT}: GET {HEALTH_PATH} failed: {failure}") from None
 
     def list_tenants(
         self, limit: int, cursor: str | None = None, tenant_id: UUID | None = None
@@ -137,7 +132,9 @@ class TalentApiClient:
                 reason = str(failure)
                 if attempt < self._max_attempts:
                     self._pause(path, reason, attempt, failure.retry_after_s)
-        raise TalentSourceError(f"GET {path} failed after {self._max_attempts} attempts: {reason}")
+        raise SourceUnavailableError(
+            f"{_TALENT}: GET {path} failed after {self._max_attempts} attempts: {reason}"
+        )
 
     def _send(self, path: str, params: dict[str, str]) -> httpx.Response:
         """One attempt, answered 200 or failed.
@@ -150,9 +147,9 @@ class TalentApiClient:
             except httpx.RequestError as exc:
                 raise _AttemptError(type(exc).__name__) from None
         if response.status_code in _REJECTED_STATUSES:
-            raise TalentSourceRejectedError(
-                f"Talent refused the credentials (HTTP {response.status_code} on GET {path}); "
-                "check the Talent API token"
+            raise SourceRejectedError(
+                f"{_TALENT} rejected the token: Talent refused the credentials "
+                f"(HTTP {response.status_code} on GET {path}); check the Talent API token"
             )
         if response.status_code in _THROTTLING_STATUSES:
             retry_after_s = _retry_after_s(response.headers.get("Retry-After"))

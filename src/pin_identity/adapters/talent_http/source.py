@@ -1,26 +1,15 @@
-"""ApiPull: Talent's HTTP API as the import's source; a page is an API cursor (None: the first page)."""
+"""ApiPull: Talent's HTTP API as the import's source; a page is an API cursor (None: the first page). The
+client raises the port's errors (SourceUnavailableError, SourceRejectedError) itself."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from uuid import UUID
 
-from pin_identity.adapters.talent_http.client import (
-    TalentApiClient,
-    TalentPage,
-    TalentSourceError,
-    TalentSourceRejectedError,
-)
+from pin_identity.adapters.talent_http.client import TalentApiClient, TalentPage
 from pin_identity.adapters.talent_wire import api_item
-from pin_identity.domain.errors import SourceRejectedError, SourceUnavailableError
 from pin_identity.domain.talent import ImportStage, TalentItem, TenantSnapshot
 from pin_identity.domain.talent_import import MAX_PAGE_SIZE, PlannedPage, PlanStep
-
-
-def _translated(exc: TalentSourceError) -> SourceUnavailableError:
-    if isinstance(exc, TalentSourceRejectedError):
-        return SourceRejectedError(f"Talent API rejected the token: {exc}")
-    return SourceUnavailableError(f"Talent API: {exc}")
 
 
 class ApiPullSource:
@@ -31,16 +20,10 @@ class ApiPullSource:
         self, stage: ImportStage, limit: int, cursor: str | None, tenant_filter: UUID | None
     ) -> TalentPage:
         listing = self._client.list_tenants if stage is ImportStage.TENANTS else self._client.list_users
-        try:
-            return listing(limit, cursor, tenant_filter)
-        except TalentSourceError as exc:
-            raise _translated(exc) from None
+        return listing(limit, cursor, tenant_filter)
 
     def check(self) -> None:
-        try:
-            self._client.health()
-        except TalentSourceError as exc:
-            raise _translated(exc) from None
+        self._client.health()
 
     def count_companies(self, tenant_filter: UUID | None) -> int | None:
         count, cursor = 0, None
