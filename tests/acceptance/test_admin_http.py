@@ -36,11 +36,11 @@ from pin_identity.entrypoints.admin_http import create_app
 from pin_identity.operations import identity
 from pin_identity.simulation.talent import SimulatedTalentApi, generate_dataset
 from tests.acceptance.test_cli import run_cli
-from tests.conftest import TalentTopics
 from tests.support import seed, talent
 from tests.support.health import wait_for_healthz
 from tests.support.operators import bearer, write_tokens_file
 from tests.support.relay import publish_outbox
+from tests.support.talent import TalentTopics
 from tests.support.talent_import import job
 from tests.support.waiting import wait_until
 

@@ -13,8 +13,9 @@ from pin_identity.composition import Container
 from pin_identity.domain.fanout import FanOutPath, FanOutPolicy
 from pin_identity.operations import identity
 from tests.support import seed
+from tests.support.clocks import ManualClock
 from tests.support.convergence import Background, CommitHold, assert_converged
-from tests.support.fanout import ManualClock, fanout_job
+from tests.support.fanout import fanout_job
 from tests.support.kafka_tap import EventTap
 from tests.support.relay import publish_outbox
 from tests.support.waiting import wait_until

@@ -32,7 +32,8 @@ from pin_identity.jobs.access_fanout import AccessFanOutJob, FanOutSettings, Tas
 from pin_identity.jobs.ports import FanOutTask, PageWritten
 from pin_identity.operations import identity
 from tests.support import seed
-from tests.support.fanout import ManualClock, fanout_job, run_until_idle
+from tests.support.clocks import ManualClock
+from tests.support.fanout import fanout_job, run_until_idle
 from tests.support.kafka_tap import ConsumedEvent, EventTap
 from tests.support.relay import outbox_count, publish_outbox
 from tests.support.schemas import validate_event

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import uuid
 from uuid import UUID
 
@@ -11,13 +10,7 @@ import psycopg
 from pin_identity.domain.model import CompanyType, Scope, UserType
 from pin_identity.operations import identity
 from pin_identity.operations.ports import IdentityTransactions
-
-_phones = iter(range(10_000_000))
-_bulk_phones = itertools.count(9_000_000_000)
-
-
-def next_phone() -> str:
-    return f"+7912{next(_phones):07d}"
+from tests.support.phones import next_phone
 
 
 def company(transactions: IdentityTransactions, name: str = "Stroy Invest") -> UUID:
@@ -68,8 +61,7 @@ def bulk_role_members(database_url: str, role_id: UUID, company_id: UUID, count:
             "COPY identity.users (id, company_id, type, status, phone, first_name, last_name) FROM STDIN"
         ) as cp:
             for user_id in user_ids:
-                phone = f"+7{next(_bulk_phones)}"
-                cp.write_row((user_id, company_id, "DeveloperManager", "Active", phone, "A", "B"))
+                cp.write_row((user_id, company_id, "DeveloperManager", "Active", next_phone(), "A", "B"))
         with cur.copy(
             "COPY identity.role_assignments"
             " (id, role_id, user_id, company_id, scope_type, scope_organization_id) FROM STDIN"
