@@ -49,6 +49,18 @@ def fresh_database(admin_url: str, name: str) -> str:
     return url
 
 
+def replica_counts(url: str) -> dict[str, int]:
+    """What the Talent replica holds: companies and users from Talent, and the events it wrote."""
+    with psycopg.connect(url) as conn:
+        row = conn.execute(
+            "SELECT (SELECT count(*) FROM identity.companies WHERE external_talent_tenant_id IS NOT NULL),"
+            " (SELECT count(*) FROM identity.users WHERE external_talent_user_id IS NOT NULL),"
+            " (SELECT count(*) FROM identity.outbox_events)"
+        ).fetchone()
+    assert row is not None
+    return {"companies": row[0], "users": row[1], "outbox_events": row[2]}
+
+
 def checkpoint(url: str) -> None:
     """Earlier writes are flushed before the clock starts."""
     with psycopg.connect(url, autocommit=True) as conn:
