@@ -4,7 +4,6 @@ kills or stalls it)."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from pathlib import Path
@@ -21,6 +20,7 @@ from pin_identity.domain.events import PUBLISHED_TOPICS
 from pin_identity.domain.talent_import import ImportMode
 from pin_identity.simulation.talent import SimulatedTalentApi, TalentDataset, create_talent_topics
 from tests.support.brokers import start_transaction_coordinator
+from tests.support.cli import unconfigured_environment
 from tests.support.databases import create_template, scratch_database
 from tests.support.kafka_tap import EventTap
 from tests.support.talent import TalentTopics
@@ -102,7 +102,7 @@ def tap(broker: str) -> Iterator[EventTap]:
 @pytest.fixture
 def subprocess_env(settings: Settings) -> dict[str, str]:
     """The environment for running `pin-identity` as a subprocess against the test servers."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PIN_IDENTITY_")}
+    env = unconfigured_environment()
     env.update(
         {
             "PIN_IDENTITY_DATABASE_URL": str(settings.database_url),
@@ -143,9 +143,7 @@ def world(
     talent_topics: TalentTopics,
 ) -> Iterator[TalentWorld]:
     """Talent served both ways: each test taking this fixture runs once per import mode."""
-    built = TalentWorld(request.param, settings, talent_api, talent_topics)
-    yield built
-    built.close()
+    yield from _talent_world(request.param, settings, talent_api, talent_topics)
 
 
 @pytest.fixture
@@ -159,15 +157,19 @@ def another_database(postgres_admin_url: str) -> Iterator[Callable[[], str]]:
 def api_world(
     settings: Settings, talent_api: SimulatedTalentApi, talent_topics: TalentTopics
 ) -> Iterator[TalentWorld]:
-    built = TalentWorld(ImportMode.API_PULL, settings, talent_api, talent_topics)
-    yield built
-    built.close()
+    yield from _talent_world(ImportMode.API_PULL, settings, talent_api, talent_topics)
 
 
 @pytest.fixture
 def replay_world(
     settings: Settings, talent_api: SimulatedTalentApi, talent_topics: TalentTopics
 ) -> Iterator[TalentWorld]:
-    built = TalentWorld(ImportMode.TOPIC_REPLAY, settings, talent_api, talent_topics)
+    yield from _talent_world(ImportMode.TOPIC_REPLAY, settings, talent_api, talent_topics)
+
+
+def _talent_world(
+    mode: ImportMode, settings: Settings, talent_api: SimulatedTalentApi, talent_topics: TalentTopics
+) -> Iterator[TalentWorld]:
+    built = TalentWorld(mode, settings, talent_api, talent_topics)
     yield built
     built.close()

@@ -60,10 +60,9 @@ def test_a_role_wide_snapshot_never_overtakes_a_point_revoke_that_commits_meanwh
 
 
 def _set_permissions(container: Container, role: object, policy: FanOutPolicy) -> identity.PermissionsChange:
-    return identity.set_role_permissions(
+    return seed.change_permissions(
         container.transactions,
-        identity.Context.fresh(),
-        role_id=role,  # type: ignore[arg-type]
-        permissions=["deals.read", "deals.write"],
-        policy=policy,
+        role,  # type: ignore[arg-type]
+        ["deals.read", "deals.write"],
+        policy,
     )

@@ -72,12 +72,8 @@ def test_a_new_cache_reading_the_compacted_access_topic_from_offset_0_holds_ever
         users = [seed.user(container.transactions, company) for _ in range(40)]
         grants = {user: seed.grant(container.transactions, user, role, company) for user in users}
         for round_ in range(ROUNDS):  # each round a new version of every user's snapshot
-            identity.set_role_permissions(
-                container.transactions,
-                identity.Context.fresh(),
-                role_id=role,
-                permissions=[f"p{round_}"],
-                policy=FanOutPolicy(inline_threshold=200),
+            seed.change_permissions(
+                container.transactions, role, [f"p{round_}"], FanOutPolicy(inline_threshold=200)
             )
             publish_outbox(container)
             roll_segments(compacting.bootstrap, [ACCESS_TOPIC], 3)  # each round in segments of its own

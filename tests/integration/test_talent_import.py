@@ -27,7 +27,7 @@ from pin_identity.jobs.ports import TalentSource
 from pin_identity.jobs.talent_import import start_run
 from pin_identity.simulation.talent import TalentDataset, generate_dataset
 from tests.support import talent
-from tests.support.talent_import import FAST, TalentWorld, job
+from tests.support.talent_import import FAST, TalentWorld, job, start
 from tests.support.waiting import wait_until
 
 
@@ -83,9 +83,7 @@ def test_a_second_run_over_a_filled_replica_changes_nothing(world: TalentWorld) 
 def test_a_run_interrupted_mid_stage_resumes_from_its_pending_pages(world: TalentWorld) -> None:
     world.publish(generate_dataset(12, 40, seed=5))
     runner = job(world.container)
-    source = world.container.talent_source(world.mode)
-    run = start_run(world.container.import_store, runner.lock, source, world.request(page_size=4), now_utc())
-    source.close()
+    run = start(world.container, runner, world.request(page_size=4))
     for _ in range(3):  # plan, then apply a few Tenants pages, then the process "dies"
         runner.step(world.container.import_store.load_run(run.run_id) or run)
     runner.close()
@@ -174,9 +172,7 @@ def test_cancelling_stops_after_the_current_page_and_keeps_done_pages(world: Tal
     stop = threading.Event()
     runner = job(world.container)
     runner.sources = lambda mode: _SignalledAfterReads(world.container.talent_source(mode), stop, reads=2)
-    source = world.container.talent_source(world.mode)
-    run = start_run(world.container.import_store, runner.lock, source, world.request(page_size=2), now_utc())
-    source.close()
+    run = start(world.container, runner, world.request(page_size=2))
 
     ended = runner.drive(run, stop)
 
@@ -244,9 +240,7 @@ def test_a_page_failing_every_attempt_fails_the_run_and_keeps_the_other_pages(wo
     world.publish(generate_dataset(4, 10, seed=13))
     runner = job(world.container)
     runner.sources = lambda mode: _UsersUnreadable(world.container.talent_source(mode))
-    source = world.container.talent_source(world.mode)
-    run = start_run(world.container.import_store, runner.lock, source, world.request(page_size=5), now_utc())
-    source.close()
+    run = start(world.container, runner, world.request(page_size=5))
 
     ended = runner.drive(run, threading.Event())
 
@@ -322,9 +316,7 @@ def test_a_worker_that_cannot_read_the_source_leaves_the_run_to_others(api_world
     world = api_world
     world.publish(generate_dataset(3, 0, seed=17))
     runner = job(world.container)
-    source = world.container.talent_source(world.mode)
-    run = start_run(world.container.import_store, runner.lock, source, world.request(), now_utc())
-    source.close()
+    run = start(world.container, runner, world.request())
     runner.lock.release()  # the run waits for an orchestrator
     unconfigured = Container(world.settings.model_copy(update={"talent_api_url": None}))
 
@@ -364,9 +356,7 @@ def test_a_user_written_during_a_replay_is_left_to_the_consumer_not_lost(replay_
         world.container.talent_source(mode),
         lambda: world.publish(TalentDataset([late_company], [late_manager])),
     )
-    source = world.container.talent_source(world.mode)
-    run = start_run(world.container.import_store, runner.lock, source, world.request(), now_utc())
-    source.close()
+    run = start(world.container, runner, world.request())
 
     ended = runner.drive(run, threading.Event())
     replayed = {u[0] for u in talent.replica_state(world.container)["users"]}
@@ -381,9 +371,7 @@ def test_an_orchestrator_whose_lock_session_died_steps_down(api_world: TalentWor
     world = api_world
     world.publish(generate_dataset(4, 0, seed=19))
     runner = job(world.container)
-    source = world.container.talent_source(world.mode)
-    run = start_run(world.container.import_store, runner.lock, source, world.request(page_size=2), now_utc())
-    source.close()
+    run = start(world.container, runner, world.request(page_size=2))
     runner.orchestrating = True
     with world.container.database.connection() as conn:
         conn.execute(

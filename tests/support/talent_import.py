@@ -37,15 +37,19 @@ def job(container: Container, settings: ImportSettings = FAST) -> TalentImportJo
     )
 
 
+def start(container: Container, runner: TalentImportJob, request: ImportRequest) -> ImportRun:
+    """What `talent-import run` does before it drives the run: start or resume it under the runner's lock."""
+    source = container.talent_source(request.mode)
+    try:
+        return start_run(container.import_store, runner.lock, source, request, now_utc())
+    finally:
+        source.close()
+
+
 def run_to_end(container: Container, request: ImportRequest, settings: ImportSettings = FAST) -> ImportRun:
     """What `talent-import run` does: start or resume under the lock, then drive the run to its end."""
     runner = job(container, settings)
-    source = container.talent_source(request.mode)
-    try:
-        run = start_run(container.import_store, runner.lock, source, request, now_utc())
-    finally:
-        source.close()
-    return runner.drive(run, threading.Event())
+    return runner.drive(start(container, runner, request), threading.Event())
 
 
 @dataclass
