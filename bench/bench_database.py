@@ -19,6 +19,7 @@ from typing import Any
 
 import psycopg
 from psycopg import sql
+from psycopg.rows import dict_row
 
 from pin_identity.adapters.postgres import migrate
 
@@ -51,14 +52,15 @@ def fresh_database(admin_url: str, name: str) -> str:
 
 def replica_counts(url: str) -> dict[str, int]:
     """What the Talent replica holds: companies and users from Talent, and the events it wrote."""
-    with psycopg.connect(url) as conn:
-        row = conn.execute(
-            "SELECT (SELECT count(*) FROM identity.companies WHERE external_talent_tenant_id IS NOT NULL),"
-            " (SELECT count(*) FROM identity.users WHERE external_talent_user_id IS NOT NULL),"
-            " (SELECT count(*) FROM identity.outbox_events)"
+    with psycopg.connect(url, row_factory=dict_row) as conn:
+        counts = conn.execute(
+            "SELECT (SELECT count(*) FROM identity.companies"
+            "        WHERE external_talent_tenant_id IS NOT NULL) AS companies,"
+            " (SELECT count(*) FROM identity.users WHERE external_talent_user_id IS NOT NULL) AS users,"
+            " (SELECT count(*) FROM identity.outbox_events) AS outbox_events"
         ).fetchone()
-    assert row is not None
-    return {"companies": row[0], "users": row[1], "outbox_events": row[2]}
+    assert counts is not None
+    return dict(counts)
 
 
 def checkpoint(url: str) -> None:
