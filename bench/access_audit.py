@@ -22,35 +22,22 @@ import sys
 import time
 from pathlib import Path
 
-from access_fanout import start_workers, wait_until_published
+from access_fanout import publish_role_change, start_workers
 from bench_brokers import bench_broker
 from bench_database import SeedShape, checkpoint, fresh_database, scratch_dir, seed_role
 from pin_identity.adapters.kafka.topics import TopicLayout, ensure_topics
-from pin_identity.adapters.postgres.database import ConnectionLimits, Database
 from pin_identity.adapters.postgres.embedded import ensure_embedded_postgres, stop_embedded_postgres
-from pin_identity.adapters.postgres.identity_store import PostgresIdentityTransactions
 from pin_identity.domain.events import PUBLISHED_TOPICS
-from pin_identity.domain.fanout import FanOutPolicy
-from pin_identity.operations import identity
 
 
 def publish_access_events(url: str, bootstrap: str, workdir: Path, users: int, shape: SeedShape) -> float:
     """Seed the role and fan its permission change out to the topic; returns the seconds it took."""
     role_id = seed_role(url, users, shape)
     workers = start_workers(url, bootstrap, workdir, "audit")
-    database = Database(url, limits=ConnectionLimits()).open()
     try:
-        started = time.perf_counter()
-        identity.set_role_permissions(
-            PostgresIdentityTransactions(database),
-            identity.Context.fresh(),
-            role_id=role_id,
-            permissions=["deals.read", "deals.approve"],
-            policy=FanOutPolicy(200),
-        )
-        return wait_until_published(url, timeout_s=900) - started
+        started, finished = publish_role_change(url, role_id, timeout_s=900)
+        return finished - started
     finally:
-        database.close()
         workers.stop()
 
 

@@ -40,6 +40,7 @@ import statistics
 import subprocess
 import sys
 import time
+import uuid
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -120,30 +121,43 @@ def wait_until_published(url: str, timeout_s: float) -> float:
     raise TimeoutError("the fan-out did not finish in time")
 
 
+def change_permissions(database: Database, role_id: uuid.UUID, permissions: list[str]) -> None:
+    """The change every access benchmark fans out: the role's permissions replaced through the use case."""
+    identity.set_role_permissions(
+        PostgresIdentityTransactions(database),
+        identity.Context.fresh(),
+        role_id=role_id,
+        permissions=permissions,
+        policy=FanOutPolicy(200),
+    )
+
+
+def publish_role_change(url: str, role_id: uuid.UUID, timeout_s: float) -> tuple[float, float]:
+    """Changes the role's permissions and waits until every holder's event is published (the workers
+    running); returns the `time.perf_counter()` of the change and of the last publication."""
+    database = Database(url, limits=ConnectionLimits()).open()
+    try:
+        started = time.perf_counter()
+        change_permissions(database, role_id, ["deals.read", "deals.approve"])
+        return started, wait_until_published(url, timeout_s)
+    finally:
+        database.close()
+
+
 def run_fanout(
     admin_url: str, bootstrap: str, workdir: Path, users: int, run: int, shape: SeedShape
 ) -> dict[str, float]:
     url = fresh_database(admin_url, f"bench_fanout_{users}_{run}")
     role_id = seed_role(url, users, shape)
     workers = start_workers(url, bootstrap, workdir, f"{users}-{run}")
-    database = Database(url, limits=ConnectionLimits()).open()
     try:
-        started = time.perf_counter()
-        identity.set_role_permissions(
-            PostgresIdentityTransactions(database),
-            identity.Context.fresh(),
-            role_id=role_id,
-            permissions=["deals.read", "deals.approve"],
-            policy=FanOutPolicy(200),
-        )
-        finished = wait_until_published(url, timeout_s=600)
+        started, finished = publish_role_change(url, role_id, timeout_s=600)
         with psycopg.connect(url) as conn:
             row = conn.execute(
                 "SELECT EXTRACT(EPOCH FROM completed_at - created_at) FROM identity.access_fanout_tasks"
             ).fetchone()
         task_seconds = float(row[0]) if row else float("nan")
     finally:
-        database.close()
         peak_kb = workers.stop()
     pages = workers.batch_times_ms()
     elapsed = finished - started
@@ -168,13 +182,7 @@ def pickup_latencies(admin_url: str, bootstrap: str, workdir: Path, count: int) 
     database = Database(url, limits=ConnectionLimits()).open()
     try:
         for role_id in roles:
-            identity.set_role_permissions(
-                PostgresIdentityTransactions(database),
-                identity.Context.fresh(),
-                role_id=role_id,
-                permissions=["x"],
-                policy=FanOutPolicy(200),
-            )
+            change_permissions(database, role_id, ["x"])
             time.sleep(0.2)
         wait_until_published(url, timeout_s=120)
         with psycopg.connect(url) as conn:

@@ -19,6 +19,7 @@ from typing import Any
 
 import psycopg
 from psycopg import sql
+from psycopg.rows import dict_row
 
 from pin_identity.adapters.postgres import migrate
 
@@ -47,6 +48,19 @@ def fresh_database(admin_url: str, name: str) -> str:
     url = psycopg.conninfo.make_conninfo(admin_url, dbname=name)
     migrate.upgrade(url)
     return url
+
+
+def replica_counts(url: str) -> dict[str, int]:
+    """What the Talent replica holds: companies and users from Talent, and the events it wrote."""
+    with psycopg.connect(url, row_factory=dict_row) as conn:
+        counts = conn.execute(
+            "SELECT (SELECT count(*) FROM identity.companies"
+            "        WHERE external_talent_tenant_id IS NOT NULL) AS companies,"
+            " (SELECT count(*) FROM identity.users WHERE external_talent_user_id IS NOT NULL) AS users,"
+            " (SELECT count(*) FROM identity.outbox_events) AS outbox_events"
+        ).fetchone()
+    assert counts is not None
+    return dict(counts)
 
 
 def checkpoint(url: str) -> None:

@@ -28,14 +28,14 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any, TextIO, cast
 
 from bench_brokers import bench_broker
 from bench_database import scratch_dir
+from bench_report import loadavg, percentile
 from pin_identity.adapters.kafka.replay_source import TopicReplaySource
 from pin_identity.domain.errors import SourceUnavailableError
 from pin_identity.domain.talent import ImportStage
@@ -79,17 +79,6 @@ class LayoutResult:
     load_before: str
     load_after: str
     runs: list[dict[str, Any]] = field(default_factory=list)
-
-
-def loadavg() -> str:
-    with contextlib.suppress(OSError):
-        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
-    return "unknown"
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[max(math.ceil(q * len(ordered)) - 1, 0)]
 
 
 @contextlib.contextmanager

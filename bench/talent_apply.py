@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import statistics
 import sys
 import time
@@ -30,9 +28,8 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
-import psycopg
-
-from bench_database import checkpoint, fresh_database, scratch_dir
+from bench_database import checkpoint, fresh_database, replica_counts, scratch_dir
+from bench_report import machine
 from pin_identity.adapters.postgres.database import ConnectionLimits, Database
 from pin_identity.adapters.postgres.embedded import ensure_embedded_postgres, stop_embedded_postgres
 from pin_identity.adapters.postgres.replica_store import PostgresReplicaTransactions
@@ -108,17 +105,6 @@ def apply_phase(database: Database, snapshots: Snapshots, batch_size: int) -> Ph
     return PhaseResult(seconds, cpu_s, tenants_s, users_s, snapshots.total / seconds, dict(results))
 
 
-def replica_counts(url: str) -> dict[str, int]:
-    with psycopg.connect(url) as conn:
-        row = conn.execute(
-            "SELECT (SELECT count(*) FROM identity.companies WHERE external_talent_tenant_id IS NOT NULL),"
-            " (SELECT count(*) FROM identity.users WHERE external_talent_user_id IS NOT NULL),"
-            " (SELECT count(*) FROM identity.outbox_events)"
-        ).fetchone()
-    assert row is not None
-    return {"companies": row[0], "users": row[1], "outbox_events": row[2]}
-
-
 def verify(url: str, snapshots: Snapshots, create: PhaseResult, stale: PhaseResult) -> None:
     """Fails loudly unless the run did what the figures claim."""
     tenants, users, total = len(snapshots.tenants), len(snapshots.users), snapshots.total
@@ -146,19 +132,6 @@ def run_once(admin_url: str, snapshots: Snapshots, batch_size: int, run: int) ->
         database.close()
     verify(url, snapshots, phases["create"], phases["stale"])
     return phases
-
-
-def machine(admin_url: str) -> dict[str, Any]:
-    with psycopg.connect(admin_url) as conn:
-        row = conn.execute("SHOW server_version").fetchone()
-    return {
-        "arch": platform.machine(),
-        "processor": platform.processor() or "cpu",
-        "cores": os.cpu_count(),
-        "python": platform.python_version(),
-        "postgres": row[0] if row else "unknown",
-        "system": f"{platform.system()} {platform.release()}",
-    }
 
 
 def summary(

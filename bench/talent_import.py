@@ -34,9 +34,6 @@ import argparse
 import contextlib
 import json
 import logging
-import math
-import os
-import platform
 import shutil
 import signal
 import statistics
@@ -52,11 +49,11 @@ from pathlib import Path
 from typing import Any, TextIO
 from uuid import UUID
 
-import psycopg
 import structlog
 
 from bench_brokers import bench_broker
-from bench_database import checkpoint, fresh_database
+from bench_database import checkpoint, fresh_database, replica_counts
+from bench_report import loadavg, machine, percentile
 from pin_identity.adapters.postgres.embedded import ensure_embedded_postgres, stop_embedded_postgres
 from pin_identity.composition import Container
 from pin_identity.config import ConfigurationError, Settings, load_settings
@@ -222,22 +219,6 @@ class RunResult:
     breakdown_s: dict[str, float]  # where the total went
 
 
-def percentile(values: Sequence[float], q: float) -> float:
-    """Nearest rank: the smallest value with at least q of all values at or below it."""
-    ordered = sorted(values)
-    return ordered[max(math.ceil(q * len(ordered)) - 1, 0)]
-
-
-def replica_counts(url: str) -> tuple[int, int]:
-    with psycopg.connect(url) as conn:
-        row = conn.execute(
-            "SELECT (SELECT count(*) FROM identity.companies WHERE external_talent_tenant_id IS NOT NULL),"
-            " (SELECT count(*) FROM identity.users WHERE external_talent_user_id IS NOT NULL)"
-        ).fetchone()
-    assert row is not None
-    return int(row[0]), int(row[1])
-
-
 def verify(url: str, run: ImportRun, dataset: TalentDataset, pages: int, timings: Timings) -> None:
     """Fails loudly unless the run did what the figures claim."""
     tenants, users = len(dataset.tenants), len(dataset.users)
@@ -248,8 +229,9 @@ def verify(url: str, run: ImportRun, dataset: TalentDataset, pages: int, timings
         counted = (counters.planned, counters.applied, counters.skipped, counters.failed)
         if counted != (expected, expected, 0, 0):
             problems.append(f"{name} {counters.as_json()}, expected {expected} planned and applied")
-    if (held := replica_counts(url)) != (tenants, users):
-        problems.append(f"the replica holds {held[0]} companies and {held[1]} users, not {tenants}/{users}")
+    held = replica_counts(url)
+    if (held["companies"], held["users"]) != (tenants, users):
+        problems.append(f"the replica holds {held}, expected {tenants} companies and {users} users")
     if len(timings.pages) != pages:
         problems.append(f"{len(timings.pages)} page-applied events for {pages} pages")
     if problems:
@@ -337,33 +319,6 @@ def serve_topics(bootstrap: str, dataset: TalentDataset, partitions: int, out: T
         flush=True,
     )
     return tenants_topic, users_topic
-
-
-def cpu_model() -> str:
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor() or "cpu"
-
-
-def machine(admin_url: str) -> dict[str, Any]:
-    with psycopg.connect(admin_url) as conn:
-        row = conn.execute("SHOW server_version").fetchone()
-    return {
-        "arch": platform.machine(),
-        "processor": cpu_model(),
-        "cores": os.cpu_count(),
-        "python": platform.python_version(),
-        "postgres": row[0] if row else "unknown",
-        "system": f"{platform.system()} {platform.release()}",
-    }
-
-
-def loadavg() -> str:
-    with contextlib.suppress(OSError):
-        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
-    return "unknown"
 
 
 def summary(

@@ -4,20 +4,15 @@ kills or stalls it)."""
 
 from __future__ import annotations
 
-import itertools
-import os
-import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from contextlib import ExitStack
 from pathlib import Path
 
 import psycopg
 import pytest
-from psycopg import sql
 
 from pin_identity.adapters.kafka.embedded import start_broker, stop_broker
 from pin_identity.adapters.kafka.topics import TopicLayout, ensure_topics
-from pin_identity.adapters.postgres import migrate
 from pin_identity.adapters.postgres.embedded import ensure_embedded_postgres, stop_embedded_postgres
 from pin_identity.composition import Container
 from pin_identity.config import Settings
@@ -25,21 +20,17 @@ from pin_identity.domain.events import PUBLISHED_TOPICS
 from pin_identity.domain.talent_import import ImportMode
 from pin_identity.simulation.talent import SimulatedTalentApi, TalentDataset, create_talent_topics
 from tests.support.brokers import start_transaction_coordinator
+from tests.support.cli import unconfigured_environment
+from tests.support.databases import create_template, scratch_database
 from tests.support.kafka_tap import EventTap
+from tests.support.talent import TalentTopics
 from tests.support.talent_import import TalentWorld
-
-TEMPLATE = "pin_template"
-_database_numbers = itertools.count()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The long fault and load tests first: spread over the processes of `pytest -n`, they start at once
     instead of one of them running alone at the end."""
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
-
-
-def _with_database(url: str, name: str) -> str:
-    return psycopg.conninfo.make_conninfo(url, dbname=name)
 
 
 @pytest.fixture(scope="session")
@@ -52,23 +43,15 @@ def postgres_admin_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str
         conn.execute("ALTER SYSTEM SET synchronous_commit = off")
         conn.execute("ALTER SYSTEM SET full_page_writes = off")
         conn.execute("SELECT pg_reload_conf()")
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(TEMPLATE)))
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(TEMPLATE)))
-    migrate.upgrade(_with_database(url, TEMPLATE))
+    create_template(url)
     yield url
     stop_embedded_postgres(data_dir)
 
 
 @pytest.fixture
 def database_url(postgres_admin_url: str) -> Iterator[str]:
-    name = f"t_{os.getpid()}_{next(_database_numbers)}"
-    with psycopg.connect(postgres_admin_url, autocommit=True) as conn:
-        conn.execute(
-            sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(sql.Identifier(name), sql.Identifier(TEMPLATE))
-        )
-    yield _with_database(postgres_admin_url, name)
-    with psycopg.connect(postgres_admin_url, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+    with scratch_database(postgres_admin_url) as url:
+        yield url
 
 
 @pytest.fixture(scope="session")
@@ -119,7 +102,7 @@ def tap(broker: str) -> Iterator[EventTap]:
 @pytest.fixture
 def subprocess_env(settings: Settings) -> dict[str, str]:
     """The environment for running `pin-identity` as a subprocess against the test servers."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PIN_IDENTITY_")}
+    env = unconfigured_environment()
     env.update(
         {
             "PIN_IDENTITY_DATABASE_URL": str(settings.database_url),
@@ -134,18 +117,10 @@ def subprocess_env(settings: Settings) -> dict[str, str]:
     return env
 
 
-@dataclass(frozen=True)
-class TalentTopics:
-    tenants: str
-    users: str
-    group: str
-
-
 @pytest.fixture
 def talent_topics(broker: str) -> TalentTopics:
     """Talent's two compacted topics and a consumer group of this test's own (the broker is shared)."""
-    suffix = uuid.uuid4().hex[:10]
-    topics = TalentTopics(f"talent.tenants.{suffix}", f"talent.users.{suffix}", f"talent-sync-{suffix}")
+    topics = TalentTopics.fresh()
     create_talent_topics(
         {"bootstrap.servers": broker}, 3, tenants_topic=topics.tenants, users_topic=topics.users
     )
@@ -168,46 +143,33 @@ def world(
     talent_topics: TalentTopics,
 ) -> Iterator[TalentWorld]:
     """Talent served both ways: each test taking this fixture runs once per import mode."""
-    built = TalentWorld(request.param, settings, talent_api, talent_topics)
-    yield built
-    built.close()
+    yield from _talent_world(request.param, settings, talent_api, talent_topics)
 
 
 @pytest.fixture
 def another_database(postgres_admin_url: str) -> Iterator[Callable[[], str]]:
     """More fresh databases for one test (parity compares replicas built side by side)."""
-    created: list[str] = []
-
-    def make() -> str:
-        name = f"t_{os.getpid()}_{next(_database_numbers)}"
-        with psycopg.connect(postgres_admin_url, autocommit=True) as conn:
-            conn.execute(
-                sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
-                    sql.Identifier(name), sql.Identifier(TEMPLATE)
-                )
-            )
-        created.append(name)
-        return _with_database(postgres_admin_url, name)
-
-    yield make
-    with psycopg.connect(postgres_admin_url, autocommit=True) as conn:
-        for name in created:
-            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+    with ExitStack() as databases:
+        yield lambda: databases.enter_context(scratch_database(postgres_admin_url))
 
 
 @pytest.fixture
 def api_world(
     settings: Settings, talent_api: SimulatedTalentApi, talent_topics: TalentTopics
 ) -> Iterator[TalentWorld]:
-    built = TalentWorld(ImportMode.API_PULL, settings, talent_api, talent_topics)
-    yield built
-    built.close()
+    yield from _talent_world(ImportMode.API_PULL, settings, talent_api, talent_topics)
 
 
 @pytest.fixture
 def replay_world(
     settings: Settings, talent_api: SimulatedTalentApi, talent_topics: TalentTopics
 ) -> Iterator[TalentWorld]:
-    built = TalentWorld(ImportMode.TOPIC_REPLAY, settings, talent_api, talent_topics)
+    yield from _talent_world(ImportMode.TOPIC_REPLAY, settings, talent_api, talent_topics)
+
+
+def _talent_world(
+    mode: ImportMode, settings: Settings, talent_api: SimulatedTalentApi, talent_topics: TalentTopics
+) -> Iterator[TalentWorld]:
+    built = TalentWorld(mode, settings, talent_api, talent_topics)
     yield built
     built.close()

@@ -12,8 +12,8 @@ import pytest
 from pin_identity.composition import Container
 from pin_identity.config import Settings
 from pin_identity.operations import identity
-from tests.acceptance.test_cli import run_cli
 from tests.support import seed
+from tests.support.cli import run_cli
 from tests.support.relay import publish_outbox
 
 

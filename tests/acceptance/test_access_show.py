@@ -15,8 +15,8 @@ import pytest
 from pin_identity.adapters.kafka.partitioning import key_partition
 from pin_identity.composition import Container
 from pin_identity.operations import identity
-from tests.acceptance.test_cli import run_cli
 from tests.support import seed
+from tests.support.cli import run_cli
 from tests.support.relay import publish_outbox
 
 RANDOM_PARTITIONER = '{"partitioner": "random"}'

@@ -35,12 +35,12 @@ from pin_identity.config import ConfigurationError, Settings
 from pin_identity.entrypoints.admin_http import create_app
 from pin_identity.operations import identity
 from pin_identity.simulation.talent import SimulatedTalentApi, generate_dataset
-from tests.acceptance.test_cli import run_cli
-from tests.conftest import TalentTopics
 from tests.support import seed, talent
+from tests.support.cli import run_cli
 from tests.support.health import wait_for_healthz
 from tests.support.operators import bearer, write_tokens_file
 from tests.support.relay import publish_outbox
+from tests.support.talent import TalentTopics
 from tests.support.talent_import import job
 from tests.support.waiting import wait_until
 
@@ -105,15 +105,9 @@ def start(client: TestClient, **body: Any) -> str:
 
 def queued_task(container: Container) -> tuple[str, str]:
     """A role of one user, changed through the API's own operation: a Pending fan-out task."""
-    company_id = seed.company(container.transactions)
-    role_id = seed.role(container.transactions, company_id)
-    seed.grant(container.transactions, seed.user(container.transactions, company_id), role_id, company_id)
-    change = identity.set_role_permissions(
-        container.transactions,
-        identity.Context.fresh(),
-        role_id=role_id,
-        permissions=["deals.read", "deals.write"],
-        policy=container.fanout_policy,
+    _, role_id = seed.held_role(container.transactions, 1)
+    change = seed.change_permissions(
+        container.transactions, role_id, ["deals.read", "deals.write"], container.fanout_policy
     )
     assert change.task_id is not None
     return str(role_id), str(change.task_id)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import sys
 
 import httpx
 import pytest
@@ -14,16 +13,9 @@ from pin_identity import __version__
 from pin_identity.adapters.kafka.embedded import free_port
 from pin_identity.composition import Container
 from tests.support import seed
+from tests.support.cli import CLI, run_cli
 from tests.support.health import wait_for_healthz
 from tests.support.kafka_tap import EventTap
-
-CLI = [sys.executable, "-m", "pin_identity.entrypoints.cli"]
-
-
-def run_cli(env: dict[str, str], *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*CLI, *args], env=env, capture_output=True, text=True, timeout=timeout, check=False
-    )
 
 
 @pytest.mark.parametrize(

@@ -13,10 +13,8 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -40,16 +38,17 @@ from pin_identity.jobs.talent_import import TalentImportJob
 from pin_identity.operations import identity
 from pin_identity.simulation.talent import TalentDataset, generate_dataset
 from tests.support import seed, talent
+from tests.support.cli import CLI, run_cli
 from tests.support.health import wait_for_healthz
 from tests.support.operators import bearer, write_tokens_file
 from tests.support.relay import publish_outbox
 from tests.support.talent_import import TalentWorld, job
+from tests.support.tools import installed_tool
 from tests.support.waiting import wait_until
 
 TOKEN = "console-test-token"  # PIN_IDENTITY_ADMIN_TOKEN: the operator `admin`
 OPERATOR_TOKEN, VIEWER_TOKEN = "olga-console-token", "victor-console-token"
 OPERATORS = {"olga": ("operator", OPERATOR_TOKEN), "victor": ("viewer", VIEWER_TOKEN)}
-CLI = [sys.executable, "-m", "pin_identity.entrypoints.cli"]
 SERVE = [*CLI, "serve"]
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "console"
 WIDTHS = (1280, 800)
@@ -63,19 +62,12 @@ expect.set_options(timeout=10_000)
 # ---------------------------------------------------------------- the browser and the server
 
 
-def _chromium() -> str:
-    path = shutil.which("chromium")
-    assert path, (
-        "chromium is missing: `make test` installs it (Debian package `chromium`); "
-        "or run `apt-get install --no-install-recommends chromium`"
-    )
-    return path
-
-
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
     with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=_chromium(), headless=True)
+        launched = playwright.chromium.launch(
+            executable_path=installed_tool("chromium", "chromium"), headless=True
+        )
         yield launched
         launched.close()
 
@@ -193,16 +185,12 @@ def poisoned_bootstrap(
 def failed_fanout_task(container: Container, database_url: str) -> str:
     """A role of two users changed: a queued task, which then fails as the fan-out job fails a poison task
     after MaxAttempts."""
-    company_id = seed.company(container.transactions)
-    role_id = seed.role(container.transactions, company_id, code="poisoned-role")
-    for _ in range(2):
-        seed.grant(container.transactions, seed.user(container.transactions, company_id), role_id, company_id)
-    change = identity.set_role_permissions(
+    _, role_id = seed.held_role(container.transactions, 2, code="poisoned-role")
+    change = seed.change_permissions(
         container.transactions,
-        identity.Context.fresh(),
-        role_id=role_id,
-        permissions=["deals.read", "deals.write"],
-        policy=FanOutPolicy(INLINE_THRESHOLD),  # as `serve` decides it: a role of two is queued
+        role_id,
+        ["deals.read", "deals.write"],
+        FanOutPolicy(INLINE_THRESHOLD),  # as `serve` decides it: a role of two is queued
     )
     assert change.task_id is not None
     with psycopg.connect(database_url) as conn:
@@ -631,9 +619,7 @@ def test_access_looks_a_user_up_with_the_answer_of_access_show(
 
 
 def run_cli_json(env: dict[str, str], *args: str) -> dict[str, Any]:
-    result = subprocess.run(
-        [*CLI, *args, "--json"], env=env, capture_output=True, text=True, timeout=60, check=False
-    )
+    result = run_cli(env, *args, "--json")
     assert result.stdout, result.stderr
     document: dict[str, Any] = json.loads(result.stdout)
     return document
@@ -685,14 +671,8 @@ def test_demo_keep_running_leaves_the_console_up_and_says_how_to_read_its_token(
 ) -> None:
     env = {**subprocess_env, "PIN_IDENTITY_KAFKA_BOOTSTRAP_SERVERS": own_broker}
     pid_file = Path(env["PIN_IDENTITY_DATA_DIR"]) / "console.pid"
-    demo = subprocess.run(
-        [*CLI, "demo", "--companies", "3", "--users", "250", "--keep-running"],
-        env=env,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=200,
-        check=False,
+    demo = run_cli(
+        env, "demo", "--companies", "3", "--users", "250", "--keep-running", cwd=tmp_path, timeout=200
     )
     pid = int(pid_file.read_text()) if pid_file.exists() else None
     try:
@@ -711,15 +691,7 @@ def test_demo_keep_running_leaves_the_console_up_and_says_how_to_read_its_token(
         manager_role = page.locator('#roles-table tr[data-code="developer-manager"]')
         expect(manager_role.locator("td").nth(5)).to_have_text("250")  # the demo's bootstrapped managers
 
-        stopped = subprocess.run(
-            [*CLI, "embedded", "stop"],
-            env=env,
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
+        stopped = run_cli(env, "embedded", "stop", cwd=tmp_path)
         assert "console (serve) stopped" in stopped.stdout
         assert pid is not None
         wait_until(lambda: not _alive(pid), "the console's serve has stopped")

@@ -3,25 +3,21 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-CLI = [sys.executable, "-m", "pin_identity.entrypoints.cli"]
+from tests.support.cli import run_cli, unconfigured_environment
 
 
 @pytest.mark.timeout(240)
 def test_commands_start_reuse_and_stop_the_embedded_servers(tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PIN_IDENTITY_")}
+    env = unconfigured_environment()
     env.update({"PIN_IDENTITY_DATA_DIR": str(tmp_path / "data"), "PIN_IDENTITY_LOG_FORMAT": "json"})
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
-        result = subprocess.run(
-            [*CLI, *args], env=env, capture_output=True, text=True, timeout=120, check=False
-        )
+        result = run_cli(env, *args, timeout=120)
         assert result.returncode == 0, result.stderr
         return result
 
@@ -54,9 +50,7 @@ def test_commands_start_reuse_and_stop_the_embedded_servers(tmp_path: Path) -> N
 
 
 def _stop(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*CLI, "embedded", "stop"], env=env, capture_output=True, text=True, timeout=60, check=False
-    )
+    return run_cli(env, "embedded", "stop")
 
 
 def _is_apache_kafka(pid: int) -> bool:

@@ -4,9 +4,7 @@ looking starts nothing."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,21 +15,17 @@ import pytest
 from pin_identity.adapters.kafka.distribution import KAFKA_VERSION
 from pin_identity.adapters.kafka.embedded import ensure_embedded_kafka, port_open, stop_embedded_kafka
 from pin_identity.adapters.postgres.embedded import ensure_embedded_postgres, stop_embedded_postgres
-
-CLI = [sys.executable, "-m", "pin_identity.entrypoints.cli"]
+from tests.support.cli import run_cli, unconfigured_environment
 
 
 @pytest.fixture
 def env(tmp_path: Path) -> dict[str, str]:
     """No URLs configured: the embedded servers under a data dir of this test's own."""
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("PIN_IDENTITY_")}
-    return {**clean, "PIN_IDENTITY_DATA_DIR": str(tmp_path / "data")}
+    return {**unconfigured_environment(), "PIN_IDENTITY_DATA_DIR": str(tmp_path / "data")}
 
 
 def _info(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run(
-        [*CLI, "embedded", "info", *args], env=env, capture_output=True, text=True, timeout=60, check=False
-    )
+    result = run_cli(env, "embedded", "info", *args)
     assert result.returncode == 0, result.stderr
     return result
 

@@ -27,7 +27,7 @@ from pin_identity.composition import Container
 from pin_identity.domain.events import now_utc
 from pin_identity.domain.talent_import import ImportMode, ImportRequest, RunStatus
 from pin_identity.entrypoints import cli, operator_cli
-from tests.acceptance.test_cli import run_cli
+from tests.support.cli import run_cli
 
 BOUND_S = 15.0  # README "Command line": every failure is reported within this
 UNKNOWN = "00000000-0000-4000-8000-00000000dead"

@@ -11,10 +11,9 @@ from pin_identity.domain.events import now_utc
 from pin_identity.domain.fanout import FanOutPolicy
 from pin_identity.domain.talent import ImportStage
 from pin_identity.domain.talent_import import ImportMode, ImportRequest
-from pin_identity.operations import identity
 from pin_identity.simulation.talent import TalentDataset
-from tests.acceptance.test_cli import run_cli
 from tests.support import seed, talent
+from tests.support.cli import run_cli
 from tests.support.talent_import import TalentWorld
 
 
@@ -121,12 +120,8 @@ def _audit_lines(stderr: str) -> list[dict[str, Any]]:
 def _failed_fanout_task(world: TalentWorld) -> str:
     """A role of one user changed through the queue, then failed as the job fails a poison task."""
     transactions = world.container.transactions
-    company_id = seed.company(transactions)
-    role_id = seed.role(transactions, company_id)
-    seed.grant(transactions, seed.user(transactions, company_id), role_id, company_id)
-    change = identity.set_role_permissions(
-        transactions, identity.Context.fresh(), role_id=role_id, permissions=["a"], policy=FanOutPolicy(0)
-    )
+    _, role_id = seed.held_role(transactions, 1)
+    change = seed.change_permissions(transactions, role_id, ["a"], FanOutPolicy(0))
     _rows(
         world,
         "UPDATE identity.access_fanout_tasks SET status = 'Failed' WHERE id = %s RETURNING id",

@@ -5,14 +5,12 @@ from __future__ import annotations
 import json
 
 from pin_identity.composition import Container
-from tests.acceptance.test_cli import run_cli
 from tests.support import seed
+from tests.support.cli import run_cli
 
 
 def _holder(container: Container) -> None:
-    company = seed.company(container.transactions)
-    role = seed.role(container.transactions, company)
-    seed.grant(container.transactions, seed.user(container.transactions, company), role, company)
+    seed.held_role(container.transactions, 1)
 
 
 def test_roles_list_and_show_print_the_consoles_roles(

@@ -12,9 +12,9 @@ import pytest
 
 from pin_identity.composition import Container
 from pin_identity.simulation.talent import SimulatedTalentApi, generate_dataset
-from tests.acceptance.test_cli import CLI, run_cli
-from tests.conftest import TalentTopics
 from tests.support import talent
+from tests.support.cli import CLI, run_cli
+from tests.support.talent import TalentTopics
 from tests.support.talent_import import TalentWorld
 from tests.support.waiting import wait_until
 

@@ -9,9 +9,8 @@ import psycopg
 
 from pin_identity.composition import Container
 from pin_identity.domain.fanout import FanOutPath, FanOutPolicy
-from pin_identity.operations import identity
-from tests.acceptance.test_cli import CLI
 from tests.support import seed
+from tests.support.cli import CLI
 from tests.support.kafka_tap import EventTap
 
 
@@ -23,12 +22,8 @@ def test_two_once_workers_publish_every_event_of_three_queued_roles(
     for n in range(3):
         role = seed.role(container.transactions, company, code=f"role-{n}")
         members |= {str(u) for u in seed.bulk_role_members(database_url, role, company, 1500)}
-        change = identity.set_role_permissions(
-            container.transactions,
-            identity.Context.fresh(),
-            role_id=role,
-            permissions=["deals.read", f"deals.write.{n}"],
-            policy=FanOutPolicy(0),
+        change = seed.change_permissions(
+            container.transactions, role, ["deals.read", f"deals.write.{n}"], FanOutPolicy(0)
         )
         assert change.path is FanOutPath.QUEUED
 

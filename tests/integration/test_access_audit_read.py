@@ -7,38 +7,25 @@ from __future__ import annotations
 import threading
 import uuid
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
 
 from pin_identity.adapters.kafka.access_log import KafkaAccessLog
-from pin_identity.adapters.kafka.embedded import free_port, start_broker, stop_broker
 from pin_identity.adapters.kafka.topics import TopicLayout, ensure_topics
 from pin_identity.domain.access_audit import LastEvent
 from pin_identity.domain.events import ACCESS_TOPIC
-from tests.support.tcp_proxy import TcpProxy
+from tests.support.brokers import ProxiedBroker, proxied_broker
 
 PARTITIONS = 6
 
 
-@dataclass
-class Proxied:
-    proxy: TcpProxy
-    bootstrap: str
-
-
 @pytest.fixture
-def proxied(tmp_path: Path) -> Iterator[Proxied]:
-    proxy_port, broker_port = free_port(), free_port()
-    broker = start_broker(tmp_path / "broker", broker_port, advertised_port=proxy_port)
-    proxy = TcpProxy(proxy_port, broker_port)
-    bootstrap = f"127.0.0.1:{proxy_port}"
-    ensure_topics({"bootstrap.servers": bootstrap}, [ACCESS_TOPIC], TopicLayout(PARTITIONS, 1))
-    yield Proxied(proxy, bootstrap)
-    proxy.close()
-    stop_broker(broker.pid)
+def proxied(tmp_path: Path) -> Iterator[ProxiedBroker]:
+    with proxied_broker(tmp_path / "broker") as broker:
+        ensure_topics({"bootstrap.servers": broker.bootstrap}, [ACCESS_TOPIC], TopicLayout(PARTITIONS, 1))
+        yield broker
 
 
 def _produce(bootstrap: str, count: int, pad: int = 0) -> None:
@@ -54,7 +41,7 @@ def _produce(bootstrap: str, count: int, pad: int = 0) -> None:
     assert producer.flush(60) == 0
 
 
-def test_records_written_after_the_audit_began_are_left_to_the_next(proxied: Proxied) -> None:
+def test_records_written_after_the_audit_began_are_left_to_the_next(proxied: ProxiedBroker) -> None:
     _produce(proxied.bootstrap, 3000)
     kept: list[LastEvent] = []
     wrote_more = threading.Event()
@@ -70,7 +57,7 @@ def test_records_written_after_the_audit_began_are_left_to_the_next(proxied: Pro
     assert len(kept) == 3000
 
 
-def test_a_partition_that_stalls_is_reported_incomplete_not_read(proxied: Proxied) -> None:
+def test_a_partition_that_stalls_is_reported_incomplete_not_read(proxied: ProxiedBroker) -> None:
     # 30 MB: far more than the reader fetches ahead (about 1 MB a partition), so the stall is felt.
     _produce(proxied.bootstrap, 30_000, pad=1000)
     batches = 0

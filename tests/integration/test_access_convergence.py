@@ -13,8 +13,9 @@ from pin_identity.composition import Container
 from pin_identity.domain.fanout import FanOutPath, FanOutPolicy
 from pin_identity.operations import identity
 from tests.support import seed
+from tests.support.clocks import ManualClock
 from tests.support.convergence import Background, CommitHold, assert_converged
-from tests.support.fanout import ManualClock, fanout_job
+from tests.support.fanout import fanout_job
 from tests.support.kafka_tap import EventTap
 from tests.support.relay import publish_outbox
 from tests.support.waiting import wait_until
@@ -59,10 +60,9 @@ def test_a_role_wide_snapshot_never_overtakes_a_point_revoke_that_commits_meanwh
 
 
 def _set_permissions(container: Container, role: object, policy: FanOutPolicy) -> identity.PermissionsChange:
-    return identity.set_role_permissions(
+    return seed.change_permissions(
         container.transactions,
-        identity.Context.fresh(),
-        role_id=role,  # type: ignore[arg-type]
-        permissions=["deals.read", "deals.write"],
-        policy=policy,
+        role,  # type: ignore[arg-type]
+        ["deals.read", "deals.write"],
+        policy,
     )

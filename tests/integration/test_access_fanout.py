@@ -32,7 +32,8 @@ from pin_identity.jobs.access_fanout import AccessFanOutJob, FanOutSettings, Tas
 from pin_identity.operations import identity
 from pin_identity.operations.ports.fanout import FanOutTask, PageWritten
 from tests.support import seed
-from tests.support.fanout import ManualClock, fanout_job, run_until_idle
+from tests.support.clocks import ManualClock
+from tests.support.fanout import fanout_job, run_until_idle
 from tests.support.kafka_tap import ConsumedEvent, EventTap
 from tests.support.relay import outbox_count, publish_outbox
 from tests.support.schemas import validate_event
@@ -72,15 +73,20 @@ def _role_with_members(
 
 
 def _change_permissions(container: Container, role_id: UUID) -> UUID:
-    change = identity.set_role_permissions(
-        container.transactions,
-        identity.Context.fresh(),
-        role_id=role_id,
-        permissions=["deals.read"],
-        policy=QUEUED,
-    )
+    change = seed.change_permissions(container.transactions, role_id, ["deals.read"], QUEUED)
     assert change.task_id is not None
     return change.task_id
+
+
+def _claimed_change(
+    container: Container, database_url: str, clock: ManualClock
+) -> tuple[UUID, list[UUID], UUID, FanOutTask]:
+    """A role of 40 users changed, its task claimed for five minutes by a worker that has not begun it."""
+    _, role_id, users = _role_with_members(container, database_url, 40)
+    task_id = _change_permissions(container, role_id)
+    task = container.fanout_queue.claim(uuid.uuid4(), clock(), clock() + timedelta(seconds=300))
+    assert task is not None
+    return role_id, users, task_id, task
 
 
 def test_empty_role_completes_at_once_without_events(
@@ -107,13 +113,7 @@ def test_mass_fanout_sends_one_event_per_unique_user_across_all_pages(
 ) -> None:
     _, role_id, users = _role_with_members(container, database_url, 173)
     for user_id in users[:20]:  # a second assignment of the same role must not make a second event
-        identity.grant_role_assignment(
-            container.transactions,
-            identity.Context.fresh(),
-            user_id=user_id,
-            role_id=role_id,
-            scope=identity.Scope.organization(uuid.uuid4()),
-        )
+        seed.grant_in(container.transactions, user_id, role_id, identity.Scope.organization(uuid.uuid4()))
     task_id = _change_permissions(container, role_id)
 
     run_until_idle(fanout_job(container, ManualClock(), batch_size=50))
@@ -388,15 +388,12 @@ def test_role_archived_between_enqueue_and_processing(
 def test_a_paused_worker_whose_lease_expired_cannot_commit(
     container: Container, database_url: str, tap: EventTap
 ) -> None:
-    _, role_id, users = _role_with_members(container, database_url, 40)
-    task_id = _change_permissions(container, role_id)
     clock = ManualClock()
+    role_id, users, task_id, task = _claimed_change(container, database_url, clock)
     paused_stop = threading.Event()
     paused = fanout_job(
         container, clock, batch_size=10, queue=StopAfterFirstBatch(container.fanout_queue, paused_stop)
     )
-    task = container.fanout_queue.claim(uuid.uuid4(), clock(), clock() + timedelta(seconds=300))
-    assert task is not None
 
     # The paused worker commits one batch, then hangs (GC pause, network partition) past its lease.
     paused._batch(task, None)
@@ -432,14 +429,11 @@ def test_a_paused_worker_cannot_write_while_the_worker_that_took_over_holds_the_
     container: Container, database_url: str, tap: EventTap
 ) -> None:
     """The task is still InProgress when the paused worker wakes: only the claim id can refuse it."""
-    _, role_id, users = _role_with_members(container, database_url, 40)
-    task_id = _change_permissions(container, role_id)
     clock = ManualClock()
+    role_id, users, task_id, task = _claimed_change(container, database_url, clock)
     paused_queue, taker_queue = (HoldAfterFirstBatch(container.fanout_queue) for _ in range(2))
     paused = fanout_job(container, clock, batch_size=10, queue=paused_queue)
     taker = fanout_job(container, clock, batch_size=10, queue=taker_queue)
-    task = container.fanout_queue.claim(uuid.uuid4(), clock(), clock() + timedelta(seconds=300))
-    assert task is not None
 
     with ThreadPoolExecutor(2) as pool:
         try:
@@ -513,20 +507,18 @@ def test_the_page_writes_events_exactly_as_the_domain_renders_them(
 ) -> None:
     """The fan-out's page renders and writes its events in SQL; they must say what the domain says."""
     company_id, role_id, users = _role_with_members(container, database_url, 3)
-    identity.grant_role_assignment(
+    seed.grant_in(
         container.transactions,
-        identity.Context.fresh(),
-        user_id=users[0],
-        role_id=seed.role(container.transactions, company_id, 'code "quoted" \\ кириллица %s 100%'),
-        scope=Scope(ScopeType.PROJECT, project_id=uuid.uuid4()),
+        users[0],
+        seed.role(container.transactions, company_id, 'code "quoted" \\ кириллица %s 100%'),
+        Scope(ScopeType.PROJECT, project_id=uuid.uuid4()),
         expires_at=datetime(2027, 3, 1, 9, 30, 15, 123456, tzinfo=UTC),
     )
-    identity.grant_role_assignment(
+    seed.grant_in(
         container.transactions,
-        identity.Context.fresh(),
-        user_id=users[0],
-        role_id=role_id,
-        scope=Scope(ScopeType.PROJECT_GROUP, project_group_id=uuid.uuid4()),
+        users[0],
+        role_id,
+        Scope(ScopeType.PROJECT_GROUP, project_group_id=uuid.uuid4()),
     )
     _change_permissions(container, role_id)
     occurred = datetime.now(UTC)

@@ -14,7 +14,6 @@ import pytest
 
 from pin_identity.composition import Container
 from pin_identity.domain.fanout import FanOutPolicy
-from pin_identity.operations import identity
 from tests.support import seed
 from tests.support.kafka_tap import ConsumedEvent, EventTap
 from tests.support.relay import outbox_count
@@ -40,13 +39,7 @@ def test_sigkill_at_random_moments_loses_no_user(
     company_id = seed.company(container.transactions)
     role_id = seed.role(container.transactions, company_id)
     users = seed.bulk_role_members(database_url, role_id, company_id, USERS)
-    identity.set_role_permissions(
-        container.transactions,
-        identity.Context.fresh(),
-        role_id=role_id,
-        permissions=["x"],
-        policy=FanOutPolicy(inline_threshold=0),
-    )
+    seed.change_permissions(container.transactions, role_id, ["x"], FanOutPolicy(inline_threshold=0))
     env = {
         **subprocess_env,
         "PIN_IDENTITY_FANOUT_BATCH_SIZE": "50",

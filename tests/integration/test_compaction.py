@@ -5,7 +5,6 @@ tenant's tombstone: TopicReplay builds the same replica as the continuous consum
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -25,12 +24,12 @@ from pin_identity.simulation.talent import (
     generate_dataset,
     produce_to_topics,
 )
-from tests.conftest import TalentTopics
 from tests.support import seed, talent
 from tests.support.brokers import RestartableBroker, create_compacting_topics, roll_segments
 from tests.support.convergence import active_assignments
 from tests.support.kafka_tap import ConsumedEvent, EventTap
 from tests.support.relay import publish_outbox
+from tests.support.talent import TalentTopics
 from tests.support.talent_import import TalentWorld
 from tests.support.waiting import wait_until
 
@@ -73,12 +72,8 @@ def test_a_new_cache_reading_the_compacted_access_topic_from_offset_0_holds_ever
         users = [seed.user(container.transactions, company) for _ in range(40)]
         grants = {user: seed.grant(container.transactions, user, role, company) for user in users}
         for round_ in range(ROUNDS):  # each round a new version of every user's snapshot
-            identity.set_role_permissions(
-                container.transactions,
-                identity.Context.fresh(),
-                role_id=role,
-                permissions=[f"p{round_}"],
-                policy=FanOutPolicy(inline_threshold=200),
+            seed.change_permissions(
+                container.transactions, role, [f"p{round_}"], FanOutPolicy(inline_threshold=200)
             )
             publish_outbox(container)
             roll_segments(compacting.bootstrap, [ACCESS_TOPIC], 3)  # each round in segments of its own
@@ -107,8 +102,7 @@ def test_a_new_cache_reading_the_compacted_access_topic_from_offset_0_holds_ever
 def test_topic_replay_of_compacted_talent_topics_with_a_tombstone_builds_the_consumers_replica(
     settings: Settings, talent_api: SimulatedTalentApi, broker: str, another_database: Callable[[], str]
 ) -> None:
-    suffix = uuid.uuid4().hex[:10]
-    topics = TalentTopics(f"talent.tenants.{suffix}", f"talent.users.{suffix}", f"talent-sync-{suffix}")
+    topics = TalentTopics.fresh()
     # Tombstones stay a day, as on Talent's cluster: the deleted tenant's tombstone is there to replay.
     create_compacting_topics(broker, [topics.tenants, topics.users], 3, tombstones_kept_ms=86_400_000)
     first = generate_dataset(8, 200, seed=31)

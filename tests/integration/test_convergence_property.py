@@ -22,9 +22,7 @@ import psycopg
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
-from psycopg import sql
 
-from pin_identity.adapters.kafka.embedded import free_port, start_broker, stop_broker
 from pin_identity.adapters.kafka.topics import TopicLayout, ensure_topics
 from pin_identity.composition import Container
 from pin_identity.config import Settings
@@ -35,8 +33,9 @@ from pin_identity.domain.model import Scope
 from pin_identity.jobs.access_fanout import AccessFanOutJob, FanOutSettings
 from pin_identity.jobs.outbox_relay import RelaySettings
 from pin_identity.operations import identity
-from tests.conftest import TEMPLATE, _with_database
 from tests.support import seed, talent
+from tests.support.brokers import proxied_broker
+from tests.support.databases import scratch_database
 from tests.support.fanout import NoWakeups
 from tests.support.tcp_proxy import TcpProxy
 
@@ -57,39 +56,28 @@ class Stand:
 
 @pytest.fixture(scope="module")
 def stand(postgres_admin_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stand]:
-    name = f"convergence_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(postgres_admin_url, autocommit=True) as conn:
-        conn.execute(
-            sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(sql.Identifier(name), sql.Identifier(TEMPLATE))
+    with (
+        scratch_database(postgres_admin_url, f"convergence_{uuid.uuid4().hex[:8]}") as database_url,
+        proxied_broker(tmp_path_factory.mktemp("kafka")) as broker,
+    ):
+        configured = Settings(
+            database_url=database_url,
+            kafka_bootstrap_servers=broker.bootstrap,
+            kafka_config=SHORT_DELIVERY,
+            data_dir=tmp_path_factory.mktemp("data"),
+            worker_http_port=0,
+            kafka_topic_partitions=3,
+            kafka_replication_factor=1,
         )
-    database_url = _with_database(postgres_admin_url, name)
-    proxy_port, broker_port = free_port(), free_port()
-    broker = start_broker(tmp_path_factory.mktemp("kafka"), broker_port, advertised_port=proxy_port)
-    proxy = TcpProxy(proxy_port, broker_port)
-    configured = Settings(
-        database_url=database_url,
-        kafka_bootstrap_servers=f"127.0.0.1:{proxy_port}",
-        kafka_config=SHORT_DELIVERY,
-        data_dir=tmp_path_factory.mktemp("data"),
-        worker_http_port=0,
-        kafka_topic_partitions=3,
-        kafka_replication_factor=1,
-    )
-    ensure_topics(
-        {"bootstrap.servers": configured.kafka_bootstrap_servers or ""}, PUBLISHED_TOPICS, TopicLayout(3, 1)
-    )
-    container = Container(configured)
-    built = Stand(container, proxy, database_url)
-    for _ in range(2):
-        tenant = talent.tenant()
-        talent.tenants(container, tenant)
-        built.tenants.append(tenant["tenantId"])
-    yield built
-    container.close()
-    proxy.close()
-    stop_broker(broker.pid)
-    with psycopg.connect(postgres_admin_url, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+        ensure_topics({"bootstrap.servers": broker.bootstrap}, PUBLISHED_TOPICS, TopicLayout(3, 1))
+        container = Container(configured)
+        built = Stand(container, broker.proxy, database_url)
+        for _ in range(2):
+            tenant = talent.tenant()
+            talent.tenants(container, tenant)
+            built.tenants.append(tenant["tenantId"])
+        yield built
+        container.close()
 
 
 @dataclass

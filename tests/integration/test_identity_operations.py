@@ -176,20 +176,12 @@ def test_set_permissions_inline_up_to_the_threshold_and_queued_above(
     for user_id in users:
         seed.grant(container.transactions, user_id, role_id, company_id)
     # A second assignment of the same role must not count its user twice.
-    identity.grant_role_assignment(
-        container.transactions,
-        identity.Context.fresh(),
-        user_id=users[0],
-        role_id=role_id,
-        scope=Scope(ScopeType.PROJECT, project_id=uuid.uuid4()),
+    seed.grant_in(
+        container.transactions, users[0], role_id, Scope(ScopeType.PROJECT, project_id=uuid.uuid4())
     )
 
-    change = identity.set_role_permissions(
-        container.transactions,
-        identity.Context.fresh(),
-        role_id=role_id,
-        permissions=["deals.read", "deals.write"],
-        policy=FanOutPolicy(inline_threshold=3),
+    change = seed.change_permissions(
+        container.transactions, role_id, ["deals.read", "deals.write"], FanOutPolicy(inline_threshold=3)
     )
     publish_outbox(container)
 
@@ -230,12 +222,8 @@ def test_pending_fanout_tasks_coalesce_to_the_newest_version(container: Containe
     for user_id in [seed.user(container.transactions, company_id) for _ in range(2)]:
         seed.grant(container.transactions, user_id, role_id, company_id)
     policy = FanOutPolicy(inline_threshold=1)
-    first = identity.set_role_permissions(
-        container.transactions, identity.Context.fresh(), role_id=role_id, permissions=["a"], policy=policy
-    )
-    second = identity.set_role_permissions(
-        container.transactions, identity.Context.fresh(), role_id=role_id, permissions=["b"], policy=policy
-    )
+    first = seed.change_permissions(container.transactions, role_id, ["a"], policy)
+    second = seed.change_permissions(container.transactions, role_id, ["b"], policy)
     assert first.task_id == second.task_id
     with psycopg.connect(database_url) as conn:
         rows = conn.execute("SELECT status, role_version FROM identity.access_fanout_tasks").fetchall()

@@ -20,7 +20,7 @@ from pin_identity.simulation.talent import (
     generate_dataset,
     produce_to_topics,
 )
-from tests.conftest import TalentTopics
+from tests.support.talent import TalentTopics
 from tests.support.tcp_proxy import TcpProxy
 
 

@@ -12,8 +12,8 @@ from pin_identity.composition import Container
 from pin_identity.domain.phone import InvalidPhoneError, normalize_phone
 from pin_identity.domain.talent_import import ImportMode, ImportRequest, RunStatus
 from pin_identity.simulation.talent import SimulatedTalentApi, TalentDataset, generate_dataset
-from tests.conftest import TalentTopics
 from tests.support import talent
+from tests.support.talent import TalentTopics
 from tests.support.talent_import import TalentWorld, run_to_end
 
 

@@ -14,6 +14,7 @@ from pin_identity.operations.identity import Context
 from pin_identity.operations.ports.replica import SourceItem
 from pin_identity.operations.talent_replica import ApplyOptions, apply_snapshots
 from tests.support import seed, talent
+from tests.support.phones import written_phone
 from tests.support.schemas import validate_event
 
 
@@ -160,7 +161,7 @@ def test_phones_swapped_inside_one_batch_apply_in_order(container: Container) ->
 
     # The newcomer takes the phone the other user gives up earlier in the same batch: the bulk write meets the
     # unique index first, and the round is replayed item by item.
-    outcome = talent.users(container, {**leaving, "version": 2, "phone": talent.talent_phone()}, newcomer)
+    outcome = talent.users(container, {**leaving, "version": 2, "phone": written_phone()}, newcomer)
 
     assert outcome.applied == 2
     assert len(talent.replica_state(container)["users"]) == 2

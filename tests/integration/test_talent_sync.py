@@ -14,12 +14,12 @@ from confluent_kafka import Producer
 from pin_identity.composition import Container
 from pin_identity.operations.ports.talent import TalentRecord
 from pin_identity.simulation.talent import TalentDataset
-from tests.conftest import TalentTopics
 from tests.support import talent
-from tests.support.fanout import ManualClock
+from tests.support.clocks import ManualClock
 from tests.support.kafka_tap import EventTap
 from tests.support.relay import publish_outbox
 from tests.support.schemas import validate_event
+from tests.support.talent import TalentTopics
 from tests.support.waiting import wait_until
 
 

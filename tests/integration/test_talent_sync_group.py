@@ -8,7 +8,6 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-import uuid
 from pathlib import Path
 
 import httpx
@@ -23,9 +22,9 @@ from pin_identity.simulation.talent import (
     generate_dataset,
     produce_to_topics,
 )
-from tests.conftest import TalentTopics
 from tests.support import talent
 from tests.support.health import wait_for_healthz
+from tests.support.talent import TalentTopics
 from tests.support.waiting import wait_until
 
 PARTITIONS = 6
@@ -71,8 +70,7 @@ def _renamed(dataset: TalentDataset) -> TalentDataset:
 def test_a_group_of_workers_applies_every_record_though_one_is_killed_and_another_joins(
     settings: Settings, broker: str, subprocess_env: dict[str, str], tmp_path: Path
 ) -> None:
-    suffix = uuid.uuid4().hex[:10]
-    topics = TalentTopics(f"talent.tenants.{suffix}", f"talent.users.{suffix}", f"talent-sync-{suffix}")
+    topics = TalentTopics.fresh()
     config = {"bootstrap.servers": broker}
     create_talent_topics(config, PARTITIONS, tenants_topic=topics.tenants, users_topic=topics.users)
     first = generate_dataset(60, 12_000, seed=41)

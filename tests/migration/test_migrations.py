@@ -8,9 +8,9 @@ from collections.abc import Iterator
 
 import psycopg
 import pytest
-from psycopg import sql
 
 from pin_identity.adapters.postgres import migrate
+from tests.support.databases import scratch_database
 
 TABLES = {
     "outbox_relay_handover",
@@ -35,12 +35,8 @@ TABLES = {
 @pytest.fixture
 def empty_database(postgres_admin_url: str, request: pytest.FixtureRequest) -> Iterator[str]:
     name = f"empty_{request.node.name}".lower()[:60].replace("[", "_").replace("]", "")
-    with psycopg.connect(postgres_admin_url, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    yield psycopg.conninfo.make_conninfo(postgres_admin_url, dbname=name)
-    with psycopg.connect(postgres_admin_url, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+    with scratch_database(postgres_admin_url, name, template=None) as url:
+        yield url
 
 
 def _schema_fingerprint(url: str) -> list[tuple[str, ...]]:

@@ -1,4 +1,5 @@
-"""A broker of a test's own that the test stops, kills and starts again on the same port and log directory."""
+"""A broker of a test's own that the test stops, kills and starts again on the same port and log directory, or
+reaches only through a proxy it stalls."""
 
 from __future__ import annotations
 
@@ -6,7 +7,8 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,6 +17,26 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from pin_identity.adapters.kafka.embedded import free_port, kill_broker, start_broker, stop_broker
 from pin_identity.adapters.kafka.topics import TopicLayout, ensure_topics
+from tests.support.tcp_proxy import TcpProxy
+
+
+@dataclass
+class ProxiedBroker:
+    proxy: TcpProxy
+    bootstrap: str  # the proxy's address: the broker advertises it, so that every connection goes through it
+
+
+@contextmanager
+def proxied_broker(home: Path) -> Iterator[ProxiedBroker]:
+    """A broker of the block's own behind a proxy that the test stalls and restores."""
+    proxy_port, broker_port = free_port(), free_port()
+    broker = start_broker(home, broker_port, advertised_port=proxy_port)
+    proxy = TcpProxy(proxy_port, broker_port)
+    try:
+        yield ProxiedBroker(proxy, f"127.0.0.1:{proxy_port}")
+    finally:
+        proxy.close()
+        stop_broker(broker.pid)
 
 
 @dataclass

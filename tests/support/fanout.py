@@ -4,23 +4,11 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
 
 from pin_identity.composition import Container
 from pin_identity.jobs.access_fanout import AccessFanOutJob, FanOutSettings
 from pin_identity.operations.ports.fanout import FanOutQueue
-
-
-@dataclass
-class ManualClock:
-    now: datetime = field(default_factory=lambda: datetime.now(UTC))
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += timedelta(seconds=seconds)
+from tests.support.clocks import ManualClock
 
 
 class NoWakeups:

@@ -2,22 +2,18 @@
 
 from __future__ import annotations
 
-import itertools
 import uuid
+from collections.abc import Sequence
+from datetime import datetime
 from uuid import UUID
 
 import psycopg
 
+from pin_identity.domain.fanout import FanOutPolicy
 from pin_identity.domain.model import CompanyType, Scope, UserType
 from pin_identity.operations import identity
 from pin_identity.operations.ports.identity import IdentityTransactions
-
-_phones = iter(range(10_000_000))
-_bulk_phones = itertools.count(9_000_000_000)
-
-
-def next_phone() -> str:
-    return f"+7912{next(_phones):07d}"
+from tests.support.phones import next_phone
 
 
 def company(transactions: IdentityTransactions, name: str = "Stroy Invest") -> UUID:
@@ -51,12 +47,44 @@ def role(transactions: IdentityTransactions, company_id: UUID | None, code: str 
 
 
 def grant(transactions: IdentityTransactions, user_id: UUID, role_id: UUID, company_id: UUID) -> UUID:
+    """The role for the user across its company."""
+    return grant_in(transactions, user_id, role_id, Scope.organization(company_id))
+
+
+def grant_in(
+    transactions: IdentityTransactions,
+    user_id: UUID,
+    role_id: UUID,
+    scope: Scope,
+    expires_at: datetime | None = None,
+) -> UUID:
     return identity.grant_role_assignment(
         transactions,
         identity.Context.fresh(),
         user_id=user_id,
         role_id=role_id,
-        scope=Scope.organization(company_id),
+        scope=scope,
+        expires_at=expires_at,
+    )
+
+
+def held_role(
+    transactions: IdentityTransactions, holders: int, code: str = "sales-manager"
+) -> tuple[UUID, UUID]:
+    """A new company and a role of it granted company-wide to `holders` new users: (company id, role id)."""
+    company_id = company(transactions)
+    role_id = role(transactions, company_id, code)
+    for _ in range(holders):
+        grant(transactions, user(transactions, company_id), role_id, company_id)
+    return company_id, role_id
+
+
+def change_permissions(
+    transactions: IdentityTransactions, role_id: UUID, permissions: Sequence[str], policy: FanOutPolicy
+) -> identity.PermissionsChange:
+    """The role's permissions replaced through the use case (inline or queued, as the policy decides)."""
+    return identity.set_role_permissions(
+        transactions, identity.Context.fresh(), role_id=role_id, permissions=permissions, policy=policy
     )
 
 
@@ -68,8 +96,7 @@ def bulk_role_members(database_url: str, role_id: UUID, company_id: UUID, count:
             "COPY identity.users (id, company_id, type, status, phone, first_name, last_name) FROM STDIN"
         ) as cp:
             for user_id in user_ids:
-                phone = f"+7{next(_bulk_phones)}"
-                cp.write_row((user_id, company_id, "DeveloperManager", "Active", phone, "A", "B"))
+                cp.write_row((user_id, company_id, "DeveloperManager", "Active", next_phone(), "A", "B"))
         with cur.copy(
             "COPY identity.role_assignments"
             " (id, role_id, user_id, company_id, scope_type, scope_organization_id) FROM STDIN"

@@ -2,37 +2,42 @@
 
 from __future__ import annotations
 
-import itertools
 import json
 import threading
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from uuid import UUID
 
 from pin_identity.adapters.kafka.talent_stream import KafkaTalentStream
+from pin_identity.adapters.talent_wire import read_item
 from pin_identity.composition import Container
 from pin_identity.domain.events import now_utc
-from pin_identity.jobs.talent_sync import TalentSyncJob, TalentSyncSettings
-from pin_identity.operations.ports.talent import TalentStream
-from pin_identity.simulation.talent import TalentDataset, produce_to_topics
-
-if TYPE_CHECKING:
-    from tests.conftest import TalentTopics
-from pin_identity.adapters.talent_wire import read_item
 from pin_identity.domain.talent import ImportStage, TalentItem
+from pin_identity.jobs.talent_sync import TalentSyncJob, TalentSyncSettings
 from pin_identity.operations.identity import Context
 from pin_identity.operations.ports.replica import SourceItem
+from pin_identity.operations.ports.talent import TalentStream
 from pin_identity.operations.talent_replica import ApplyOptions, BatchOutcome, apply_snapshots
+from pin_identity.simulation.talent import TalentDataset, produce_to_topics
+from tests.support.phones import written_phone
 
-_phones = itertools.count(1_000_000)
 
+@dataclass(frozen=True)
+class TalentTopics:
+    """Talent's two compacted topics and the consumer group that reads them."""
 
-def talent_phone() -> str:
-    """A distinct Russian mobile number, written the way people write it."""
-    digits = f"{next(_phones):07d}"
-    return f"8 (915) {digits[:3]}-{digits[3:5]}-{digits[5:]}"
+    tenants: str
+    users: str
+    group: str
+
+    @classmethod
+    def fresh(cls) -> TalentTopics:
+        """Names no other test uses (the broker is shared)."""
+        suffix = uuid.uuid4().hex[:10]
+        return cls(f"talent.tenants.{suffix}", f"talent.users.{suffix}", f"talent-sync-{suffix}")
 
 
 def tenant(
@@ -54,7 +59,7 @@ def user(tenant_id: str, user_id: UUID | None = None, *, version: int = 1, **fie
         "userId": str(user_id or uuid.uuid4()),
         "tenantId": tenant_id,
         "version": version,
-        "phone": talent_phone(),
+        "phone": written_phone(),
         "email": "manager@stroy.example",
         "firstName": "Иван",
         "lastName": "Петров",

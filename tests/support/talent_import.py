@@ -6,7 +6,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pin_identity.composition import Container
 from pin_identity.config import Settings
@@ -15,9 +15,7 @@ from pin_identity.domain.talent_import import ImportMode, ImportRequest, ImportR
 from pin_identity.jobs.talent_import import TalentImportJob
 from pin_identity.operations.imports import start_run
 from pin_identity.simulation.talent import SimulatedTalentApi, TalentDataset, produce_to_topics
-
-if TYPE_CHECKING:
-    from tests.conftest import TalentTopics
+from tests.support.talent import TalentTopics
 
 FAST = ImportSettings(
     page_lease_s=600, max_page_attempts=3, idle_wait_s=0.02, backoff_base_s=0.01, backoff_max_s=0.05

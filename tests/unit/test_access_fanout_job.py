@@ -14,7 +14,8 @@ from pin_identity.domain.events import AccessChangeTemplate, OutboxMessage
 from pin_identity.jobs.access_fanout import AccessFanOutJob, FanOutSettings, TaskOutcome
 from pin_identity.jobs.access_fanout_observer import FanOutObserver
 from pin_identity.operations.ports.fanout import FanOutTask, PageWritten, PoisonedTask, QueueStats
-from tests.support.fanout import ManualClock, NoWakeups
+from tests.support.clocks import ManualClock
+from tests.support.fanout import NoWakeups
 
 
 class MemoryBatch:

@@ -18,6 +18,7 @@ from pin_identity.entrypoints.admin_operators import (
     token_digest,
 )
 from pin_identity.operations.audit import Actor, admin_action
+from tests.support.clocks import ManualClock
 
 
 def sha(token: str) -> str:
@@ -26,14 +27,6 @@ def sha(token: str) -> str:
 
 def line(name: str, role: str, token: str) -> str:
     return f"{name} {role} {sha(token)}\n"
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture
@@ -154,14 +147,14 @@ def test_an_empty_file_is_no_operator_yet() -> None:
 
 
 def test_an_edit_is_in_force_at_the_first_look_after_the_recheck_interval(tokens_file: Path) -> None:
-    clock = Clock()
-    operators = Operators(None, tokens_file, clock=clock, recheck_s=2.0)
+    clock = ManualClock()
+    operators = Operators(None, tokens_file, clock=clock.monotonic, recheck_s=2.0)
     tokens_file.write_text(
         line("alice", "operator", "alice-rotated") + line("carol", "viewer", "carol-token")
     )
-    clock.now += 1.9
+    clock.advance(1.9)
     assert names(operators, "alice-token", "bob-token", "alice-rotated") == ["alice", "bob", None]
-    clock.now += 0.1
+    clock.advance(0.1)
     with capture_logs() as logs:
         assert names(operators, "alice-token", "bob-token", "alice-rotated", "carol-token") == [
             None,
@@ -181,8 +174,8 @@ def test_an_edit_is_in_force_at_the_first_look_after_the_recheck_interval(tokens
 
 
 def test_a_broken_file_keeps_the_previous_operators_says_so_once_and_recovers(tokens_file: Path) -> None:
-    clock = Clock()
-    operators = Operators("admin-token", tokens_file, clock=clock)
+    clock = ManualClock()
+    operators = Operators("admin-token", tokens_file, clock=clock.monotonic)
     good = tokens_file.read_text()
     with capture_logs() as logs:
         for broken in (good + "dave operatr " + sha("dave") + "\n", None):
@@ -191,7 +184,7 @@ def test_a_broken_file_keeps_the_previous_operators_says_so_once_and_recovers(to
             else:
                 tokens_file.write_text(broken)
             for _ in range(3):  # looked at again and again: one line per problem
-                clock.now += 2
+                clock.advance(2)
                 assert names(operators, "admin-token", "alice-token", "bob-token", "dave") == [
                     "admin",
                     "alice",
@@ -202,7 +195,7 @@ def test_a_broken_file_keeps_the_previous_operators_says_so_once_and_recovers(to
             assert problem is not None and problem.startswith("PIN_IDENTITY_ADMIN_TOKENS_FILE: ")
             assert problem.endswith("; the operators read before stay in force")
         tokens_file.write_text(good)
-        clock.now += 2
+        clock.advance(2)
         assert operators.problem() is None
     assert [(entry["event"], entry.get("reason", "")) for entry in logs] == [
         ("admin-operators-file-invalid", "line 3: unknown role 'operatr' (viewer or operator)"),

@@ -8,7 +8,6 @@ these tests rather than skipping them.
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +18,7 @@ import yaml  # type: ignore[import-untyped]
 from prometheus_client import REGISTRY
 
 from pin_identity.observability import metrics
+from tests.support.tools import installed_tool
 
 ROOT = Path(__file__).resolve().parents[2]
 PROMETHEUS_DIR = ROOT / "deploy" / "prometheus"
@@ -34,12 +34,7 @@ SPEC_MS_HISTOGRAMS = frozenset(
 
 
 def _promtool() -> str:
-    path = shutil.which("promtool")
-    assert path, (
-        "promtool is missing: `make test` installs it (Debian package `prometheus`); "
-        "or run `apt-get install --no-install-recommends prometheus`"
-    )
-    return path
+    return installed_tool("promtool", "prometheus")
 
 
 def _run(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -61,13 +56,17 @@ def installed_rules(tmp_path: Path) -> Path:
 
 
 def test_the_rendered_rules_pass_promtool_check_rules(installed_rules: Path) -> None:
-    checked = _run(_promtool(), "check", "rules", str(installed_rules / "alerts.yml"))
+    checked = _run(
+        installed_tool("promtool", "prometheus"), "check", "rules", str(installed_rules / "alerts.yml")
+    )
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert "SUCCESS: 14 rules found" in checked.stdout
 
 
 def test_every_alert_fires_and_stays_quiet_under_promtool_test_rules(installed_rules: Path) -> None:
-    tested = _run(_promtool(), "test", "rules", str(installed_rules / "alerts.test.yml"))
+    tested = _run(
+        installed_tool("promtool", "prometheus"), "test", "rules", str(installed_rules / "alerts.test.yml")
+    )
     assert tested.returncode == 0, tested.stdout + tested.stderr
     assert "SUCCESS" in tested.stdout
 

@@ -25,6 +25,7 @@ from pin_identity.domain.talent import (
     decide_tenant,
     decide_user,
 )
+from tests.support import talent
 
 TENANT_ID = uuid.uuid4()
 USER_ID = uuid.uuid4()
@@ -46,30 +47,12 @@ def parse_user(record: Record) -> UserSnapshot:
 
 
 def _tenant(**fields: Any) -> Record:
-    payload = {
-        "tenantId": str(TENANT_ID),
-        "version": 2,
-        "name": "Stroy Invest",
-        "companyType": "Developer",
-        "taxId": None,
-        "isDeleted": False,
-    }
-    return (str(TENANT_ID), {**payload, **fields})
+    return (str(TENANT_ID), talent.tenant(TENANT_ID, **{"version": 2, "taxId": None, **fields}))
 
 
 def _user(**fields: Any) -> Record:
-    payload = {
-        "userId": str(USER_ID),
-        "tenantId": str(TENANT_ID),
-        "version": 2,
-        "phone": "8 912 345 67 89",
-        "email": None,
-        "firstName": "Иван",
-        "lastName": "Петров",
-        "middleName": None,
-        "isDeleted": False,
-    }
-    return (str(USER_ID), {**payload, **fields})
+    known = {"version": 2, "phone": "8 912 345 67 89", "email": None, **fields}
+    return (str(USER_ID), talent.user(str(TENANT_ID), USER_ID, **known))
 
 
 def _company(**fields: Any) -> CompanyState:

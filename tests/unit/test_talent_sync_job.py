@@ -13,18 +13,15 @@ from pin_identity.jobs.talent_sync import TalentSyncJob, TalentSyncSettings
 from pin_identity.jobs.talent_sync_observer import TalentSyncObserver
 from pin_identity.operations.ports.talent import TalentRecord
 from pin_identity.operations.talent_replica import BatchOutcome
+from tests.support.clocks import ManualClock
 from tests.support.memory_talent import MemoryReplica, MemoryStream, tenant_item, user_item
 
-
-class _Clock:
-    def __init__(self) -> None:
-        self.now = datetime(2026, 12, 1, tzinfo=UTC)
-
-    def __call__(self) -> datetime:
-        return self.now
+START = datetime(2026, 12, 1, tzinfo=UTC)
 
 
-def _job(stream: MemoryStream, replica: MemoryReplica, clock: _Clock, **settings: float) -> TalentSyncJob:
+def _job(
+    stream: MemoryStream, replica: MemoryReplica, clock: ManualClock, **settings: float
+) -> TalentSyncJob:
     return TalentSyncJob(stream, replica, TalentSyncSettings(batch_size=10, **settings), clock=clock)
 
 
@@ -32,7 +29,7 @@ def test_a_batch_commits_its_offsets_after_its_transaction_its_tenants_first() -
     stream, replica, tenant = MemoryStream(), MemoryReplica(), uuid.uuid4()
     stream.publish(user_item(tenant), tenant_item(tenant))
 
-    assert _job(stream, replica, _Clock()).step() is True
+    assert _job(stream, replica, ManualClock(START)).step() is True
 
     assert stream.committed == [0, 1]
     assert len(replica.state.users) == 1 and replica.state.quarantine == {}  # the user found its tenant
@@ -42,7 +39,7 @@ def test_a_batch_that_rolled_back_is_read_again_and_its_offsets_stay() -> None:
     stream, replica = MemoryStream(), MemoryReplica()
     stream.publish(tenant_item(), tenant_item())
     replica.fail_commits = 1
-    job = _job(stream, replica, _Clock())
+    job = _job(stream, replica, ManualClock(START))
 
     failed = job.step()
     retried = job.step()
@@ -59,12 +56,12 @@ def test_an_offset_commit_that_fails_after_the_database_commit_is_not_fatal() ->
     stream, replica = _Refusing(), MemoryReplica()
     stream.publish(tenant_item())
 
-    assert _job(stream, replica, _Clock()).step() is True
+    assert _job(stream, replica, ManualClock(START)).step() is True
     assert len(replica.state.companies) == 1 and stream.rewound == 0
 
 
 def test_a_user_before_its_tenant_is_deferred_and_retried_when_due() -> None:
-    stream, replica, clock, tenant = MemoryStream(), MemoryReplica(), _Clock(), uuid.uuid4()
+    stream, replica, clock, tenant = MemoryStream(), MemoryReplica(), ManualClock(START), uuid.uuid4()
     job = _job(stream, replica, clock, retry_base_s=1.0)
     stream.publish(user_item(tenant))
     job.step()
@@ -84,7 +81,7 @@ def test_a_user_before_its_tenant_is_deferred_and_retried_when_due() -> None:
 
 
 def test_a_user_deferred_too_often_stays_in_the_quarantine_for_the_operator() -> None:
-    stream, replica, clock = MemoryStream(), MemoryReplica(), _Clock()
+    stream, replica, clock = MemoryStream(), MemoryReplica(), ManualClock(START)
     job = _job(stream, replica, clock, max_deferrals=1)
     stream.publish(user_item(uuid.uuid4()))
     job.step()
@@ -100,7 +97,7 @@ def test_once_ends_when_caught_up_and_closes_the_stream() -> None:
     stream, replica = MemoryStream(), MemoryReplica()
     stream.publish(*[tenant_item() for _ in range(25)])
 
-    _job(stream, replica, _Clock(), poll_timeout_s=0).run(threading.Event(), once=True)
+    _job(stream, replica, ManualClock(START), poll_timeout_s=0).run(threading.Event(), once=True)
 
     assert (stream.committed, stream.closed) == (list(range(25)), True)
     assert len(replica.state.companies) == 25
@@ -138,7 +135,7 @@ class RecordingObserver(TalentSyncObserver):
 
 
 def _observed(
-    stream: MemoryStream, replica: MemoryReplica, clock: _Clock
+    stream: MemoryStream, replica: MemoryReplica, clock: ManualClock
 ) -> tuple[TalentSyncJob, RecordingObserver]:
     observer = RecordingObserver()
     settings = TalentSyncSettings(batch_size=10, poll_timeout_s=0, retry_base_s=1.0)
@@ -148,7 +145,7 @@ def _observed(
 def test_the_observer_hears_the_batches_the_lag_and_the_end() -> None:
     stream, replica = MemoryStream(), MemoryReplica()
     stream.publish(*[tenant_item() for _ in range(12)])
-    job, observer = _observed(stream, replica, _Clock())
+    job, observer = _observed(stream, replica, ManualClock(START))
 
     job.run(threading.Event(), once=True)
 
@@ -159,7 +156,7 @@ def test_the_observer_hears_a_rolled_back_batch_then_its_replay() -> None:
     stream, replica = MemoryStream(), MemoryReplica()
     stream.publish(tenant_item())
     replica.fail_commits = 2
-    job, observer = _observed(stream, replica, _Clock())
+    job, observer = _observed(stream, replica, ManualClock(START))
 
     for _ in range(3):
         job.step()
@@ -169,7 +166,7 @@ def test_the_observer_hears_a_rolled_back_batch_then_its_replay() -> None:
 
 
 def test_the_observer_hears_a_deferred_user_retried_and_a_retry_that_rolled_back() -> None:
-    stream, replica, clock, tenant = MemoryStream(), MemoryReplica(), _Clock(), uuid.uuid4()
+    stream, replica, clock, tenant = MemoryStream(), MemoryReplica(), ManualClock(START), uuid.uuid4()
     job, observer = _observed(stream, replica, clock)
     stream.publish(user_item(tenant))
     job.step()
@@ -196,7 +193,7 @@ def test_the_observer_hears_an_offset_commit_that_failed_after_the_batch_applied
 
     stream, replica = _Refusing(), MemoryReplica()
     stream.publish(tenant_item())
-    job, observer = _observed(stream, replica, _Clock())
+    job, observer = _observed(stream, replica, ManualClock(START))
 
     job.step()
 
