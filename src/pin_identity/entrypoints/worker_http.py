@@ -9,7 +9,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from pin_identity.config import ConfigurationError
-from pin_identity.entrypoints.probes import ReadinessCache
+from pin_identity.entrypoints.probes import ReadinessCheck
 from pin_identity.observability import metrics
 
 
@@ -17,12 +17,11 @@ def bind_worker_http(
     port: int,
     *,
     alive: Callable[[], bool],
-    ready: Callable[[], bool],
+    readiness: ReadinessCheck,
     host: str = "0.0.0.0",  # noqa: S104
 ) -> ThreadingHTTPServer:
     """Bound and listening but not yet answering (see `start_serving`), so that a port another process holds
     fails the worker at start, as one line naming the variable, before any job has started."""
-    cached_ready = ReadinessCache(ready)
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
@@ -31,7 +30,7 @@ def bind_worker_http(
             elif self.path == "/healthz":
                 self._status(alive())
             elif self.path == "/readyz":
-                self._status(cached_ready())
+                self._status(readiness.answer() is not None)
             else:
                 self._reply(404, b"not found\n", "text/plain")
 
