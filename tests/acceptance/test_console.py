@@ -675,6 +675,12 @@ def test_health_shows_the_gauges_of_metrics_the_consumer_lag_and_dead_letters(
 # ---------------------------------------------------------------- demo --keep-running
 
 
+def _cli(env: dict[str, str], cwd: Path, timeout_s: float, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*CLI, *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout_s, check=False
+    )
+
+
 def _alive(pid: int) -> bool:
     return Path(f"/proc/{pid}").exists() and "zombie" not in Path(f"/proc/{pid}/status").read_text().lower()
 
@@ -685,15 +691,7 @@ def test_demo_keep_running_leaves_the_console_up_and_says_how_to_read_its_token(
 ) -> None:
     env = {**subprocess_env, "PIN_IDENTITY_KAFKA_BOOTSTRAP_SERVERS": own_broker}
     pid_file = Path(env["PIN_IDENTITY_DATA_DIR"]) / "console.pid"
-    demo = subprocess.run(
-        [*CLI, "demo", "--companies", "3", "--users", "250", "--keep-running"],
-        env=env,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=200,
-        check=False,
-    )
+    demo = _cli(env, tmp_path, 200, "demo", "--companies", "3", "--users", "250", "--keep-running")
     pid = int(pid_file.read_text()) if pid_file.exists() else None
     try:
         assert demo.returncode == 0, demo.stderr[-2000:]
@@ -711,15 +709,7 @@ def test_demo_keep_running_leaves_the_console_up_and_says_how_to_read_its_token(
         manager_role = page.locator('#roles-table tr[data-code="developer-manager"]')
         expect(manager_role.locator("td").nth(5)).to_have_text("250")  # the demo's bootstrapped managers
 
-        stopped = subprocess.run(
-            [*CLI, "embedded", "stop"],
-            env=env,
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
+        stopped = _cli(env, tmp_path, 60, "embedded", "stop")
         assert "console (serve) stopped" in stopped.stdout
         assert pid is not None
         wait_until(lambda: not _alive(pid), "the console's serve has stopped")

@@ -4,6 +4,7 @@ answers the Readiness document (or the problem NOT_READY), the worker the same v
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -26,25 +27,31 @@ class ReadinessCheck:
 
     def __init__(
         self,
-        container: Container,
+        check: Callable[[], bool],
         *,
         warning: Callable[[], str | None] = _no_warnings,
         ttl_s: float = 5.0,
+        clock: Callable[[], float] = time.monotonic,
     ):
-        self._container, self._warning, self._ttl_s = container, warning, ttl_s
-        self._value, self._at = False, 0.0
+        self._check, self._warning, self._ttl_s, self._clock = check, warning, ttl_s, clock
+        self._value, self._at = False, -math.inf
         self._lock = threading.Lock()
 
-    def _check(self) -> bool:
+    @classmethod
+    def of(cls, container: Container, *, warning: Callable[[], str | None] = _no_warnings) -> ReadinessCheck:
+        """Ready when the database answers and the broker is reachable."""
+        return cls(lambda: container.database.ping() and container.broker_reachable(), warning=warning)
+
+    def _answered(self) -> bool:
         try:
-            return self._container.database.ping() and self._container.broker_reachable()
+            return self._check()
         except ConfigurationError:
             return False
 
     def ready(self) -> bool:
         with self._lock:
-            if time.monotonic() - self._at > self._ttl_s:
-                self._value, self._at = self._check(), time.monotonic()
+            if self._clock() - self._at > self._ttl_s:
+                self._value, self._at = self._answered(), self._clock()
             return self._value
 
     def answer(self) -> Readiness | None:

@@ -97,7 +97,7 @@ def _bind_http(
     return bind_worker_http(
         container.settings.worker_http_port,
         alive=lambda: all(t.is_alive() for t in threads) or once,
-        readiness=ReadinessCheck(container),
+        readiness=ReadinessCheck.of(container),
     )
 
 

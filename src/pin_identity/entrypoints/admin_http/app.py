@@ -95,7 +95,7 @@ def create_app(container: Container) -> FastAPI:
     app.state.container = container
     app.state.operators = operators
     app.state.gauges = DatabaseGauges(container)
-    app.state.readiness = ReadinessCheck(container, warning=operators.problem)
+    app.state.readiness = ReadinessCheck.of(container, warning=operators.problem)
     for router in (imports, sync, fanout, roles, operators_router, health, access, probes, console):
         app.include_router(router)
     app.add_exception_handler(StarletteHTTPException, handle_exception)
