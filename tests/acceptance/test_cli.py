@@ -113,8 +113,12 @@ def test_worker_serves_metrics_health_and_readiness(
     try:
         base = f"http://127.0.0.1:{port}"
         health = wait_for_healthz(base, "the worker")
-        assert health.status_code == 200
-        assert httpx.get(f"{base}/readyz", timeout=10).status_code == 200
+        assert (health.status_code, health.json()) == (200, {"status": "ok"})
+        ready = httpx.get(f"{base}/readyz", timeout=10)
+        assert (ready.status_code, ready.json()) == (
+            200,
+            {"status": "ready", "warnings": []},
+        )  # `serve`'s document
         seed.company(container.transactions)
         metrics = httpx.get(f"{base}/metrics", timeout=5).text
         for name in (

@@ -1,4 +1,4 @@
-"""The operators of the admin API (admin_operators): the tokens file's lines, white space around tokens, the
+"""The operators of the admin API (admin_http.tokens): the tokens file's lines, white space around tokens, the
 file read again on its own clock, and a file that cannot be used leaving the operators as they were."""
 
 from __future__ import annotations
@@ -10,13 +10,13 @@ import pytest
 from structlog.testing import capture_logs
 
 from pin_identity.config import ConfigurationError
-from pin_identity.entrypoints.admin_operators import (
-    AdminRole,
+from pin_identity.entrypoints.admin_http.tokens import (
     Operators,
     OperatorsFileError,
     parse_operators,
     token_digest,
 )
+from pin_identity.entrypoints.documents import AdminRole
 from pin_identity.operations.audit import Actor, admin_action
 from tests.support.clocks import ManualClock
 

@@ -1,5 +1,5 @@
 """The console's reads through the operator service, over in-memory ports: a role that is not there, the
-consumer lag when the broker answers and when it does not."""
+consumer lag when the broker answers and when it does not, the health summary as a whole."""
 
 from __future__ import annotations
 
@@ -14,9 +14,11 @@ import pytest
 from pin_identity.domain.errors import ConsumerLagUnavailableError, NotFoundError
 from pin_identity.domain.fanout import FanOutPolicy
 from pin_identity.domain.model import RoleStatus
+from pin_identity.entrypoints.documents import HealthSummary
 from pin_identity.operations.health import HealthReads
 from pin_identity.operations.ports.identity import IdentityTransaction
-from pin_identity.operations.read_models import DeadLetters, PartitionLag, RoleSummary
+from pin_identity.operations.ports.outbox import OutboxWriter
+from pin_identity.operations.read_models import DeadLetters, PartitionLag, QueueGauges, RoleSummary
 from pin_identity.operations.roles import RoleAdmin
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -88,3 +90,33 @@ def test_a_broker_that_does_not_say_makes_the_lag_unknown_not_the_summary_fail()
 def test_no_partitions_yet_is_a_lag_of_zero_not_an_unknown_one() -> None:
     lag = HealthReads(MemoryReads(), MemoryLags(), GROUP, TOPICS).consumer_lag()
     assert (lag.total, lag.error) == (0, None)
+
+
+def test_the_health_summary_is_the_gauges_as_read_with_dead_letters_and_lag() -> None:
+    """The document shows the figures the gauges were read with (no round trip through the registry)."""
+    held = OutboxWriter(pid=42, application_name="pin-identity", transaction_s=1.5)
+    queues = QueueGauges(7, 2.5, 1.5, held, fanout_backlog=3, fanout_failed=1, import_started_at=NOW)
+    lags = MemoryLags([PartitionLag(TOPICS[0], 0, 5, 10)])
+    report = HealthReads(MemoryReads(), lags, GROUP, TOPICS).report(queues, NOW)
+    summary = HealthSummary.of(report).model_dump(mode="json")
+    assert summary == {
+        "outboxBacklog": 7,
+        "outboxOldestAgeSeconds": 2.5,
+        "outboxPublishingHeldSeconds": 1.5,
+        "outboxHeldBy": {"pid": 42, "applicationName": "pin-identity", "transactionSeconds": 1.5},
+        "fanoutBacklog": 3,
+        "fanoutFailed": 1,
+        "importRunning": True,
+        "deadLetters": 3,
+        "newestDeadLetterAt": "2026-03-01T12:00:00Z",
+        "consumerLag": {
+            "group": GROUP,
+            "total": 5,
+            "partitions": [{"topic": TOPICS[0], "partition": 0, "lag": 5, "committedOffset": 10}],
+            "error": None,
+        },
+        "readAt": "2026-03-01T12:00:00Z",
+    }
+    idle = QueueGauges(0, 0.0, 0.0, None, fanout_backlog=0, fanout_failed=0, import_started_at=None)
+    quiet = HealthSummary.of(HealthReads(MemoryReads(), lags, GROUP, TOPICS).report(idle, NOW))
+    assert (quiet.outbox_held_by, quiet.import_running) == (None, False)

@@ -13,7 +13,7 @@ One hierarchy, and a code is always a class attribute (the contract's code, CONT
     └── LeaseLostError, StoreConflictError, OutboxIdsWentBackError: what a job handles itself
 
 Each entry point maps a class to what its caller sees in one table: the command line's exit status in
-`entrypoints/cli_common.py`, the HTTP status in `entrypoints/admin_problems.py`.
+`entrypoints/cli_common.py`, the HTTP status in `entrypoints/admin_http/problems.py`.
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from http.server import ThreadingHTTPServer
 
 from pin_identity.composition import Container
+from pin_identity.entrypoints.probes import ReadinessCheck
 from pin_identity.entrypoints.worker_http import bind_worker_http, start_serving
 from pin_identity.jobs.outbox_relay import OutboxRelay
 from pin_identity.observability.logging import get_logger
@@ -91,7 +92,7 @@ def _bind_http(
     return bind_worker_http(
         container.settings.worker_http_port,
         alive=lambda: all(t.is_alive() for t in threads) or once,
-        ready=lambda: container.database.ping() and container.broker_reachable(),
+        readiness=ReadinessCheck.of(container),
     )
 
 

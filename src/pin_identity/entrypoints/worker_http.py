@@ -9,7 +9,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from pin_identity.config import ConfigurationError
-from pin_identity.entrypoints.probes import ReadinessCache
+from pin_identity.entrypoints.documents import ApiModel, Health
+from pin_identity.entrypoints.probes import ReadinessCheck, readiness_reply
 from pin_identity.observability import metrics
 
 
@@ -17,26 +18,29 @@ def bind_worker_http(
     port: int,
     *,
     alive: Callable[[], bool],
-    ready: Callable[[], bool],
+    readiness: ReadinessCheck,
     host: str = "0.0.0.0",  # noqa: S104
 ) -> ThreadingHTTPServer:
     """Bound and listening but not yet answering (see `start_serving`), so that a port another process holds
     fails the worker at start, as one line naming the variable, before any job has started."""
-    cached_ready = ReadinessCache(ready)
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             if self.path == "/metrics":
                 self._reply(200, generate_latest(metrics.registry), CONTENT_TYPE_LATEST)
             elif self.path == "/healthz":
-                self._status(alive())
+                alive_now = alive()
+                self._document(200 if alive_now else 503, Health(status="ok") if alive_now else None)
             elif self.path == "/readyz":
-                self._status(cached_ready())
+                self._document(*readiness_reply(readiness, self.path))
             else:
                 self._reply(404, b"not found\n", "text/plain")
 
-        def _status(self, ok: bool) -> None:
-            self._reply(200 if ok else 503, b"ok\n" if ok else b"unavailable\n", "text/plain")
+        def _document(self, code: int, document: ApiModel | None) -> None:
+            """The same JSON documents `serve` answers on these paths (a dead job: 503, no body)."""
+            body = document.model_dump_json(exclude_none=True).encode() if document else b""
+            media = "application/problem+json" if code >= 400 and document else "application/json"
+            self._reply(code, body, media)
 
         def _reply(self, code: int, body: bytes, content_type: str) -> None:
             self.send_response(code)

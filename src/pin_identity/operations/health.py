@@ -1,14 +1,15 @@
-"""What the console's health summary reads beside the gauges of `/metrics`: the outbox's dead letters, and
-how far the talent-sync consumer group is behind on Talent's topics. Only a worker running talent-sync has
-the lag as a gauge; any other process asks the broker."""
+"""The console's health summary: the database gauges `/metrics` serves (read by the caller, at the moment it
+scrapes), the outbox's dead letters, and how far the talent-sync consumer group is behind on Talent's topics.
+Only a worker running talent-sync has the lag as a gauge; any other process asks the broker."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 
 from pin_identity.domain.errors import ConsumerLagUnavailableError
 from pin_identity.operations.ports.health import ConsumerLagReader, DeadLetterReads
-from pin_identity.operations.read_models import ConsumerLag, DeadLetters
+from pin_identity.operations.read_models import ConsumerLag, DeadLetters, HealthReport, QueueGauges
 
 
 class HealthReads:
@@ -29,3 +30,7 @@ class HealthReads:
         except ConsumerLagUnavailableError as exc:
             return ConsumerLag(self._group, (), error=str(exc))
         return ConsumerLag(self._group, tuple(partitions))
+
+    def report(self, queues: QueueGauges, read_at: datetime) -> HealthReport:
+        """The whole summary around the gauges just read."""
+        return HealthReport(queues, self.dead_letters(), self.consumer_lag(), read_at)

@@ -1,6 +1,6 @@
 """What operators read: a run with its progress, the list of runs, a quarantined item, a fan-out task, a role
-with its size, what a prune removed, the health the console shows (dead letters, a consumer group's lag), and
-one user's access (`access show`).
+with its size, what a prune removed, the health the console shows (the database gauges of `/metrics`, dead
+letters, a consumer group's lag), and one user's access (`access show`).
 
 The stores answer with these values and the operator service hands them on; the CLI and the HTTP API render
 them (one JSON shape for both, in entrypoints.documents).
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 from uuid import UUID
 
 from pin_identity.domain.access_audit import AssignmentDifference, Verdict
@@ -138,7 +138,33 @@ class RoleSummary:
     holders: int  # users holding an Active assignment of the role: the size its fan-out counts
 
 
-# ---------------------------------------------------------------- health beside the gauges of /metrics
+# ---------------------------------------------------------------- health: the console's summary
+
+
+class OutboxHolder(Protocol):
+    """A session whose transaction took an outbox id and has not ended: nothing after that id is published
+    until it does (the outbox queue's OutboxWriter). Its figures are None where the reader's role may not
+    see other roles' sessions."""
+
+    @property
+    def pid(self) -> int | None: ...
+    @property
+    def application_name(self) -> str | None: ...
+    @property
+    def transaction_s(self) -> float | None: ...
+
+
+@dataclass(frozen=True)
+class QueueGauges:
+    """The gauges `/metrics` reads from the database at a scrape, read at one moment."""
+
+    outbox_backlog: int  # rows not yet acknowledged
+    outbox_oldest_age_s: float
+    outbox_held_s: float  # how long the oldest running writer's transaction has run: publishing waits on it
+    outbox_held_by: OutboxHolder | None
+    fanout_backlog: int
+    fanout_failed: int
+    import_started_at: datetime | None  # of the Running import run; None when none runs
 
 
 @dataclass(frozen=True)
@@ -228,3 +254,16 @@ class UserAccess:
     search: AccessLogSearch
     verdict: Verdict
     difference: AssignmentDifference
+
+
+# ---------------------------------------------------------------- health: the summary as a whole
+
+
+@dataclass(frozen=True)
+class HealthReport:
+    """The console's health summary: the database gauges of `/metrics`, dead letters, the consumer's lag."""
+
+    queues: QueueGauges
+    dead_letters: DeadLetters
+    consumer_lag: ConsumerLag
+    read_at: datetime

@@ -1,45 +1,47 @@
 """What the operator console reads beside the stores' own reads: recent runs, roles with their size, dead
-letters, as the operator service's read models."""
+letters, as the operator service's read models. Rows are read by column name (the statements alias every
+column as the read model names it), so a reordered SELECT cannot shift a field."""
 
 from __future__ import annotations
 
 from typing import Any
 from uuid import UUID
 
+from psycopg.rows import dict_row
+
+from pin_identity.adapters.postgres.catalogue import query
 from pin_identity.adapters.postgres.database import Database
 from pin_identity.domain.model import RoleStatus
 from pin_identity.domain.talent_import import ImportMode, RunStatus, StageCounters
 from pin_identity.operations.read_models import DeadLetters, RoleSummary, RunSummary
 
+Row = dict[str, Any]
 
-def _run_summary(row: tuple[Any, ...]) -> RunSummary:
+
+def _counters(row: Row, stage: str) -> StageCounters:
+    return StageCounters(*(row[f"{stage}_{count}"] for count in ("planned", "applied", "skipped", "failed")))
+
+
+def _run_summary(row: Row) -> RunSummary:
     return RunSummary(
-        run_id=row[0],
-        mode=ImportMode(row[1]),
-        status=RunStatus(row[2]),
-        dry_run=row[3],
-        tenant_filter=row[4],
-        page_size=row[5],
-        companies=StageCounters(*row[6:10]),
-        users=StageCounters(*row[10:14]),
-        started_at=row[14],
-        finished_at=row[15],
-        error_code=row[16],
-        quarantined=row[17],
+        run_id=row["run_id"],
+        mode=ImportMode(row["mode"]),
+        status=RunStatus(row["status"]),
+        dry_run=row["dry_run"],
+        tenant_filter=row["tenant_filter"],
+        page_size=row["page_size"],
+        companies=_counters(row, "companies"),
+        users=_counters(row, "users"),
+        started_at=row["started_at"],
+        finished_at=row["finished_at"],
+        error_code=row["error_code"],
+        quarantined=row["quarantined"],
     )
 
 
-def _role(row: tuple[Any, ...]) -> RoleSummary:
+def _role(row: Row) -> RoleSummary:
     return RoleSummary(
-        role_id=row[0],
-        code=row[1],
-        name=row[2],
-        company_id=row[3],
-        company_name=row[4],
-        status=RoleStatus(row[5]),
-        version=row[6],
-        permissions=tuple(row[7]),
-        holders=row[8],
+        **{**row, "status": RoleStatus(row["status"]), "permissions": tuple(row["permissions"])}
     )
 
 
@@ -49,15 +51,19 @@ class PostgresAdminReads:
     def __init__(self, database: Database):
         self._database = database
 
+    def _rows(self, name: str, params: dict[str, Any]) -> list[Row]:
+        with self._database.connection() as conn, conn.cursor(row_factory=dict_row) as cursor:
+            return cursor.execute(query(name), params).fetchall()
+
     def recent_runs(self, limit: int) -> list[RunSummary]:
-        return [_run_summary(row) for row in self._database.execute("recent_import_runs", {"limit": limit})]
+        return [_run_summary(row) for row in self._rows("recent_import_runs", {"limit": limit})]
 
     def roles(
         self, *, role_id: UUID | None = None, code: str | None = None, limit: int = 100
     ) -> list[RoleSummary]:
         params = {"role_id": role_id, "code": code, "limit": limit}
-        return [_role(row) for row in self._database.execute("admin_roles", params)]
+        return [_role(row) for row in self._rows("admin_roles", params)]
 
     def dead_letters(self) -> DeadLetters:
-        [(count, newest)] = self._database.execute("outbox_dead_letter_summary", {})
-        return DeadLetters(int(count), newest)
+        [summary] = self._rows("outbox_dead_letter_summary", {})
+        return DeadLetters(int(summary["count"]), summary["newest_failed_at"])

@@ -17,11 +17,11 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from enum import StrEnum
 from hashlib import sha256
 from pathlib import Path
 
 from pin_identity.config import ConfigurationError, Settings
+from pin_identity.entrypoints.documents import AdminRole
 from pin_identity.observability.logging import get_logger
 
 log = get_logger("admin-http")
@@ -30,20 +30,10 @@ TOKENS_FILE = "PIN_IDENTITY_ADMIN_TOKENS_FILE"
 TOKEN_VARIABLE = "PIN_IDENTITY_ADMIN_TOKEN"  # noqa: S105 - a variable's name
 SINGLE_OPERATOR = "admin"  # the name PIN_IDENTITY_ADMIN_TOKEN's holder has in audit lines
 RECHECK_S = 2.0
-READ_METHODS = frozenset({"GET", "HEAD"})
 MAX_FILE_BYTES = 1024 * 1024  # a path mistakenly naming a device or a log must not be read whole
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _SHA256_HEX = re.compile(r"[0-9a-fA-F]{64}")
 _EMPTY_TOKEN = sha256(b"").digest()
-
-
-class AdminRole(StrEnum):
-    VIEWER = "viewer"
-    OPERATOR = "operator"
-
-    def permits(self, method: str) -> bool:
-        """A viewer reads (every GET); an operator also acts (every route)."""
-        return self is AdminRole.OPERATOR or method.upper() in READ_METHODS
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,13 @@
-"""Every error of the admin HTTP API as RFC 9457 `application/problem+json` with a stable `code`."""
+"""Every error of the admin HTTP API as RFC 9457 `application/problem+json` with a stable `code`.
+
+ERRORS is the one table from an error to its answer: routes raise the operator service's errors (and the
+container's) as they come, and ProblemRoute answers each by its class, most specific first. A code left out
+of a row is the error's own `code` (domain.errors); an import refusal's status follows its code."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any
 
@@ -14,27 +19,63 @@ from fastapi.routing import APIRoute
 from psycopg_pool import PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from pin_identity.domain.errors import ConflictError, IdentityError, InvalidInputError, NotFoundError
+from pin_identity.composition import BrokerUnreachableError
+from pin_identity.config import ConfigurationError
+from pin_identity.domain.errors import (
+    ConflictError,
+    IdentityError,
+    InvalidInputError,
+    NotFoundError,
+    SourceNotConfiguredError,
+)
 from pin_identity.domain.talent_import import ImportErrorCode, ImportRefusedError
-from pin_identity.entrypoints.admin_models import Problem, ValidationIssue
+from pin_identity.entrypoints.documents import Problem, ValidationIssue
 from pin_identity.observability.logging import describe_error, get_logger
 
 PROBLEM_JSON = "application/problem+json"
 INVALID_REQUEST = "IDENTITY_INVALID_REQUEST"
+DATABASE_UNAVAILABLE = "IDENTITY_DATABASE_UNAVAILABLE"
 
 log = get_logger("admin-http")
 
+
+class DatabaseUnavailableError(Exception):
+    """The database did not answer a read the answer cannot go without (stale figures must not pass for the
+    present)."""
+
+
+@dataclass(frozen=True)
+class Answer:
+    status: int
+    code: str | None = None  # None: the error's own `code`
+    detail: str | None = None  # None: the error's message
+
+
+_UNAVAILABLE = Answer(503, DATABASE_UNAVAILABLE, "the database is unavailable; try again")
+
+# An import refusal's code decides its status (they are one class, or subclasses of it, each with its code).
 _IMPORT_STATUS = {
-    ImportErrorCode.ALREADY_RUNNING: 409,
-    ImportErrorCode.INVALID_REQUEST: 422,
-    ImportErrorCode.RESUME_MISMATCH: 422,
-    ImportErrorCode.SOURCE_UNAVAILABLE: 503,
-    ImportErrorCode.SOURCE_INCOMPLETE: 503,
+    ImportErrorCode.ALREADY_RUNNING.value: 409,
+    ImportErrorCode.INVALID_REQUEST.value: 422,
+    ImportErrorCode.RESUME_MISMATCH.value: 422,
+    ImportErrorCode.SOURCE_UNAVAILABLE.value: 503,
+    ImportErrorCode.SOURCE_INCOMPLETE.value: 503,
 }
-_DOMAIN_STATUS: tuple[tuple[type[IdentityError], int], ...] = (
-    (NotFoundError, 404),
-    (ConflictError, 409),
-    (InvalidInputError, 422),
+
+ERRORS: tuple[tuple[type[BaseException], Answer], ...] = (
+    # e.g. no PIN_IDENTITY_TALENT_API_URL for an api-pull run
+    (SourceNotConfiguredError, Answer(503, ImportErrorCode.SOURCE_UNAVAILABLE.value)),
+    (ImportRefusedError, Answer(422)),  # the status by its code: _IMPORT_STATUS
+    (NotFoundError, Answer(404)),
+    (ConflictError, Answer(409)),
+    (InvalidInputError, Answer(422)),
+    (IdentityError, Answer(422)),
+    (BrokerUnreachableError, Answer(503, "IDENTITY_BROKER_UNAVAILABLE")),  # a ConfigurationError: first
+    # e.g. PIN_IDENTITY_KAFKA_CONFIG sets a partitioner whose placement access show cannot compute
+    (ConfigurationError, Answer(503, "IDENTITY_MISCONFIGURED")),
+    (DatabaseUnavailableError, _UNAVAILABLE),
+    (psycopg.OperationalError, _UNAVAILABLE),
+    (PoolTimeout, _UNAVAILABLE),
 )
 _HTTP_CODES = {404: "IDENTITY_NOT_FOUND", 405: "IDENTITY_METHOD_NOT_ALLOWED"}
 
@@ -74,35 +115,35 @@ def _http_problem(exc: StarletteHTTPException) -> ProblemError:
     return ProblemError(exc.status_code, code, str(exc.detail), headers=dict(exc.headers or {}))
 
 
-def problem_for(exc: Exception) -> ProblemError:  # noqa: PLR0911 - one answer per kind of failure
+def _code_of(exc: BaseException) -> str:
+    """The error's code, whether its class or the instance carries it, as an enum or as text."""
+    code = getattr(exc, "code", "IDENTITY_ERROR")
+    return str(getattr(code, "value", code))
+
+
+def _tabled(exc: BaseException, answer: Answer) -> ProblemError:
+    code = answer.code or _code_of(exc)
+    status = _IMPORT_STATUS.get(code, answer.status) if isinstance(exc, ImportRefusedError) else answer.status
+    detail = answer.detail or str(exc).removeprefix(f"{code}: ")
+    return ProblemError(status, code, detail)
+
+
+def problem_for(exc: Exception) -> ProblemError:
     """What the client is told: a known failure keeps its code; anything else is an opaque 500."""
     if isinstance(exc, ProblemError):
         return exc
-    if isinstance(exc, ImportRefusedError):
-        detail = str(exc).removeprefix(f"{exc.code.value}: ")
-        return ProblemError(_IMPORT_STATUS.get(exc.code, 422), exc.code.value, detail)
-    if isinstance(exc, IdentityError):
-        status = next((status for kind, status in _DOMAIN_STATUS if isinstance(exc, kind)), 422)
-        return ProblemError(status, exc.code, str(exc))
     if isinstance(exc, RequestValidationError):
         return _validation_problem(exc)
     if isinstance(exc, StarletteHTTPException):
         return _http_problem(exc)
-    if isinstance(exc, psycopg.OperationalError | PoolTimeout):
-        return ProblemError(503, "IDENTITY_DATABASE_UNAVAILABLE", "the database is unavailable; try again")
-    return ProblemError(500, "IDENTITY_INTERNAL_ERROR", "an unexpected error occurred")
+    answer = next((answer for kind, answer in ERRORS if isinstance(exc, kind)), None)
+    if answer is None:
+        return ProblemError(500, "IDENTITY_INTERNAL_ERROR", "an unexpected error occurred")
+    return _tabled(exc, answer)
 
 
 def problem_response(request: Request, problem: ProblemError) -> JSONResponse:
-    body = Problem(
-        type=f"urn:pin-identity:problem:{problem.code}",
-        title=HTTPStatus(problem.status).phrase,
-        status=problem.status,
-        detail=problem.detail,
-        code=problem.code,
-        instance=request.url.path,
-        errors=problem.errors,
-    )
+    body = Problem.answering(problem.status, problem.code, problem.detail, request.url.path, problem.errors)
     return JSONResponse(
         body.model_dump(mode="json", exclude_none=True),
         status_code=problem.status,

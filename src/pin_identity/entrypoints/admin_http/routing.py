@@ -1,6 +1,6 @@
 """What every `/admin/` router of `serve` shares: the bearer scheme it documents, the container, the signed-in
 operator and the audit's actor it depends on, and the path parameters named as CONTRACTS section 6 names them.
-AdminGate (admin_http) checks the token and the operator's role before any of this runs."""
+AdminGate (gate) checks the token and the operator's role before any of this runs."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from fastapi import APIRouter, Depends, Path, Request
 from fastapi.security import HTTPBearer
 
 from pin_identity.composition import Container
-from pin_identity.entrypoints.admin_operators import Operator
-from pin_identity.entrypoints.admin_problems import ProblemRoute, problem_responses
+from pin_identity.entrypoints.admin_http.problems import ProblemRoute, problem_responses
+from pin_identity.entrypoints.admin_http.tokens import Operator
 from pin_identity.operations.audit import Actor
 
 # Documents the scheme in /openapi.json; AdminGate enforces it.

@@ -10,9 +10,9 @@ from pathlib import Path
 from fastapi import APIRouter
 from fastapi.responses import FileResponse, RedirectResponse, Response
 
-from pin_identity.entrypoints.admin_problems import ProblemError, ProblemRoute
+from pin_identity.entrypoints.admin_http.problems import ProblemError, ProblemRoute
 
-CONSOLE_DIR = Path(__file__).with_name("console")
+CONSOLE_DIR = Path(__file__).parent.parent / "console"  # entrypoints/console, the package data
 # The page's own files, by name: nothing else under the directory (or outside it) is ever served.
 ASSETS = {
     "index.html": "text/html; charset=utf-8",

@@ -1,0 +1,31 @@
+"""`/admin/v1/access-fanout`: the fan-out tasks, and the runbook's replay of a Failed one."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Query
+
+from pin_identity.domain.model import FanOutTaskStatus
+from pin_identity.entrypoints.admin_http.problems import problem_responses
+from pin_identity.entrypoints.admin_http.routing import ContainerDep, TaskId, Who, admin_router
+from pin_identity.entrypoints.documents import FanOutTask, TaskReplayed
+
+fanout = admin_router("/admin/v1/access-fanout", "access-fanout")
+
+
+@fanout.get("/tasks", response_model=list[FanOutTask])
+def list_fanout_tasks(
+    container: ContainerDep,
+    status: Annotated[FanOutTaskStatus | None, Query(description="Only tasks in this status.")] = None,
+    limit: Annotated[int, Query(ge=1, le=10_000)] = 100,
+) -> list[FanOutTask]:
+    """The newest fan-out tasks first."""
+    return [FanOutTask.of(task) for task in container.fanout_admin.tasks(status, limit)]
+
+
+@fanout.post("/tasks/{taskId}/replay", response_model=TaskReplayed, responses=problem_responses(404, 409))
+def replay_fanout_task(task_id: TaskId, container: ContainerDep, who: Who) -> TaskReplayed:
+    """The runbook's replay: a Failed task goes back to Pending with AttemptCount = 0, from its cursor."""
+    container.fanout_admin.replay(task_id, who=who)
+    return TaskReplayed(task_id=task_id, status=FanOutTaskStatus.PENDING)

@@ -1,0 +1,22 @@
+"""`/admin/v1/health/summary`: the console's health, from the gauges `/metrics` serves read now."""
+
+from __future__ import annotations
+
+from fastapi import Request
+
+from pin_identity.domain.events import now_utc
+from pin_identity.entrypoints.admin_http.problems import problem_responses
+from pin_identity.entrypoints.admin_http.routing import ContainerDep, admin_router
+from pin_identity.entrypoints.documents import HealthSummary
+
+health = admin_router("/admin/v1/health", "health")
+
+
+@health.get("/summary", response_model=HealthSummary, responses=problem_responses(503))
+def health_summary(request: Request, container: ContainerDep) -> HealthSummary:
+    """Outbox backlog and oldest age, fan-out backlog and failed tasks, whether an import runs (the database
+    gauges of `/metrics`, refreshed now), dead letters, and the talent-sync consumer's lag. 503
+    `IDENTITY_DATABASE_UNAVAILABLE` when the gauges cannot be read: stale figures must not pass for the
+    present."""
+    queues = request.app.state.gauges.read()
+    return HealthSummary.of(container.health.report(queues, now_utc()))
