@@ -400,9 +400,9 @@ def test_a_broker_stopped_with_thousands_of_events_in_flight_loses_none(
         proxied_broker.proxy.stall(new_connections_too=False)  # the relay's connections, not the reader's
         _write_in_chunks(database_url, written[FIRST_WAVE:])
         # What the relay handed to the producer and has no answer for: what the stop hits.
-        wait_until(lambda: len(relay._in_flight) == IN_FLIGHT, "the second wave is in flight", timeout_s=30)
+        wait_until(lambda: relay.in_flight == IN_FLIGHT, "the second wave is in flight", timeout_s=30)
         before_the_stop = _event_ids_in_log(proxied_broker.bootstrap)
-        in_flight_at_the_stop = len(relay._in_flight)
+        in_flight_at_the_stop = relay.in_flight
         proxied_broker.stop()
         proxied_broker.restart()
         proxied_broker.proxy.restore()

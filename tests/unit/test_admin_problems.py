@@ -1,5 +1,5 @@
 """The admin API's one table from an error to its answer: each error by its class, most specific first, an
-import refusal's status by its code wherever the code is carried, anything unknown an opaque 500."""
+import refusal's status by its kind, anything unknown an opaque 500."""
 
 from __future__ import annotations
 
@@ -17,7 +17,14 @@ from pin_identity.domain.errors import (
     NotFoundError,
     SourceNotConfiguredError,
 )
-from pin_identity.domain.talent_import import ImportErrorCode, ImportRefusedError
+from pin_identity.domain.talent_import import (
+    ImportAlreadyRunningError,
+    ImportInvalidRequestError,
+    ImportRefusedError,
+    ImportResumeMismatchError,
+    ImportSourceIncompleteError,
+    ImportSourceUnavailableError,
+)
 from pin_identity.entrypoints.admin_http.problems import DatabaseUnavailableError, ProblemError, problem_for
 
 UNAVAILABLE = (503, "IDENTITY_DATABASE_UNAVAILABLE", "the database is unavailable; try again")
@@ -49,29 +56,20 @@ def test_each_error_is_answered_by_its_class(error: Exception, answer: tuple[int
 
 
 @pytest.mark.parametrize(
-    ("code", "status"),
+    ("refusal", "status"),
     [
-        (ImportErrorCode.ALREADY_RUNNING, 409),
-        (ImportErrorCode.INVALID_REQUEST, 422),
-        (ImportErrorCode.RESUME_MISMATCH, 422),
-        (ImportErrorCode.SOURCE_UNAVAILABLE, 503),
-        (ImportErrorCode.SOURCE_INCOMPLETE, 503),
+        (ImportAlreadyRunningError, 409),
+        (ImportInvalidRequestError, 422),
+        (ImportResumeMismatchError, 422),
+        (ImportSourceUnavailableError, 503),
+        (ImportSourceIncompleteError, 503),
     ],
 )
-def test_an_import_refusal_is_answered_by_its_code(code: ImportErrorCode, status: int) -> None:
-    problem = problem_for(ImportRefusedError(code, "why"))
-    assert (problem.status, problem.code, problem.detail) == (status, code.value, "why")
-
-
-def test_a_refusal_carrying_its_code_on_its_class_is_answered_the_same() -> None:
-    class AlreadyRunning(ImportRefusedError):
-        code = ImportErrorCode.ALREADY_RUNNING
-
-        def __init__(self, message: str):
-            Exception.__init__(self, message)
-
-    problem = problem_for(AlreadyRunning("another run holds the lock"))
-    assert (problem.status, problem.code) == (409, "IDENTITY_IMPORT_ALREADY_RUNNING")
+def test_an_import_refusal_is_answered_by_its_kind_with_its_code(
+    refusal: type[ImportRefusedError], status: int
+) -> None:
+    problem = problem_for(refusal("why"))
+    assert (problem.status, problem.code, problem.detail) == (status, refusal.code.value, "why")
 
 
 def test_an_answer_the_api_decided_itself_passes_as_it_is() -> None:

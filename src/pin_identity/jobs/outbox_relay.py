@@ -178,6 +178,12 @@ class OutboxRelay:
         self._failures = 0  # in a row: the back-off grows with them
 
     @property
+    def in_flight(self) -> int:
+        """Events handed to the producer and not yet answered (a count another thread may read: tests wait on
+        it)."""
+        return len(self._order.in_flight)
+
+    @property
     def held(self) -> int:
         """Rows read and waiting behind an earlier event of their key still in flight (a count another
         thread may read: tests wait on it)."""

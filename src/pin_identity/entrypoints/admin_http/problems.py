@@ -2,7 +2,7 @@
 
 ERRORS is the one table from an error to its answer: routes raise the operator service's errors (and the
 container's) as they come, and ProblemRoute answers each by its class, most specific first. A code left out
-of a row is the error's own `code` (domain.errors); an import refusal's status follows its code."""
+of a row is the error's own `code` (domain.errors); an import refusal is answered by its kind."""
 
 from __future__ import annotations
 
@@ -28,7 +28,13 @@ from pin_identity.domain.errors import (
     NotFoundError,
     SourceNotConfiguredError,
 )
-from pin_identity.domain.talent_import import ImportErrorCode, ImportRefusedError
+from pin_identity.domain.talent_import import (
+    ImportAlreadyRunningError,
+    ImportErrorCode,
+    ImportRefusedError,
+    ImportSourceIncompleteError,
+    ImportSourceUnavailableError,
+)
 from pin_identity.entrypoints.documents import Problem, ValidationIssue
 from pin_identity.observability.logging import describe_error, get_logger
 
@@ -53,19 +59,13 @@ class Answer:
 
 _UNAVAILABLE = Answer(503, DATABASE_UNAVAILABLE, "the database is unavailable; try again")
 
-# An import refusal's code decides its status (they are one class, or subclasses of it, each with its code).
-_IMPORT_STATUS = {
-    ImportErrorCode.ALREADY_RUNNING.value: 409,
-    ImportErrorCode.INVALID_REQUEST.value: 422,
-    ImportErrorCode.RESUME_MISMATCH.value: 422,
-    ImportErrorCode.SOURCE_UNAVAILABLE.value: 503,
-    ImportErrorCode.SOURCE_INCOMPLETE.value: 503,
-}
-
 ERRORS: tuple[tuple[type[BaseException], Answer], ...] = (
     # e.g. no PIN_IDENTITY_TALENT_API_URL for an api-pull run
     (SourceNotConfiguredError, Answer(503, ImportErrorCode.SOURCE_UNAVAILABLE.value)),
-    (ImportRefusedError, Answer(422)),  # the status by its code: _IMPORT_STATUS
+    (ImportAlreadyRunningError, Answer(409)),
+    (ImportSourceUnavailableError, Answer(503)),
+    (ImportSourceIncompleteError, Answer(503)),
+    (ImportRefusedError, Answer(422)),  # an invalid request, a resume that does not match
     (NotFoundError, Answer(404)),
     (ConflictError, Answer(409)),
     (InvalidInputError, Answer(422)),
@@ -122,10 +122,7 @@ def _code_of(exc: BaseException) -> str:
 
 
 def _tabled(exc: BaseException, answer: Answer) -> ProblemError:
-    code = answer.code or _code_of(exc)
-    status = _IMPORT_STATUS.get(code, answer.status) if isinstance(exc, ImportRefusedError) else answer.status
-    detail = answer.detail or str(exc).removeprefix(f"{code}: ")
-    return ProblemError(status, code, detail)
+    return ProblemError(answer.status, answer.code or _code_of(exc), answer.detail or str(exc))
 
 
 def problem_for(exc: Exception) -> ProblemError:
