@@ -62,9 +62,9 @@ def test_every_line_a_worker_writes_while_its_database_crashes_is_one_json_objec
         _kill_postmaster(own_postgres)
         wait_until(lambda: "psycopg" in log.read_text(), "psycopg logged the lost database", timeout_s=90)
     finally:
-        worker.terminate()
+        worker.terminate()  # its jobs may wait out the pool's connection timeout: what it wrote is enough
         try:
-            worker.wait(timeout=30)
+            worker.wait(timeout=5)
         except subprocess.TimeoutExpired:
             worker.kill()
             worker.wait()
