@@ -16,6 +16,7 @@ from pin_identity.domain.talent_import import (
     ImportRun,
     ImportSettings,
     PageStatus,
+    RunEnding,
     RunStatus,
 )
 from pin_identity.jobs.talent_import_observer import ImportObserver
@@ -158,16 +159,15 @@ class ImportOrchestrator:
             self._observer.handover_failed(run, exc)
 
     def cancel(self, run: ImportRun) -> None:
-        if self._store.finish_run(run.run_id, RunStatus.CANCELLED, self._clock()):
+        if self._store.finish_run(run.run_id, RunEnding(RunStatus.CANCELLED), self._clock()):
             self._observer.cancelled(run)
 
     def end(
         self, run: ImportRun, status: RunStatus, code: ImportErrorCode | None = None, error: str = ""
     ) -> None:
         """Completed or Failed, once: a run another process ended meanwhile stays as it ended."""
-        if not self._store.finish_run(
-            run.run_id, status, self._clock(), error_code=code.value if code else None, error=error or None
-        ):
+        ending = RunEnding(status, code, error or None)
+        if not self._store.finish_run(run.run_id, ending, self._clock()):
             return
         ended = self._store.load_run(run.run_id) or run
-        self._observer.ended(run, status, code, error, ended.result(self._clock()))
+        self._observer.ended(run, ending, ended.result(self._clock()))
