@@ -85,6 +85,18 @@ class RunEnding:
     code: ImportErrorCode | None = None
     error: str | None = None
 
+    @classmethod
+    def completed(cls) -> RunEnding:
+        return cls(RunStatus.COMPLETED)
+
+    @classmethod
+    def cancelled(cls) -> RunEnding:
+        return cls(RunStatus.CANCELLED)
+
+    @classmethod
+    def failed(cls, code: ImportErrorCode, error: str) -> RunEnding:
+        return cls(RunStatus.FAILED, code, error or None)
+
     @property
     def error_code(self) -> str | None:
         return self.code.value if self.code else None
