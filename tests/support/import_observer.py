@@ -7,12 +7,11 @@ from collections.abc import Mapping
 
 from pin_identity.domain.talent import ImportStage
 from pin_identity.domain.talent_import import (
-    ImportErrorCode,
     ImportMode,
     ImportPage,
     ImportRun,
     PageStatus,
-    RunStatus,
+    RunEnding,
     StageCounters,
 )
 from pin_identity.jobs.talent_import_observer import ImportObserver
@@ -53,15 +52,9 @@ class RecordingImportObserver(ImportObserver):
     def cancelled(self, run: ImportRun) -> None:
         self.calls.append("cancelled")
 
-    def ended(
-        self,
-        run: ImportRun,
-        status: RunStatus,
-        code: ImportErrorCode | None,
-        error: str,
-        result: Mapping[str, object],
-    ) -> None:
-        self.calls.append(f"{status.value} {code.value}" if code else status.value)
+    def ended(self, run: ImportRun, ending: RunEnding, result: Mapping[str, object]) -> None:
+        status = ending.status.value
+        self.calls.append(f"{status} {ending.code.value}" if ending.code else status)
 
     def page_claimed(self, run: ImportRun, page: ImportPage) -> None:
         self.calls.append(f"claimed {page.stage.value} {page.page_no}")

@@ -32,6 +32,7 @@ from pin_identity.domain.talent_import import (
     PageStatus,
     PlannedPage,
     PlanStep,
+    RunEnding,
     RunStatus,
     StageCounters,
 )
@@ -379,19 +380,13 @@ class MemoryImportStore:
     def page_cursors(self, run_id: UUID, stage: ImportStage) -> list[str | None]:
         return [r.page.cursor for r in self.pages if r.page.run_id == run_id and r.page.stage is stage]
 
-    def finish_run(
-        self,
-        run_id: UUID,
-        status: RunStatus,
-        now: datetime,
-        *,
-        error_code: str | None = None,
-        error: str | None = None,
-    ) -> bool:
+    def finish_run(self, run_id: UUID, ending: RunEnding, now: datetime) -> bool:
         run = self.runs.get(run_id)
         if run is None or run.status is not RunStatus.RUNNING:
             return False
-        self.runs[run_id] = replace(run, status=status, finished_at=now, error_code=error_code, error=error)
+        self.runs[run_id] = replace(
+            run, status=ending.status, finished_at=now, error_code=ending.error_code, error=ending.error
+        )
         return True
 
     def claim_page(

@@ -13,7 +13,7 @@ from pin_identity.domain.errors import LeaseLostError
 from pin_identity.domain.events import AccessChangeTemplate, OutboxMessage
 from pin_identity.jobs.access_fanout import AccessFanOutJob, FanOutSettings, TaskOutcome
 from pin_identity.jobs.access_fanout_observer import FanOutObserver
-from pin_identity.operations.ports.fanout import FanOutTask, PageWritten, PoisonedTask, QueueStats
+from pin_identity.operations.ports.fanout import FanOutTask, PageWritten, PoisonedTask, QueueStats, Release
 from tests.support.clocks import ManualClock
 from tests.support.fanout import NoWakeups
 
@@ -62,16 +62,8 @@ class MemoryFanOutQueue:
             raise LeaseLostError(str(task.task_id))
         yield MemoryBatch(self)
 
-    def release(
-        self,
-        task: FanOutTask,
-        now: datetime,
-        *,
-        available_at: datetime,
-        count_attempt: bool,
-        error: str | None,
-    ) -> None:
-        self.releases.append((count_attempt, error, available_at))
+    def release(self, task: FanOutTask, now: datetime, release: Release) -> None:
+        self.releases.append((release.count_attempt, release.error, release.available_at))
 
     def stats(self, now: datetime) -> QueueStats:
         return QueueStats(0, 0)

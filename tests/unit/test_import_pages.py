@@ -17,7 +17,7 @@ from pin_identity.domain.talent_import import (
     ImportRun,
     ImportSettings,
     PageStatus,
-    RunStatus,
+    RunEnding,
     StageCounters,
 )
 from pin_identity.jobs.import_pages import PageWorker
@@ -135,7 +135,7 @@ def test_a_filtered_run_applies_its_company_its_users_and_the_tombstones_of_its_
     _worker(store).work(first, source)
     first = _planned(store, source, ImportStage.USERS, first)
     _worker(store).work(first, source)
-    store.finish_run(first.run_id, RunStatus.COMPLETED, NOW)
+    store.finish_run(first.run_id, RunEnding.completed(), NOW)
     assert leaving.talent_id is not None
     gone = [read_item(ImportStage.USERS, str(user), None) for user in (leaving.talent_id, uuid.uuid4())]
     source.users = gone

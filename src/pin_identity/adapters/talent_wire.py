@@ -241,11 +241,8 @@ class _InvalidSnapshotError(ValueError):
 
 
 def _tenant(key: str | None, payload: Any) -> TenantSnapshot:
-    tenant_id, fields = _id_and_fields(key, payload, "tenantId")
+    tenant_id, version, fields = _identify(key, payload, "tenantId")
     if fields is None:
-        return TenantSnapshot(tenant_id, None, is_deleted=True)
-    version, deleted = _version(fields), _is_deleted(fields)
-    if deleted:
         return TenantSnapshot(tenant_id, version, is_deleted=True)
     return TenantSnapshot(
         tenant_id,
@@ -258,11 +255,8 @@ def _tenant(key: str | None, payload: Any) -> TenantSnapshot:
 
 
 def _user(key: str | None, payload: Any) -> UserSnapshot:
-    user_id, fields = _id_and_fields(key, payload, "userId")
+    user_id, version, fields = _identify(key, payload, "userId")
     if fields is None:
-        return UserSnapshot(user_id, None, is_deleted=True)
-    version, deleted = _version(fields), _is_deleted(fields)
-    if deleted:
         return UserSnapshot(user_id, version, is_deleted=True)
     try:
         phone = normalize_phone(_text(fields, "phone") or "")
@@ -287,10 +281,13 @@ _SNAPSHOTS: dict[ImportStage, Callable[[str | None, Any], TenantSnapshot | UserS
 }
 
 
-def _id_and_fields(key: str | None, payload: Any, id_field: str) -> tuple[UUID, Mapping[str, Any] | None]:
-    """The record's id, checked against the key, and its fields (None for a tombstone)."""
+def _identify(
+    key: str | None, payload: Any, id_field: str
+) -> tuple[UUID, int | None, Mapping[str, Any] | None]:
+    """The record's id, checked against the key, its version and its fields: no fields for a deletion (a
+    tombstone, without a version, or a snapshot marked isDeleted)."""
     if payload is None:
-        return _uuid(key, "key"), None
+        return _uuid(key, "key"), None, None
     if isinstance(payload, Undecodable):
         raise _InvalidSnapshotError(payload.reason)
     if not isinstance(payload, Mapping):
@@ -298,7 +295,8 @@ def _id_and_fields(key: str | None, payload: Any, id_field: str) -> tuple[UUID, 
     entity_id = _uuid(payload.get(id_field), id_field)
     if key is not None and _uuid(key, "key") != entity_id:
         raise _InvalidSnapshotError(f"the record key does not match {id_field}")
-    return entity_id, payload
+    version, deleted = _version(payload), _is_deleted(payload)
+    return entity_id, version, None if deleted else payload
 
 
 def _uuid(value: Any, field: str) -> UUID:

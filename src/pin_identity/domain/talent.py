@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypeVar
 from uuid import UUID
 
 from pin_identity.domain.events import CompanyState, UserState
@@ -136,6 +136,8 @@ TenantDecision = CompanyChange | Skip | Quarantine
 UserDecision = UserChange | Skip | Quarantine
 
 _COMPANY_TYPES = {member.value for member in CompanyType}
+# What a deletion blocks: the replica's company or user.
+_Replicated = TypeVar("_Replicated", CompanyState, UserState)
 
 
 def _stale(version: int | None, replica_version: int | None) -> bool:
@@ -202,16 +204,23 @@ def _deletion(version: int | None, blocked_already: bool) -> Change | None:
     return Change.UPDATED if version is not None else None
 
 
+def _blocked(
+    version: int | None, current: _Replicated | None, status: str
+) -> tuple[Change, _Replicated] | None:
+    """The replica's company or user blocked (`status`) by a deletion of `version`; None when there is nothing
+    to record (absent, or a tombstone of a blocked one)."""
+    if current is None:
+        return None
+    change = _deletion(version, current.status == status)
+    if change is None:
+        return None
+    replica_version = version if version is not None else current.replica_version
+    return change, replace(current, status=status, replica_version=replica_version)
+
+
 def _delete_company(snapshot: TenantSnapshot, current: CompanyState | None) -> TenantDecision:
-    change = None
-    if current is not None:
-        change = _deletion(snapshot.version, current.status == CompanyStatus.BLOCKED.value)
-    if current is None or change is None:
-        return Skip(stale=False)
-    version = snapshot.version if snapshot.version is not None else current.replica_version
-    return CompanyChange(
-        change, replace(current, status=CompanyStatus.BLOCKED.value, replica_version=version)
-    )
+    blocked = _blocked(snapshot.version, current, CompanyStatus.BLOCKED.value)
+    return CompanyChange(*blocked) if blocked else Skip(stale=False)
 
 
 @dataclass(frozen=True)
@@ -272,10 +281,5 @@ def _user_state(snapshot: UserSnapshot, user_id: UUID, company_id: UUID) -> User
 
 
 def _delete_user(snapshot: UserSnapshot, current: UserState | None) -> UserDecision:
-    change = None
-    if current is not None:
-        change = _deletion(snapshot.version, current.status == UserStatus.BLOCKED.value)
-    if current is None or change is None:
-        return Skip(stale=False)
-    version = snapshot.version if snapshot.version is not None else current.replica_version
-    return UserChange(change, replace(current, status=UserStatus.BLOCKED.value, replica_version=version))
+    blocked = _blocked(snapshot.version, current, UserStatus.BLOCKED.value)
+    return UserChange(*blocked) if blocked else Skip(stale=False)

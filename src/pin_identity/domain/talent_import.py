@@ -77,6 +77,31 @@ class ImportErrorCode(StrEnum):
     PLANNING_FAILED = "IDENTITY_IMPORT_PLANNING_FAILED"
 
 
+@dataclass(frozen=True)
+class RunEnding:
+    """How a run ends: its last status and, for a failure, the code and the words operators see."""
+
+    status: RunStatus
+    code: ImportErrorCode | None = None
+    error: str | None = None
+
+    @classmethod
+    def completed(cls) -> RunEnding:
+        return cls(RunStatus.COMPLETED)
+
+    @classmethod
+    def cancelled(cls) -> RunEnding:
+        return cls(RunStatus.CANCELLED)
+
+    @classmethod
+    def failed(cls, code: ImportErrorCode, error: str) -> RunEnding:
+        return cls(RunStatus.FAILED, code, error or None)
+
+    @property
+    def error_code(self) -> str | None:
+        return self.code.value if self.code else None
+
+
 class ImportRefusedError(IdentityError):
     """The import did not start (or resume): nothing was written. Raised as one of the subclasses below, whose
     `code` (an ImportErrorCode) says why."""

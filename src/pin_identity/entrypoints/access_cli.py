@@ -14,16 +14,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from pin_identity.domain.access_audit import AuditReport
+from pin_identity.entrypoints import cli_output as out
 from pin_identity.entrypoints.cli_common import JsonOption, command_group, container_from_env
-from pin_identity.entrypoints.cli_output import (
-    Column,
-    print_fields,
-    print_json,
-    print_rows,
-    stdout,
-    text,
-    when,
-)
 from pin_identity.entrypoints.documents import QueuedAccessEventView, UserAccessReport
 
 EXIT_DRIFT = 1
@@ -106,7 +98,7 @@ def access_show(
         access = container.access_show(user_id)
     report = UserAccessReport.of(access)
     if as_json:
-        print_json(report)
+        out.print_json(report)
     else:
         _print_access(report)
     if not access.verdict.converged:
@@ -114,26 +106,26 @@ def access_show(
 
 
 _ASSIGNMENT_COLUMNS = (
-    Column("assignment id", whole=True),
-    Column("role", whole=True),
-    Column("scope"),
-    Column("expires"),
-    Column("standing", whole=True),
+    out.Column("assignment id", whole=True),
+    out.Column("role", whole=True),
+    out.Column("scope"),
+    out.Column("expires"),
+    out.Column("standing", whole=True),
 )
 
 
 def _print_access(report: UserAccessReport) -> None:
-    console = stdout()
+    console = out.stdout()
     verdict = report.verdict.value
     if not report.verdict.converged:
         verdict += "  (docs/runbooks.md#access-drift)"
-    print_fields(
+    out.print_fields(
         [("user", str(report.user_id)), ("company", report.company_id), ("verdict", verdict)],
         title="access show",
         console=console,
     )
     console.print()
-    print_rows(
+    out.print_rows(
         _ASSIGNMENT_COLUMNS,
         _assignment_rows(report),
         title="assignments: Active in the database, or carried by the last event",
@@ -195,24 +187,24 @@ def _print_last_event(report: UserAccessReport, console: Console) -> None:
         ("version", event.version),
         ("change reason", event.change_reason),
         ("changed role", event.changed_role_id),
-        ("occurred at", when(event.occurred_at)),
+        ("occurred at", out.when(event.occurred_at)),
         ("event id", event.event_id),
     ]
-    print_fields(fields, title=f"last event on pin.identity.access.v1 ({where})", console=console)
+    out.print_fields(fields, title=f"last event on pin.identity.access.v1 ({where})", console=console)
 
 
 _QUEUED_COLUMNS = (
-    Column("outbox id", whole=True),
-    Column("change reason", whole=True),
-    Column("version"),
-    Column("since"),
-    Column("error"),
+    out.Column("outbox id", whole=True),
+    out.Column("change reason", whole=True),
+    out.Column("version"),
+    out.Column("since"),
+    out.Column("error"),
 )
 
 
 def _print_queued(title: str, events: list[QueuedAccessEventView], console: Console) -> None:
     rows = [
-        (str(e.outbox_id), e.change_reason or "-", text(e.version), when(e.queued_at), e.error or "-")
+        (str(e.outbox_id), e.change_reason or "-", out.text(e.version), out.when(e.queued_at), e.error or "-")
         for e in events
     ]
-    print_rows(_QUEUED_COLUMNS, rows, title=f"access events {title}", empty="", console=console)
+    out.print_rows(_QUEUED_COLUMNS, rows, title=f"access events {title}", empty="", console=console)

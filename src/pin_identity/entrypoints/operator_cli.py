@@ -9,16 +9,8 @@ from uuid import UUID
 import typer
 
 from pin_identity.domain.model import FanOutTaskStatus
+from pin_identity.entrypoints import cli_output as out
 from pin_identity.entrypoints.cli_common import JsonOption, command_group, container_from_env, operator
-from pin_identity.entrypoints.cli_output import (
-    Column,
-    print_fields,
-    print_json,
-    print_rows,
-    stdout,
-    text,
-    when,
-)
 from pin_identity.entrypoints.documents import FanOutTask, PermissionsChanged, PruneResult, RoleView
 
 roles_app = command_group("Role definitions.")
@@ -27,14 +19,14 @@ maintenance_app = command_group("Retention.")
 
 
 _ROLE_COLUMNS = (
-    Column("role id", whole=True),
-    Column("code", whole=True),
-    Column("name"),
-    Column("company"),
-    Column("status", whole=True),
-    Column("version"),
-    Column("holders"),
-    Column("permissions"),
+    out.Column("role id", whole=True),
+    out.Column("code", whole=True),
+    out.Column("name"),
+    out.Column("company"),
+    out.Column("status", whole=True),
+    out.Column("version"),
+    out.Column("holders"),
+    out.Column("permissions"),
 )
 
 
@@ -48,7 +40,7 @@ def roles_list(
     with container_from_env() as container:
         roles = container.role_admin.roles(code=code, limit=limit)
     if as_json:
-        print_json([RoleView.of(role) for role in roles])
+        out.print_json([RoleView.of(role) for role in roles])
         return
     rows = [
         (
@@ -57,13 +49,13 @@ def roles_list(
             role.name,
             role.company_name or (str(role.company_id) if role.company_id else "system role"),
             role.status.value,
-            text(role.version),
-            text(role.holders),
+            out.text(role.version),
+            out.text(role.holders),
             ", ".join(role.permissions) or "-",
         )
         for role in roles
     ]
-    print_rows(_ROLE_COLUMNS, rows, title="roles", empty="no role found", console=stdout())
+    out.print_rows(_ROLE_COLUMNS, rows, title="roles", empty="no role found", console=out.stdout())
 
 
 @roles_app.command("show")
@@ -75,7 +67,7 @@ def roles_show(
     with container_from_env() as container:
         role = container.role_admin.role(role_id)
     if as_json:
-        print_json(RoleView.of(role))
+        out.print_json(RoleView.of(role))
         return
     fields = [
         ("role id", role.role_id),
@@ -87,7 +79,7 @@ def roles_show(
         ("holders", role.holders),
         ("permissions", ", ".join(role.permissions) or None),
     ]
-    print_fields(fields, title=f"role {role.code}", console=stdout())
+    out.print_fields(fields, title=f"role {role.code}", console=out.stdout())
 
 
 @roles_app.command("set-permissions")
@@ -100,7 +92,7 @@ def roles_set_permissions(
     with container_from_env() as container:
         change = container.role_admin.set_permissions(role_id, codes, who=operator())
     if as_json:
-        print_json(PermissionsChanged.of(change))
+        out.print_json(PermissionsChanged.of(change))
         return
     fields = [
         ("role id", change.role_id),
@@ -109,18 +101,18 @@ def roles_set_permissions(
         ("users notified inline", change.users_notified_inline),
         ("fan-out task", change.task_id),
     ]
-    print_fields(fields, title="permissions replaced", console=stdout())
+    out.print_fields(fields, title="permissions replaced", console=out.stdout())
 
 
 _TASK_COLUMNS = (
-    Column("task id", whole=True),
-    Column("role id", whole=True),
-    Column("version"),
-    Column("status", whole=True),
-    Column("users done"),
-    Column("attempts"),
-    Column("created"),
-    Column("last error"),
+    out.Column("task id", whole=True),
+    out.Column("role id", whole=True),
+    out.Column("version"),
+    out.Column("status", whole=True),
+    out.Column("users done"),
+    out.Column("attempts"),
+    out.Column("created"),
+    out.Column("last error"),
 )
 
 
@@ -136,23 +128,27 @@ def fanout_list(
     with container_from_env() as container:
         tasks = container.fanout_admin.tasks(status, limit)
     if as_json:
-        print_json([FanOutTask.of(task) for task in tasks])
+        out.print_json([FanOutTask.of(task) for task in tasks])
         return
     rows = [
         (
             str(task.task_id),
             str(task.role_id),
-            text(task.role_version),
+            out.text(task.role_version),
             task.status.value,
-            text(task.processed_count),
-            text(task.attempt_count),
-            when(task.created_at),
+            out.text(task.processed_count),
+            out.text(task.attempt_count),
+            out.when(task.created_at),
             task.last_error or "",
         )
         for task in tasks
     ]
-    print_rows(
-        _TASK_COLUMNS, rows, title="fan-out tasks, newest first", empty="no fan-out task", console=stdout()
+    out.print_rows(
+        _TASK_COLUMNS,
+        rows,
+        title="fan-out tasks, newest first",
+        empty="no fan-out task",
+        console=out.stdout(),
     )
 
 
@@ -188,11 +184,11 @@ def maintenance_prune(
     with container_from_env() as container:
         pruned = container.retention.prune(age, who=operator())
     if as_json:
-        print_json(PruneResult.of(pruned))
+        out.print_json(PruneResult.of(pruned))
         return
     fields = [
         ("fan-out tasks deleted", pruned.fanout_tasks),
         ("import runs deleted", pruned.import_runs),
         ("quarantine payloads emptied", pruned.quarantine_payloads),
     ]
-    print_fields(fields, title=f"pruned what is older than {older_than}", console=stdout())
+    out.print_fields(fields, title=f"pruned what is older than {older_than}", console=out.stdout())

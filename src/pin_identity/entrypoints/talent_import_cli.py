@@ -30,6 +30,7 @@ from pin_identity.domain.talent_import import (
     PageStatus,
     RunStatus,
 )
+from pin_identity.entrypoints import cli_output as out
 from pin_identity.entrypoints.cli_common import (
     EXIT_CANCELLED,
     EXIT_FAILED,
@@ -39,15 +40,6 @@ from pin_identity.entrypoints.cli_common import (
     command_group,
     container_from_env,
     operator,
-)
-from pin_identity.entrypoints.cli_output import (
-    Column,
-    print_fields,
-    print_json,
-    print_rows,
-    stdout,
-    text,
-    when,
 )
 from pin_identity.entrypoints.documents import FailedItem, ImportRunReport, ReplayResult
 from pin_identity.observability.logging import configure_logging
@@ -195,12 +187,12 @@ def _counters(run: ImportRun, title: str) -> Table:
     )
     for aggregate, counters in (("companies", run.companies), ("users", run.users)):
         counts = (counters.planned, counters.applied, counters.skipped, counters.failed)
-        table.add_row(aggregate, *(text(count) for count in counts))
+        table.add_row(aggregate, *(out.text(count) for count in counts))
     return table
 
 
 def _print_result(result: dict[str, Any], run: ImportRun) -> None:
-    console = stdout()
+    console = out.stdout()
     console.print(_counters(run, f"run {run.run_id}"))
     dry = " (dry run)" if run.dry_run else ""
     console.print(f"{run.mode.value} {run.status.value}{dry} in {result['durationMs'] / 1000:.1f} s")
@@ -220,21 +212,21 @@ def status_command(
     with container_from_env() as container:
         view = container.imports.report(run_id)
     if as_json:
-        print_json(ImportRunReport.of(view))
+        out.print_json(ImportRunReport.of(view))
     else:
         _print_status(view)
 
 
 def _print_status(view: ImportRunView) -> None:
-    run, console = view.run, stdout()
+    run, console = view.run, out.stdout()
     eta = f"about {view.eta_seconds:,.0f} s" if view.eta_seconds is not None else None
     fields: list[tuple[str, object]] = [
         ("run", run.run_id),
         ("mode", run.mode.value),
         ("status", run.status.value),
         ("dry run", run.dry_run),
-        ("started", when(run.started_at)),
-        ("finished", when(run.finished_at) if run.finished_at else None),
+        ("started", out.when(run.started_at)),
+        ("finished", out.when(run.finished_at) if run.finished_at else None),
         ("duration", f"{view.duration_ms / 1000:,.1f} s"),
         (
             "still listing",
@@ -246,7 +238,7 @@ def _print_status(view: ImportRunView) -> None:
     ]
     if run.error_code:
         fields.append(("error", f"{run.error_code}: {run.error}"))
-    print_fields(fields, title="import run", console=console)
+    out.print_fields(fields, title="import run", console=console)
     console.print()
     console.print(_counters(run, "items"))
     console.print(_pages(view))
@@ -261,7 +253,7 @@ def _pages(view: ImportRunView) -> Table:
         box=SIMPLE_HEAD,
     )
     for stage in ImportStage:
-        table.add_row(stage.value, *(text(view.pages(stage, status)) for status in PageStatus))
+        table.add_row(stage.value, *(out.text(view.pages(stage, status)) for status in PageStatus))
     return table
 
 
@@ -296,13 +288,13 @@ def _quarantine_owner(run_id: UUID | None, consumer: bool) -> UUID | None:
 
 
 _ITEM_COLUMNS = (
-    Column("item id", whole=True),
-    Column("stage"),
-    Column("talent id", whole=True),
-    Column("error code", whole=True),
-    Column("reason"),
-    Column("attempts"),
-    Column("since"),
+    out.Column("item id", whole=True),
+    out.Column("stage"),
+    out.Column("talent id", whole=True),
+    out.Column("error code", whole=True),
+    out.Column("reason"),
+    out.Column("attempts"),
+    out.Column("since"),
 )
 
 
@@ -315,7 +307,7 @@ def failed_items_command(
     with container_from_env() as container:
         items = container.imports.failed_items(owner)
     if as_json:
-        print_json([FailedItem.of(item) for item in items])
+        out.print_json([FailedItem.of(item) for item in items])
         return
     rows = [
         (
@@ -324,13 +316,13 @@ def failed_items_command(
             str(item.external_id or ""),
             item.error_code,
             item.reason or "",
-            text(item.attempts),
-            when(item.created_at),
+            out.text(item.attempts),
+            out.when(item.created_at),
         )
         for item in items
     ]
     title = f"quarantine of {'the talent-sync consumer' if consumer else f'run {run_id}'}, oldest first"
-    print_rows(_ITEM_COLUMNS, rows, title=title, empty="the quarantine is empty", console=stdout())
+    out.print_rows(_ITEM_COLUMNS, rows, title=title, empty="the quarantine is empty", console=out.stdout())
 
 
 @talent_import_app.command("replay-failed")
@@ -347,7 +339,7 @@ def replay_failed_command(
     with container_from_env() as container:
         replayed = container.imports.replay_failed(owner, items or None, who=operator())
     if as_json:
-        print_json(ReplayResult.of(replayed))
+        out.print_json(ReplayResult.of(replayed))
         return
     fields = [("applied", replayed.applied), ("skipped", replayed.skipped), ("failed", replayed.failed)]
-    print_fields(fields, title="quarantined items applied again", console=stdout())
+    out.print_fields(fields, title="quarantined items applied again", console=out.stdout())

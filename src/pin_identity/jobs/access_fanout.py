@@ -19,7 +19,7 @@ from pin_identity.domain.errors import LeaseLostError
 from pin_identity.domain.model import AccessChangeReason
 from pin_identity.jobs.access_fanout_observer import FanOutObserver
 from pin_identity.observability.tracing import current_traceparent, tracer
-from pin_identity.operations.ports.fanout import FanOutQueue, FanOutTask, TaskWakeups
+from pin_identity.operations.ports.fanout import FanOutQueue, FanOutTask, Release, TaskWakeups
 from pin_identity.operations.ports.worker import StopSignal
 
 _tracer = tracer("access-fanout")
@@ -170,8 +170,6 @@ class AccessFanOutJob:
         now = self._clock()
         available_at = now + self._settings.retry_delay(task.attempt) if count_attempt else now
         try:
-            self._queue.release(
-                task, now, available_at=available_at, count_attempt=count_attempt, error=error
-            )
+            self._queue.release(task, now, Release(available_at, count_attempt, error))
         except Exception as exc:  # the lease will simply expire
             self._observer.release_failed(task, exc)

@@ -16,6 +16,7 @@ from pin_identity.domain.talent_import import (
     ImportRun,
     ImportSettings,
     PageStatus,
+    RunEnding,
     RunStatus,
 )
 from pin_identity.jobs.talent_import_observer import ImportObserver
@@ -100,7 +101,7 @@ class ImportOrchestrator:
         try:
             step = source.plan(stage, run.plan_cursor, run.plan_page_no, run.page_size, run.tenant_filter)
         except SourceRejectedError as exc:
-            self.end(run, RunStatus.FAILED, ImportErrorCode.SOURCE_UNAVAILABLE, str(exc))
+            self.end(run, RunEnding.failed(ImportErrorCode.SOURCE_UNAVAILABLE, str(exc)))
             return True
         except SourceUnavailableError as exc:
             return self._planning_failed(run, exc)
@@ -121,7 +122,7 @@ class ImportOrchestrator:
     def _planning_failed(self, run: ImportRun, exc: Exception) -> bool:
         self._planning_failures += 1
         if self._planning_failures >= self._settings.max_planning_failures:
-            self.end(run, RunStatus.FAILED, ImportErrorCode.PLANNING_FAILED, describe_error(exc))
+            self.end(run, RunEnding.failed(ImportErrorCode.PLANNING_FAILED, describe_error(exc)))
             return True
         delay = self._settings.backoff.delay(self._planning_failures)
         self._plan_not_before = time.monotonic() + delay
@@ -140,14 +141,14 @@ class ImportOrchestrator:
         if progress.open_pages():
             return False
         if failed := progress.count(status=PageStatus.FAILED):
-            self.end(current, RunStatus.FAILED, ImportErrorCode.PAGES_FAILED, f"{failed} pages failed")
+            self.end(current, RunEnding.failed(ImportErrorCode.PAGES_FAILED, f"{failed} pages failed"))
             return True
         if current.planning_stage is not None:
             return False
         self._observer.stage_completed(run, ImportStage.USERS)
         if current.mode is ImportMode.TOPIC_REPLAY and not current.dry_run and current.tenant_filter is None:
             self._hand_over(current, source)
-        self.end(current, RunStatus.COMPLETED)
+        self.end(current, RunEnding.completed())
         return True
 
     def _hand_over(self, run: ImportRun, source: TalentSource) -> None:
@@ -158,16 +159,12 @@ class ImportOrchestrator:
             self._observer.handover_failed(run, exc)
 
     def cancel(self, run: ImportRun) -> None:
-        if self._store.finish_run(run.run_id, RunStatus.CANCELLED, self._clock()):
+        if self._store.finish_run(run.run_id, RunEnding.cancelled(), self._clock()):
             self._observer.cancelled(run)
 
-    def end(
-        self, run: ImportRun, status: RunStatus, code: ImportErrorCode | None = None, error: str = ""
-    ) -> None:
+    def end(self, run: ImportRun, ending: RunEnding) -> None:
         """Completed or Failed, once: a run another process ended meanwhile stays as it ended."""
-        if not self._store.finish_run(
-            run.run_id, status, self._clock(), error_code=code.value if code else None, error=error or None
-        ):
+        if not self._store.finish_run(run.run_id, ending, self._clock()):
             return
         ended = self._store.load_run(run.run_id) or run
-        self._observer.ended(run, status, code, error, ended.result(self._clock()))
+        self._observer.ended(run, ending, ended.result(self._clock()))

@@ -18,6 +18,7 @@ from pin_identity.domain.talent_import import (
     ImportMode,
     ImportRun,
     ImportSettings,
+    RunEnding,
     RunStatus,
 )
 from pin_identity.jobs.import_orchestrator import ImportOrchestrator
@@ -99,7 +100,7 @@ class TalentImportJob:
         try:
             worked = self._pages.work(run, source)
         except SourceRejectedError as exc:  # retrying will not help: the run fails, whoever saw it
-            self._orchestrator.end(run, RunStatus.FAILED, ImportErrorCode.SOURCE_UNAVAILABLE, str(exc))
+            self._orchestrator.end(run, RunEnding.failed(ImportErrorCode.SOURCE_UNAVAILABLE, str(exc)))
             worked = True
         ended = leading and self._orchestrator.finish_if_done(run, source)
         return planned or worked or ended

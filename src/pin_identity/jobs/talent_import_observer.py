@@ -11,11 +11,11 @@ from collections.abc import Mapping
 
 from pin_identity.domain.talent import ImportStage, ItemResult
 from pin_identity.domain.talent_import import (
-    ImportErrorCode,
     ImportMode,
     ImportPage,
     ImportRun,
     PageStatus,
+    RunEnding,
     RunStatus,
     StageCounters,
 )
@@ -64,21 +64,14 @@ class ImportObserver:
     def cancelled(self, run: ImportRun) -> None:
         log.info("import-cancelled", run_id=str(run.run_id), correlation_id=str(run.correlation_id))
 
-    def ended(
-        self,
-        run: ImportRun,
-        status: RunStatus,
-        code: ImportErrorCode | None,
-        error: str,
-        result: Mapping[str, object],
-    ) -> None:
+    def ended(self, run: ImportRun, ending: RunEnding, result: Mapping[str, object]) -> None:
         """Completed or Failed, by this process; `result` is the run's report as the status API gives it."""
         log.info(
-            "import-completed" if status is RunStatus.COMPLETED else "import-failed",
+            "import-completed" if ending.status is RunStatus.COMPLETED else "import-failed",
             run_id=str(run.run_id),
             correlation_id=str(run.correlation_id),
-            error_code=code.value if code else None,
-            error=error or None,
+            error_code=ending.error_code,
+            error=ending.error,
             **{k: v for k, v in result.items() if k != "runId"},
         )
 

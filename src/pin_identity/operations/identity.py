@@ -25,7 +25,12 @@ from pin_identity.domain.model import (
 )
 from pin_identity.domain.phone import InvalidPhoneError, normalize_phone
 from pin_identity.operations.ports.access import AccessEventWriter
-from pin_identity.operations.ports.identity import IdentityTransaction, IdentityTransactions, RoleRecord
+from pin_identity.operations.ports.identity import (
+    IdentityTransaction,
+    IdentityTransactions,
+    NewAssignment,
+    RoleRecord,
+)
 
 
 @dataclass(frozen=True)
@@ -179,14 +184,7 @@ def grant_role_assignment(
         if tx.holds(user_id, role_id, scope):
             raise ConflictError(f"user {user_id} already holds role {role_id} in this scope")
         version = tx.next_assignment_version(user_id)
-        tx.insert_assignment(
-            assignment_id=assignment_id,
-            role=role,
-            user_id=user_id,
-            scope=scope,
-            expires_at=expires_at,
-            version=version,
-        )
+        tx.insert_assignment(NewAssignment(assignment_id, role, user_id, scope, expires_at, version))
         notify_access_changed(
             tx, ctx, [user_id], reason=AccessChangeReason.ROLE_ASSIGNED, changed_role_id=role_id
         )

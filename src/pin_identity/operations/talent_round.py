@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TypeVar
@@ -114,6 +114,20 @@ class Round:
             return snapshot
         reason = snapshot.reason if isinstance(snapshot, InvalidSnapshot) else f"not a {self.stage} snapshot"
         return Quarantine(SyncErrorCode.INVALID_PAYLOAD, reason)
+
+    def outcomes(
+        self,
+        snapshots: Sequence[tuple[SourceItem, _Snapshot | Quarantine]],
+        decide: Callable[[_Snapshot], CompanyChange | UserChange | Skip | Quarantine],
+    ) -> list[ItemOutcome]:
+        """Each item's outcome, in order: one without a snapshot is quarantined undecided, the others as
+        `decide` says."""
+        return [
+            self.failed(item, snapshot)
+            if isinstance(snapshot, Quarantine)
+            else self.decided(item, decide(snapshot))
+            for item, snapshot in snapshots
+        ]
 
     def decided(
         self, source: SourceItem, decision: CompanyChange | UserChange | Skip | Quarantine

@@ -6,12 +6,13 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from uuid import UUID
 
 from pin_identity.domain import events
 from pin_identity.domain.events import CompanyState
 from pin_identity.domain.model import AccessChangeReason, CompanyStatus
-from pin_identity.domain.talent import Change, CompanyChange, Quarantine, TenantSnapshot, decide_tenant
+from pin_identity.domain.talent import Change, CompanyChange, TenantDecision, TenantSnapshot, decide_tenant
 from pin_identity.operations.identity import notify_access_changed
 from pin_identity.operations.ports.identity import RoleRecord
 from pin_identity.operations.ports.replica import DefaultGrant, ReplicaTransaction, SourceItem
@@ -39,7 +40,7 @@ def apply_tenants(this_round: Round, items: Sequence[SourceItem]) -> list[ItemOu
     snapshots = [(item, this_round.snapshot(item, TenantSnapshot)) for item in items]
     replica = _read_replica(this_round, [s for _, s in snapshots if isinstance(s, TenantSnapshot)])
     decided = _Decided()
-    outcomes = [_decide(this_round, replica, decided, item, snapshot) for item, snapshot in snapshots]
+    outcomes = this_round.outcomes(snapshots, partial(_decide, replica, decided))
     if this_round.writes:
         _write_companies(this_round, decided.changes)
         this_round.tx.remember_deletions(this_round.stage, decided.absent_deletions)
@@ -61,15 +62,7 @@ def _read_replica(this_round: Round, snapshots: list[TenantSnapshot]) -> _Replic
     return _Replica(companies, this_round.tx.deleted_versions(this_round.stage, absent))
 
 
-def _decide(
-    this_round: Round,
-    replica: _Replica,
-    decided: _Decided,
-    item: SourceItem,
-    snapshot: TenantSnapshot | Quarantine,
-) -> ItemOutcome:
-    if isinstance(snapshot, Quarantine):
-        return this_round.failed(item, snapshot)
+def _decide(replica: _Replica, decided: _Decided, snapshot: TenantSnapshot) -> TenantDecision:
     known = replica.companies.get(snapshot.tenant_id)
     guard = replica.deleted.get(snapshot.tenant_id)
     decision = decide_tenant(snapshot, known, uuid.uuid4, deleted_version=guard)
@@ -77,7 +70,7 @@ def _decide(
         decided.changes.append(decision)
     elif known is None and snapshot.is_deleted and snapshot.version is not None:
         decided.absent_deletions[snapshot.tenant_id] = snapshot.version
-    return this_round.decided(item, decision)
+    return decision
 
 
 def _write_companies(this_round: Round, changes: list[CompanyChange]) -> None:

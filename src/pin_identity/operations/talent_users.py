@@ -7,6 +7,7 @@ import uuid
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from uuid import UUID
 
 from pin_identity.domain import events
@@ -14,10 +15,10 @@ from pin_identity.domain.events import CompanyState, OutboxMessage, UserState
 from pin_identity.domain.model import AccessChangeReason, CompanyStatus
 from pin_identity.domain.talent import (
     Change,
-    Quarantine,
     Skip,
     UserChange,
     UserContext,
+    UserDecision,
     UserSnapshot,
     decide_user,
 )
@@ -40,7 +41,7 @@ def apply_users(this_round: Round, items: Sequence[SourceItem]) -> list[ItemOutc
     snapshots = [(item, this_round.snapshot(item, UserSnapshot)) for item in items]
     replica = _UserReplica.read(this_round, [s for _, s in snapshots if isinstance(s, UserSnapshot)])
     decided = _Decided()
-    outcomes = [_decide(this_round, replica, decided, item, snapshot) for item, snapshot in snapshots]
+    outcomes = this_round.outcomes(snapshots, partial(_decide, replica, decided))
     if not this_round.writes:
         _remember_phones(this_round.options.memory, decided.changes)
         return outcomes
@@ -49,15 +50,7 @@ def apply_users(this_round: Round, items: Sequence[SourceItem]) -> list[ItemOutc
     return outcomes
 
 
-def _decide(
-    this_round: Round,
-    replica: _UserReplica,
-    decided: _Decided,
-    item: SourceItem,
-    snapshot: UserSnapshot | Quarantine,
-) -> ItemOutcome:
-    if isinstance(snapshot, Quarantine):
-        return this_round.failed(item, snapshot)
+def _decide(replica: _UserReplica, decided: _Decided, snapshot: UserSnapshot) -> UserDecision:
     context = replica.context(snapshot)
     decision = decide_user(snapshot, context, uuid.uuid4)
     if isinstance(decision, UserChange):
@@ -65,7 +58,7 @@ def _decide(
         decided.changes.append(decision)
     elif decision == Skip(stale=False) and context.current is None:
         decided.absent_deletions.append(snapshot)
-    return this_round.decided(item, decision)
+    return decision
 
 
 def _forget_absent(this_round: Round, deletions: list[UserSnapshot]) -> None:

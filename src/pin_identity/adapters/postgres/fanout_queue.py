@@ -17,7 +17,14 @@ from pin_identity.adapters.postgres.outbox_writer import template_params
 from pin_identity.domain.errors import LeaseLostError
 from pin_identity.domain.events import AccessChangeTemplate
 from pin_identity.domain.model import FanOutTaskStatus
-from pin_identity.operations.ports.fanout import FanOutTask, PageWritten, PoisonedTask, QueueStats, TaskReplay
+from pin_identity.operations.ports.fanout import (
+    FanOutTask,
+    PageWritten,
+    PoisonedTask,
+    QueueStats,
+    Release,
+    TaskReplay,
+)
 from pin_identity.operations.read_models import FanOutTaskView
 
 NIL_UUID = UUID(int=0)
@@ -94,22 +101,14 @@ class PostgresFanOutQueue:
         with self._database.transaction() as conn, conn.pipeline():
             yield PostgresFanOutBatch(conn, task, now, lease_until, fence)
 
-    def release(
-        self,
-        task: FanOutTask,
-        now: datetime,
-        *,
-        available_at: datetime,
-        count_attempt: bool,
-        error: str | None,
-    ) -> None:
+    def release(self, task: FanOutTask, now: datetime, release: Release) -> None:
         params = {
             "task_id": task.task_id,
             "claim_id": task.claim_id,
             "now": now,
-            "available_at": available_at,
-            "count_attempt": count_attempt,
-            "error": error,
+            "available_at": release.available_at,
+            "count_attempt": release.count_attempt,
+            "error": release.error,
         }
         self._database.execute("release_fanout_task", params)
 

@@ -20,7 +20,7 @@ from pin_identity.adapters.postgres.database import Database, read
 from pin_identity.adapters.postgres.outbox_writer import write_outbox
 from pin_identity.domain.events import CompanyState, OutboxMessage, UserState
 from pin_identity.domain.model import ActiveAssignment, RoleStatus, Scope, ScopeType, UserAccessSnapshot
-from pin_identity.operations.ports.identity import AssignmentRecord, RoleRecord
+from pin_identity.operations.ports.identity import AssignmentRecord, NewAssignment, RoleRecord
 
 _SCOPE_TYPES = {scope_type.value: scope_type for scope_type in ScopeType}
 
@@ -121,29 +121,21 @@ class PostgresIdentityTransaction(PostgresAccessEvents):
     def next_assignment_version(self, user_id: UUID) -> int:
         return int(self._one("next_assignment_version", {"user_id": user_id}))
 
-    def insert_assignment(
-        self,
-        *,
-        assignment_id: UUID,
-        role: RoleRecord,
-        user_id: UUID,
-        scope: Scope,
-        expires_at: datetime | None,
-        version: int,
-    ) -> None:
+    def insert_assignment(self, assignment: NewAssignment) -> None:
+        role, scope = assignment.role, assignment.scope
         self._conn.execute(
             query("insert_assignment"),
             {
-                "id": assignment_id,
+                "id": assignment.assignment_id,
                 "role_id": role.role_id,
-                "user_id": user_id,
+                "user_id": assignment.user_id,
                 "company_id": role.company_id,
                 "scope_type": scope.type.value,
                 "scope_organization_id": scope.organization_id,
                 "scope_project_group_id": scope.project_group_id,
                 "scope_project_id": scope.project_id,
-                "expires_at": expires_at,
-                "version": version,
+                "expires_at": assignment.expires_at,
+                "version": assignment.version,
             },
         )
 

@@ -29,6 +29,7 @@ from pin_identity.domain.talent_import import (
     PageProgress,
     PageStatus,
     PlanStep,
+    RunEnding,
     RunStatus,
     StageCounters,
 )
@@ -185,21 +186,13 @@ class PostgresImportStore:
         params = {"run_id": run_id, "stage": stage.value}
         return self._database.fetch("import_page_cursors", params, scalar_row)
 
-    def finish_run(
-        self,
-        run_id: UUID,
-        status: RunStatus,
-        now: datetime,
-        *,
-        error_code: str | None = None,
-        error: str | None = None,
-    ) -> bool:
+    def finish_run(self, run_id: UUID, ending: RunEnding, now: datetime) -> bool:
         params = {
             "run_id": run_id,
-            "status": status.value,
+            "status": ending.status.value,
             "now": now,
-            "error_code": error_code,
-            "error": error,
+            "error_code": ending.error_code,
+            "error": ending.error,
         }
         return bool(self._database.execute("finish_import_run", params))
 

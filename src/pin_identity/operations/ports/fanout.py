@@ -65,6 +65,16 @@ class FanOutBatch(Transaction, Protocol):
     def advance(self, *, cursor: UUID | None, processed: int, completed: bool) -> None: ...
 
 
+@dataclass(frozen=True)
+class Release:
+    """A claim handing its task's lease back before it runs out: available again at `available_at`; a failed
+    attempt counts towards the task's attempts and keeps its error."""
+
+    available_at: datetime
+    count_attempt: bool
+    error: str | None
+
+
 class FanOutQueue(Protocol):
     def fail_exhausted(self, now: datetime, max_attempts: int) -> list[PoisonedTask]: ...
     def claim(self, claim_id: UUID, now: datetime, lease_until: datetime) -> FanOutTask | None: ...
@@ -75,15 +85,7 @@ class FanOutQueue(Protocol):
         this claim's."""
         ...
 
-    def release(
-        self,
-        task: FanOutTask,
-        now: datetime,
-        *,
-        available_at: datetime,
-        count_attempt: bool,
-        error: str | None,
-    ) -> None: ...
+    def release(self, task: FanOutTask, now: datetime, release: Release) -> None: ...
     def stats(self, now: datetime) -> QueueStats: ...
 
 

@@ -25,6 +25,18 @@ class RoleRecord:
 
 
 @dataclass(frozen=True)
+class NewAssignment:
+    """A role granted to a user in a scope, as the assignment's first version is written."""
+
+    assignment_id: UUID
+    role: RoleRecord
+    user_id: UUID
+    scope: Scope
+    expires_at: datetime | None
+    version: int
+
+
+@dataclass(frozen=True)
 class AssignmentRecord:
     user_id: UUID
     role_id: UUID
@@ -45,16 +57,7 @@ class IdentityTransaction(AccessEventWriter, Transaction, Protocol):
     def archive_role(self, role_id: UUID, version: int) -> None: ...
 
     def next_assignment_version(self, user_id: UUID) -> int: ...
-    def insert_assignment(
-        self,
-        *,
-        assignment_id: UUID,
-        role: RoleRecord,
-        user_id: UUID,
-        scope: Scope,
-        expires_at: datetime | None,
-        version: int,
-    ) -> None: ...
+    def insert_assignment(self, assignment: NewAssignment) -> None: ...
     def holds(self, user_id: UUID, role_id: UUID, scope: Scope) -> bool:
         """Whether the user already has this role Active in this scope."""
 

@@ -17,7 +17,7 @@ from pin_identity.domain.talent_import import (
     PageProgress,
     PageStatus,
     PlanStep,
-    RunStatus,
+    RunEnding,
     StageCounters,
 )
 from pin_identity.operations.ports.replica import DryRunMemory, ReplicaTransaction
@@ -71,15 +71,9 @@ class ImportStore(ImportRunRecords, Protocol):
         ...
 
     def page_cursors(self, run_id: UUID, stage: ImportStage) -> list[str | None]: ...
-    def finish_run(
-        self,
-        run_id: UUID,
-        status: RunStatus,
-        now: datetime,
-        *,
-        error_code: str | None = None,
-        error: str | None = None,
-    ) -> bool: ...
+    def finish_run(self, run_id: UUID, ending: RunEnding, now: datetime) -> bool:
+        """False (nothing written) when the run is no longer Running."""
+        ...
 
     def claim_page(
         self, claim_id: UUID, now: datetime, lease_until: datetime, max_attempts: int, run_id: UUID | None
