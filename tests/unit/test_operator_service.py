@@ -17,6 +17,7 @@ from pin_identity.domain.errors import (
     ConflictError,
     ImportNotRunningError,
     NotFoundError,
+    SourceUnavailableError,
 )
 from pin_identity.domain.model import FanOutTaskStatus
 from pin_identity.domain.talent import ImportStage
@@ -136,7 +137,8 @@ def test_start_never_resumes_a_running_run() -> None:
     with audit() as lines, pytest.raises(ImportRefusedError) as refused:
         world.operations.start(ImportRequest(ImportMode.API_PULL), who=WHO)
     assert refused.value.code is ImportErrorCode.ALREADY_RUNNING
-    assert (world.lock.releases, world.sources_opened, lines) == (1, 0, [])
+    assert (world.lock.releases, lines) == (1, [])
+    assert (world.sources_opened, world.source.closed) == (1, True)  # opened first, closed on the refusal
 
 
 def test_start_while_another_process_holds_the_lock_names_the_holder() -> None:
@@ -144,7 +146,7 @@ def test_start_while_another_process_holds_the_lock_names_the_holder() -> None:
     with pytest.raises(ImportRefusedError, match="talent-import elsewhere") as refused:
         world.operations.start(ImportRequest(ImportMode.API_PULL), who=WHO)
     assert refused.value.code is ImportErrorCode.ALREADY_RUNNING
-    assert world.sources_opened == 0
+    assert (world.sources_opened, world.source.closed) == (1, True)
 
 
 def test_run_keeps_the_lock_for_its_caller_and_an_unavailable_source_refuses() -> None:
@@ -159,6 +161,22 @@ def test_run_keeps_the_lock_for_its_caller_and_an_unavailable_source_refuses() -
         down.operations.run(ImportRequest(ImportMode.API_PULL), who=WHO)
     assert refused.value.code is ImportErrorCode.SOURCE_UNAVAILABLE
     assert (down.lock.releases, down.source.closed, refused_lines) == (1, True, [])
+
+
+def test_a_source_that_cannot_be_opened_refuses_as_unavailable_whoever_holds_the_lock() -> None:
+    """`talent-import run --mode topic-replay` with the broker down exits 4 (SOURCE_UNAVAILABLE), not 3
+    because another process happens to hold the lock: the source is opened before the lock is asked."""
+
+    class Unreachable(World):
+        def _source(self, mode: ImportMode) -> SourceCheck:
+            raise SourceUnavailableError("PIN_IDENTITY_KAFKA_BOOTSTRAP_SERVERS: the broker does not answer")
+
+    world = Unreachable(MemoryRuns(), MemoryRunLock(taken_by_another=True))
+    for action in (world.operations.run, world.operations.start):
+        with pytest.raises(ImportRefusedError) as refused:
+            action(ImportRequest(ImportMode.TOPIC_REPLAY), who=WHO)
+        assert refused.value.code is ImportErrorCode.SOURCE_UNAVAILABLE
+    assert world.lock.acquisitions == 0
 
 
 # ---------------------------------------------------------------- watching and steering

@@ -51,18 +51,19 @@ def start_run(
     *,
     resume: bool = True,
 ) -> ImportRun:
-    """The one way to start an import run (`talent-import run`, the HTTP API, the demo): take the run lock;
-    refuse a Running run that differs from the request (with `resume=False`, any Running run); open the
-    request's source, check it and close it; resume the Running run or create a new one. The lock stays held
-    (released on a refusal): the caller orchestrates the run or lets go of the lock."""
-    _take(lock)
-    try:
-        running = _running(store, request, resume=resume)
-        with _opened(sources, request.mode) as source:
+    """The one way to start an import run (`talent-import run`, the HTTP API, the demo): open the request's
+    source (a source that cannot be opened is SOURCE_UNAVAILABLE whoever holds the lock); take the run lock;
+    refuse a Running run that differs from the request (with `resume=False`, any Running run); check the
+    source; resume the Running run or create a new one. The lock stays held (released on a refusal): the
+    caller orchestrates the run or lets go of the lock."""
+    with _opened(sources, request.mode) as source:
+        _take(lock)
+        try:
+            running = _running(store, request, resume=resume)
             return _resume_or_create(store, source, request, running, now)
-    except BaseException:
-        lock.release()
-        raise
+        except BaseException:
+            lock.release()
+            raise
 
 
 def _take(lock: RunLock) -> None:
