@@ -61,9 +61,9 @@ from pin_identity.domain.errors import (
     SourceUnavailableError,
 )
 from pin_identity.domain.events import PUBLISHED_TOPICS, now_utc
-from pin_identity.domain.fanout import FanOutPolicy
+from pin_identity.domain.fanout import FanOutPolicy, FanOutSettings
 from pin_identity.domain.talent_import import ImportMode, ImportSettings
-from pin_identity.jobs.access_fanout import AccessFanOutJob, FanOutSettings
+from pin_identity.jobs.access_fanout import AccessFanOutJob
 from pin_identity.jobs.outbox_relay import OutboxRelay, RelaySettings
 from pin_identity.jobs.outbox_relay_observer import RelayObserver
 from pin_identity.jobs.talent_import import TalentImportJob

@@ -10,9 +10,9 @@ from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from pin_identity.domain.errors import ServiceError
+from pin_identity.domain.fanout import FanOutSettings
 from pin_identity.domain.talent import TENANTS_TOPIC, USERS_TOPIC
 from pin_identity.domain.talent_import import ImportSettings
-from pin_identity.jobs.access_fanout import FanOutSettings
 
 ENV_PREFIX = "PIN_IDENTITY_"
 

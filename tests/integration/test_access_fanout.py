@@ -26,9 +26,9 @@ from pin_identity.composition import Container
 from pin_identity.domain import events
 from pin_identity.domain.access_cache import CacheDecision, UserAccessCache
 from pin_identity.domain.events import AccessChangeTemplate, now_utc
-from pin_identity.domain.fanout import FanOutPolicy
+from pin_identity.domain.fanout import FanOutPolicy, FanOutSettings
 from pin_identity.domain.model import AccessChangeReason, Scope, ScopeType
-from pin_identity.jobs.access_fanout import AccessFanOutJob, FanOutSettings, TaskOutcome
+from pin_identity.jobs.access_fanout import AccessFanOutJob, TaskOutcome
 from pin_identity.operations import identity
 from pin_identity.operations.ports.fanout import FanOutTask, PageWritten
 from tests.support import seed

@@ -28,9 +28,9 @@ from pin_identity.composition import Container
 from pin_identity.config import Settings
 from pin_identity.domain.errors import IdentityError
 from pin_identity.domain.events import PUBLISHED_TOPICS, now_utc
-from pin_identity.domain.fanout import FanOutPolicy
+from pin_identity.domain.fanout import FanOutPolicy, FanOutSettings
 from pin_identity.domain.model import Scope
-from pin_identity.jobs.access_fanout import AccessFanOutJob, FanOutSettings
+from pin_identity.jobs.access_fanout import AccessFanOutJob
 from pin_identity.jobs.outbox_relay import RelaySettings
 from pin_identity.operations import identity
 from tests.support import seed, talent

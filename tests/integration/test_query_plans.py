@@ -23,8 +23,8 @@ import pytest
 from pin_identity.adapters.postgres.catalogue import query
 from pin_identity.adapters.postgres.outbox_writer import template_params
 from pin_identity.domain.events import access_changed_template
+from pin_identity.domain.fanout import FanOutSettings
 from pin_identity.domain.model import AccessChangeReason
-from pin_identity.jobs.access_fanout import FanOutSettings
 
 PAGE_STATEMENTS = ("lock_fanout_page", "rendered_access_snapshots", "write_access_changes")
 ALWAYS_INDEXED = frozenset({"users", "role_assignments"})

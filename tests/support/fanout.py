@@ -6,7 +6,8 @@ import threading
 import time
 
 from pin_identity.composition import Container
-from pin_identity.jobs.access_fanout import AccessFanOutJob, FanOutSettings
+from pin_identity.domain.fanout import FanOutSettings
+from pin_identity.jobs.access_fanout import AccessFanOutJob
 from pin_identity.operations.ports.fanout import FanOutQueue
 from tests.support.clocks import ManualClock
 

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import timedelta
 from enum import StrEnum
+
+from pin_identity.domain.backoff import Backoff
 
 
 class FanOutPath(StrEnum):
@@ -26,3 +29,22 @@ class FanOutPolicy:
     def users_to_count(self) -> int:
         """Counting past threshold + 1 users cannot change the decision, so the count stops there."""
         return self.inline_threshold + 1
+
+
+@dataclass(frozen=True)
+class FanOutSettings:
+    """PollingInterval, BatchSize, MaxLeaseDuration, MaxAttempts (CONTRACTS section 1): their defaults,
+    which the PIN_IDENTITY_FANOUT_* variables override (config.py)."""
+
+    polling_interval_s: float = 5.0
+    batch_size: int = 500
+    max_lease_s: int = 300
+    max_attempts: int = 5
+
+    @property
+    def lease(self) -> timedelta:
+        return timedelta(seconds=self.max_lease_s)
+
+    def retry_delay(self, attempt: int) -> timedelta:
+        """After a failed attempt the task waits a little (2 s, doubling), never longer than a lease."""
+        return timedelta(seconds=Backoff(base_s=2.0, cap_s=self.max_lease_s).delay(attempt))

@@ -38,9 +38,11 @@ def bind_worker_http(
 
         def _document(self, code: int, document: ApiModel | None) -> None:
             """The same JSON documents `serve` answers on these paths (a dead job: 503, no body)."""
-            body = document.model_dump_json(exclude_none=True).encode() if document else b""
-            media = "application/problem+json" if code >= 400 and document else "application/json"
-            self._reply(code, body, media)
+            if document is None:
+                self._reply(code, b"", "text/plain")
+                return
+            media = "application/problem+json" if code >= 400 else "application/json"
+            self._reply(code, document.model_dump_json(exclude_none=True).encode(), media)
 
         def _reply(self, code: int, body: bytes, content_type: str) -> None:
             self.send_response(code)

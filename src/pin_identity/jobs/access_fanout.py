@@ -9,13 +9,12 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from enum import StrEnum
 
 from pin_identity.domain import events
-from pin_identity.domain.backoff import Backoff
 from pin_identity.domain.errors import LeaseLostError
+from pin_identity.domain.fanout import FanOutSettings
 from pin_identity.domain.model import AccessChangeReason
 from pin_identity.jobs.access_fanout_observer import FanOutObserver
 from pin_identity.observability.tracing import current_traceparent, tracer
@@ -25,25 +24,6 @@ from pin_identity.operations.ports.worker import StopSignal
 _tracer = tracer("access-fanout")
 
 Clock = Callable[[], datetime]
-
-
-@dataclass(frozen=True)
-class FanOutSettings:
-    """PollingInterval, BatchSize, MaxLeaseDuration, MaxAttempts (CONTRACTS section 1): their defaults,
-    which the PIN_IDENTITY_FANOUT_* variables override (config.py)."""
-
-    polling_interval_s: float = 5.0
-    batch_size: int = 500
-    max_lease_s: int = 300
-    max_attempts: int = 5
-
-    @property
-    def lease(self) -> timedelta:
-        return timedelta(seconds=self.max_lease_s)
-
-    def retry_delay(self, attempt: int) -> timedelta:
-        """After a failed attempt the task waits a little (2 s, doubling), never longer than a lease."""
-        return timedelta(seconds=Backoff(base_s=2.0, cap_s=self.max_lease_s).delay(attempt))
 
 
 class TaskOutcome(StrEnum):

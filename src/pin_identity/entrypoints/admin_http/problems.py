@@ -116,7 +116,7 @@ def _http_problem(exc: StarletteHTTPException) -> ProblemError:
 
 
 def _code_of(exc: BaseException) -> str:
-    """The error's code, whether its class or the instance carries it, as an enum or as text."""
+    """The error's code (its class carries it: domain.errors), as an enum or as text."""
     code = getattr(exc, "code", "IDENTITY_ERROR")
     return str(getattr(code, "value", code))
 

@@ -37,8 +37,9 @@ imports = admin_router("/admin/v1/talent-import", "talent-import")
 def start_import_run(
     body: StartImportRun, container: ContainerDep, who: Who, response: Response
 ) -> RunAccepted:
-    """Create an import run (never resumes one: 409 while a run is Running). A `worker` running the
-    `talent-import` job orchestrates it; follow it at the `Location` answered. 503 with
+    """Create an import run (never resumes one: 409 while a run is Running; a source that cannot be opened is
+    503 first). A `worker` running the `talent-import` job orchestrates it; follow it at the `Location`
+    answered. 503 with
     `IDENTITY_IMPORT_SOURCE_UNAVAILABLE` when the source cannot be read or is not configured for the mode,
     503 with `IDENTITY_IMPORT_SOURCE_INCOMPLETE` when it lists far fewer companies than the replica
     holds (send `force` to override)."""
