@@ -8,7 +8,6 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 
 import psycopg
@@ -20,25 +19,17 @@ from pin_identity.adapters.postgres.outbox_queue import PostgresOutboxQueue
 from pin_identity.adapters.postgres.outbox_writer import write_outbox
 from pin_identity.composition import Container
 from pin_identity.config import Settings
-from pin_identity.domain.events import ACCESS_TOPIC, OutboxMessage, envelope
+from pin_identity.domain.events import ACCESS_TOPIC, OutboxMessage
 from pin_identity.operations.ports.outbox import PendingEvent, RelayRole
 from tests.support.brokers import RestartableBroker
 from tests.support.kafka_tap import EventTap
-from tests.support.relay import RelaySignals, outbox_count
+from tests.support.relay import RelaySignals, access_message, outbox_count
 from tests.support.tcp_proxy import TcpProxy
 from tests.support.waiting import wait_until
 
 
 def _message(key: uuid.UUID, n: int, size: int = 0) -> OutboxMessage:
-    return envelope(
-        event_type="UserAccessChanged",
-        topic=ACCESS_TOPIC,
-        aggregate_type="User",
-        aggregate_id=key,
-        payload={"n": n, "pad": "x" * size},
-        correlation_id=uuid.uuid4(),
-        occurred_at=datetime.now(UTC),
-    )
+    return access_message(key, {"n": n, "pad": "x" * size})
 
 
 def _write(database_url: str, messages: list[OutboxMessage]) -> None:
@@ -383,8 +374,8 @@ def test_a_broker_stopped_with_thousands_of_events_in_flight_loses_none(
     and nothing lands in its log between the read and the stop."""
     overrides = {
         "kafka_bootstrap_servers": proxied_broker.bootstrap,
-        # Longer than the stall before the stop (handing 18,000 events to the producer takes the relay ~8 s
-        # here), so that no delivery times out and no new producer connects around the stalled connections.
+        # Longer than the stall before the stop (handing 18,000 events to the producer takes the relay a
+        # while), so that no delivery times out and no new producer connects around the stalled connections.
         "kafka_config": '{"message.timeout.ms": "30000"}',
     }
     container = Container(settings.model_copy(update=overrides))

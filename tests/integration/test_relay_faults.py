@@ -9,13 +9,11 @@ import sys
 import threading
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import psycopg
 import pytest
 
-from pin_identity.adapters.kafka.embedded import free_port, start_broker, stop_broker
 from pin_identity.adapters.kafka.topics import TopicLayout, ensure_topics
 from pin_identity.adapters.postgres.outbox_writer import write_outbox
 from pin_identity.composition import Container
@@ -23,9 +21,10 @@ from pin_identity.config import Settings
 from pin_identity.domain.events import ACCESS_TOPIC, PUBLISHED_TOPICS
 from pin_identity.jobs.outbox_relay import RelaySettings
 from pin_identity.observability import metrics
+from tests.support.brokers import ProxiedBroker
+from tests.support.brokers import proxied_broker as broker_behind_a_proxy
 from tests.support.kafka_tap import ConsumedEvent, EventTap
 from tests.support.relay import RelaySignals, access_message, outbox_count
-from tests.support.tcp_proxy import TcpProxy
 from tests.support.waiting import wait_until
 
 # A delivery timeout that an outage outlives in seconds (production keeps the default minute), requests that
@@ -38,22 +37,11 @@ FAST_TIMEOUTS = (
 )
 
 
-@dataclass
-class ProxiedBroker:
-    proxy: TcpProxy
-    bootstrap: str
-
-
 @pytest.fixture
 def proxied_broker(tmp_path: Path) -> Iterator[ProxiedBroker]:
-    proxy_port, broker_port = free_port(), free_port()
-    broker = start_broker(tmp_path / "broker", broker_port, advertised_port=proxy_port)
-    proxy = TcpProxy(proxy_port, broker_port)
-    bootstrap = f"127.0.0.1:{proxy_port}"
-    ensure_topics({"bootstrap.servers": bootstrap}, PUBLISHED_TOPICS, TopicLayout(3, 1))
-    yield ProxiedBroker(proxy, bootstrap)
-    proxy.close()
-    stop_broker(broker.pid)
+    with broker_behind_a_proxy(tmp_path / "broker") as stand:
+        ensure_topics({"bootstrap.servers": stand.bootstrap}, PUBLISHED_TOPICS, TopicLayout(3, 1))
+        yield stand
 
 
 def _write_versions(database_url: str, keys: list[uuid.UUID], version: int) -> None:

@@ -56,17 +56,13 @@ def installed_rules(tmp_path: Path) -> Path:
 
 
 def test_the_rendered_rules_pass_promtool_check_rules(installed_rules: Path) -> None:
-    checked = _run(
-        installed_tool("promtool", "prometheus"), "check", "rules", str(installed_rules / "alerts.yml")
-    )
+    checked = _run(_promtool(), "check", "rules", str(installed_rules / "alerts.yml"))
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert "SUCCESS: 14 rules found" in checked.stdout
 
 
 def test_every_alert_fires_and_stays_quiet_under_promtool_test_rules(installed_rules: Path) -> None:
-    tested = _run(
-        installed_tool("promtool", "prometheus"), "test", "rules", str(installed_rules / "alerts.test.yml")
-    )
+    tested = _run(_promtool(), "test", "rules", str(installed_rules / "alerts.test.yml"))
     assert tested.returncode == 0, tested.stdout + tested.stderr
     assert "SUCCESS" in tested.stdout
 
