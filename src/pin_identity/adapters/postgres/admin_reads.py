@@ -9,20 +9,19 @@ from uuid import UUID
 
 from psycopg.rows import dict_row
 
-from pin_identity.adapters.postgres.catalogue import query
 from pin_identity.adapters.postgres.database import Database
 from pin_identity.domain.model import RoleStatus
 from pin_identity.domain.talent_import import ImportMode, RunStatus, StageCounters
 from pin_identity.operations.read_models import DeadLetters, RoleSummary, RunSummary
 
-Row = dict[str, Any]
+Columns = dict[str, Any]  # one row, by column name
 
 
-def _counters(row: Row, stage: str) -> StageCounters:
+def _counters(row: Columns, stage: str) -> StageCounters:
     return StageCounters(*(row[f"{stage}_{count}"] for count in ("planned", "applied", "skipped", "failed")))
 
 
-def _run_summary(row: Row) -> RunSummary:
+def _run_summary(row: Columns) -> RunSummary:
     return RunSummary(
         run_id=row["run_id"],
         mode=ImportMode(row["mode"]),
@@ -39,7 +38,7 @@ def _run_summary(row: Row) -> RunSummary:
     )
 
 
-def _role(row: Row) -> RoleSummary:
+def _role(row: Columns) -> RoleSummary:
     return RoleSummary(
         **{**row, "status": RoleStatus(row["status"]), "permissions": tuple(row["permissions"])}
     )
@@ -51,9 +50,8 @@ class PostgresAdminReads:
     def __init__(self, database: Database):
         self._database = database
 
-    def _rows(self, name: str, params: dict[str, Any]) -> list[Row]:
-        with self._database.connection() as conn, conn.cursor(row_factory=dict_row) as cursor:
-            return cursor.execute(query(name), params).fetchall()
+    def _rows(self, name: str, params: dict[str, Any]) -> list[Columns]:
+        return self._database.fetch(name, params, dict_row)
 
     def recent_runs(self, limit: int) -> list[RunSummary]:
         return [_run_summary(row) for row in self._rows("recent_import_runs", {"limit": limit})]
