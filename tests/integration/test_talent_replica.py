@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pin_identity.adapters.talent_wire import read_item
@@ -14,6 +13,7 @@ from pin_identity.operations.identity import Context
 from pin_identity.operations.ports.replica import SourceItem
 from pin_identity.operations.talent_replica import ApplyOptions, apply_snapshots
 from tests.support import seed, talent
+from tests.support.memory_talent import MemoryDryRun
 from tests.support.phones import written_phone
 from tests.support.schemas import validate_event
 
@@ -167,28 +167,10 @@ def test_phones_swapped_inside_one_batch_apply_in_order(container: Container) ->
     assert len(talent.replica_state(container)["users"]) == 2
 
 
-class _Memory:
-    """A dry run's memory between pages, in a dict (the import keeps it in the database)."""
-
-    def __init__(self) -> None:
-        self.remembered_tenants: set[uuid.UUID] = set()
-        self.remembered_phones: dict[str, uuid.UUID] = {}
-
-    def tenants(self, tenant_ids: Sequence[uuid.UUID]) -> set[uuid.UUID]:
-        return self.remembered_tenants.intersection(tenant_ids)
-
-    def phones(self, phones: Sequence[str]) -> dict[str, uuid.UUID]:
-        return {p: u for p, u in self.remembered_phones.items() if p in phones}
-
-    def remember(self, tenant_ids: Sequence[uuid.UUID], phones: Mapping[str, uuid.UUID]) -> None:
-        self.remembered_tenants.update(tenant_ids)
-        self.remembered_phones.update(phones)
-
-
 def test_a_dry_run_decides_and_counts_but_writes_nothing(container: Container) -> None:
     company = talent.tenant()
     manager = talent.user(company["tenantId"])
-    options = ApplyOptions(dry_run=True, memory=_Memory())
+    options = ApplyOptions(dry_run=True, memory=MemoryDryRun())
 
     tenants = talent.apply(container, ImportStage.TENANTS, [talent.raw(company)], options)
     users = talent.apply(
