@@ -25,6 +25,7 @@ from pin_identity.adapters.postgres.outbox_writer import template_params
 from pin_identity.domain.events import access_changed_template
 from pin_identity.domain.fanout import FanOutSettings
 from pin_identity.domain.model import AccessChangeReason
+from tests.support.phones import next_phone
 
 PAGE_STATEMENTS = ("lock_fanout_page", "rendered_access_snapshots", "write_access_changes")
 ALWAYS_INDEXED = frozenset({"users", "role_assignments"})
@@ -150,9 +151,8 @@ def _seed(url: str, *, holders: int, others: int, rng: random.Random) -> uuid.UU
                 (rid, code, code, company_id),
             )
         with cur.copy(f"COPY identity.users ({USER_COLUMNS}) FROM STDIN") as cp:
-            for number, user_id in enumerate(users):
-                phone = f"+7955{number:07d}"
-                cp.write_row((user_id, company_id, "DeveloperManager", "Active", phone, "A", "B"))
+            for user_id in users:
+                cp.write_row((user_id, company_id, "DeveloperManager", "Active", next_phone(), "A", "B"))
         with cur.copy(f"COPY identity.role_assignments ({ASSIGNMENT_COLUMNS}) FROM STDIN") as cp:
             for number, user_id in enumerate(users):
                 held = role_id if number < holders else other_role
