@@ -42,7 +42,7 @@ from pin_identity.adapters.postgres import embedded as embedded_postgres
 from pin_identity.adapters.postgres import migrate
 from pin_identity.adapters.postgres.access_truth import PostgresAccessTruth
 from pin_identity.adapters.postgres.admin_reads import PostgresAdminReads
-from pin_identity.adapters.postgres.database import ConnectionLimits, Database
+from pin_identity.adapters.postgres.database import ConnectionLimits, Database, SilenceLimit
 from pin_identity.adapters.postgres.demo_data import PostgresDemoReads
 from pin_identity.adapters.postgres.fanout_queue import PostgresFanOutQueue, PostgresTaskWakeups
 from pin_identity.adapters.postgres.identity_store import PostgresIdentityTransactions
@@ -106,6 +106,7 @@ class Container:
 
     settings: Settings
     _closers: list[Any] = field(default_factory=list)
+    _relay_queues: list[PostgresOutboxQueue] = field(default_factory=list)
 
     @cached_property
     def database_url(self) -> str:
@@ -197,7 +198,8 @@ class Container:
     def outbox_relay(
         self, settings: RelaySettings | None = None, observer: RelayObserver | None = None
     ) -> OutboxRelay:
-        queue = PostgresOutboxQueue(self.database)
+        queue = PostgresOutboxQueue(self.database, SilenceLimit(self.settings.relay_session_timeout_s))
+        self._relay_queues.append(queue)
         # One transactional.id per outbox: the relay that takes over fences every producer before it. An
         # operator may set one in PIN_IDENTITY_KAFKA_CONFIG (a cluster whose ACLs grant a prefix); it must
         # then be this outbox's alone.
@@ -209,6 +211,11 @@ class Container:
         self._closers.append(publisher.close)
         self._closers.append(queue.reset)
         return OutboxRelay(queue, publisher, settings or RelaySettings(), observer, clock=time.monotonic)
+
+    def relay_stalled(self) -> bool:
+        """Whether a relay of this process has waited on its database session for longer than
+        PIN_IDENTITY_RELAY_SESSION_TIMEOUT_S: its path went silent where its TCP sees nothing wrong."""
+        return any(queue.stalled() for queue in self._relay_queues)
 
     @property
     def fanout_settings(self) -> FanOutSettings:

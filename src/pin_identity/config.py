@@ -67,6 +67,11 @@ class Settings(BaseSettings):
     db_pool_max_size: Annotated[int, Field(ge=2, le=100)] = 10
     db_statement_timeout_ms: PositiveInt = 30_000
     db_idle_in_transaction_timeout_ms: PositiveInt = 60_000
+    # How long the relay's session may go silent (SilenceLimit): within it, plus the standby's 2 s look, a
+    # standby takes over from a relay whose host or path vanished, and that relay's /healthz fails. Above
+    # the longest a healthy relay leaves its session quiet (a 10 s back-off, a 10 s stop), under 30 s with
+    # the look and a producer start.
+    relay_session_timeout_s: Annotated[float, Field(ge=1, le=3600)] = 15.0
 
     @field_validator("kafka_config")
     @classmethod

@@ -1,5 +1,6 @@
-"""The relay through broker faults: outages longer than the delivery timeout, and a failover while events
-are in flight. The broker sits behind a TCP proxy on loopback that the test cuts and restores."""
+"""The relay through faults: broker outages longer than the delivery timeout, a failover while events are in
+flight, and a relay whose path to the database goes silent. The broker (or the database) sits behind a TCP
+proxy on loopback that the test cuts, black-holes and restores."""
 
 from __future__ import annotations
 
@@ -7,24 +8,32 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import psycopg
 import pytest
 
+from pin_identity.adapters.kafka.embedded import free_port
 from pin_identity.adapters.kafka.topics import TopicLayout, ensure_topics
+from pin_identity.adapters.postgres.database import ConnectionLimits, Database, SilenceLimit
+from pin_identity.adapters.postgres.outbox_queue import PostgresOutboxQueue
 from pin_identity.adapters.postgres.outbox_writer import write_outbox
 from pin_identity.composition import Container
 from pin_identity.config import Settings
 from pin_identity.domain.events import ACCESS_TOPIC, PUBLISHED_TOPICS
 from pin_identity.jobs.outbox_relay import RelaySettings
 from pin_identity.observability import metrics
+from pin_identity.operations.ports.outbox import RelayRole
 from tests.support.brokers import ProxiedBroker
 from tests.support.brokers import proxied_broker as broker_behind_a_proxy
+from tests.support.databases import through_port, unix_socket
 from tests.support.kafka_tap import ConsumedEvent, EventTap
 from tests.support.relay import RelaySignals, access_message, outbox_count
+from tests.support.tcp_proxy import TcpProxy
 from tests.support.waiting import wait_until
 
 # A delivery timeout that an outage outlives in seconds (production keeps the default minute), requests that
@@ -219,3 +228,205 @@ def test_a_frozen_relay_lands_nothing_after_the_relay_that_took_over(
     finally:
         tap.close()
     _assert_versions_only_grow(events, keys, last=3)
+
+
+class _VersionStream:
+    """Writes version 2, 3, ... of every key, a round every 0.1 s, until stopped: whenever the test cuts a
+    path, the relay is in the middle of publishing."""
+
+    def __init__(self, database_url: str, keys: list[uuid.UUID]):
+        self._database_url, self._keys = database_url, keys
+        self.written = 1  # the last version committed for every key
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._write, daemon=True)
+        self._thread.start()
+
+    def _write(self) -> None:
+        while not self._stop.is_set():
+            _write_versions(self._database_url, self._keys, self.written + 1)
+            self.written += 1
+            self._stop.wait(0.1)
+
+    def stop(self) -> int:
+        """The last version written, once writing stopped."""
+        self._stop.set()
+        self._thread.join(30)
+        return self.written
+
+
+def _healthz(port: int) -> int | None:
+    try:
+        return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code
+    except httpx.TransportError:
+        return None
+
+
+def _relay_sessions(database_url: str) -> int:
+    with psycopg.connect(database_url) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND application_name = 'pin-identity-outbox-relay'"
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
+HANDOVER_BOUND_S = 30.0
+
+
+def _watch_the_handover(
+    tap: EventTap, keys: list[uuid.UUID], *, after_version: int, healthz_port: int, since: float
+) -> dict[str, float]:
+    """Seconds from `since` until the standby published a version written after the path went silent, and
+    until the silent relay's /healthz failed; whichever did not happen within the bound is missing."""
+    ours, seen, looked_at = {str(key) for key in keys}, {}, len(tap.received)
+    while len(seen) < 2 and time.monotonic() < since + HANDOVER_BOUND_S:
+        tap.poll(0.2)
+        new, looked_at = tap.received[looked_at:], len(tap.received)
+        later = any(e.key in ours and e.payload["version"] > after_version for e in new)
+        if "published" not in seen and later:
+            seen["published"] = time.monotonic() - since
+        if "healthz" not in seen and _healthz(healthz_port) == 503:
+            seen["healthz"] = time.monotonic() - since
+    return seen
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_a_relay_whose_database_path_goes_silent_hands_over_within_30_s(
+    subprocess_env: dict[str, str], database_url: str, broker: str, tmp_path: Path
+) -> None:
+    """The active relay reaches PostgreSQL through a proxy that black-holes the path mid-stream (nothing is
+    refused or closed: bytes and closes are held). The server ends the silent session, so the standby gets
+    the lock and publishes within 30 s, and the silent relay's /healthz fails within the same bound. When the
+    path comes back, the old relay finds its session gone and stands down; its producer was fenced by the new
+    relay's, so no key's version goes back on the topic."""
+    keys = [uuid.uuid4() for _ in range(100)]
+    proxy, healthz_port = TcpProxy(free_port(), unix_socket(database_url)), free_port()
+    silent_env = {
+        **subprocess_env,
+        "PIN_IDENTITY_DATABASE_URL": through_port(database_url, proxy.listen_port),
+        "PIN_IDENTITY_WORKER_HTTP_PORT": str(healthz_port),
+    }
+    tap = EventTap(broker, [ACCESS_TOPIC])
+    silent_log, standby_log = tmp_path / "silent.log", tmp_path / "standby.log"
+    with silent_log.open("wb") as log:
+        silent = subprocess.Popen(RELAY, env=silent_env, stderr=log)
+    standby: subprocess.Popen[bytes] | None = None
+    stream: _VersionStream | None = None
+    try:
+        _write_versions(database_url, keys, 1)
+        wait_until(lambda: outbox_count(database_url) == 0, "version 1 is published", timeout_s=60)
+        with standby_log.open("wb") as log:
+            standby = subprocess.Popen(RELAY, env=subprocess_env, stderr=log)
+        wait_until(lambda: _relay_sessions(database_url) == 2, "the second relay stands by", timeout_s=60)
+        assert _healthz(healthz_port) == 200
+        stream = _VersionStream(database_url, keys)
+        ours = {str(key) for key in keys}
+        tap.wait_for(lambda e: e.key in ours and e.payload["version"] >= 3, 1)  # the stream is under way
+        proxy.black_hole()
+        silent_at, written = time.monotonic(), stream.written
+        # A version after the next one was committed after the path went silent: only the standby can
+        # publish it.
+        handover = _watch_the_handover(
+            tap, keys, after_version=written + 1, healthz_port=healthz_port, since=silent_at
+        )
+        print(f"black hole at version {written}: {handover}")
+        assert "published" in handover, f"the standby published nothing within 30 s ({handover})"
+        assert "healthz" in handover, f"the silent relay's /healthz did not fail within 30 s ({handover})"
+        proxy.restore()
+        wait_until(
+            lambda: b"outbox-relay-failed" in silent_log.read_bytes(),
+            "the old relay finds its session gone and stands down",
+        )
+        wait_until(lambda: _healthz(healthz_port) == 200, "the old relay is alive again (standing by)")
+        last = stream.stop()
+        wait_until(lambda: outbox_count(database_url) == 0, "the stream is published", timeout_s=60)
+        events = tap.read_to_end(lambda e: True)
+    finally:
+        if stream is not None:
+            stream.stop()
+        proxy.restore()
+        for relay in (silent, standby):
+            if relay is not None:
+                relay.terminate()
+                relay.wait(30)
+        tap.close()
+        proxy.close()
+    _assert_versions_only_grow([e for e in events if e.key in ours], keys, last=last)
+
+
+def _removing(database_url: str, pid: int | None) -> bool:
+    """Whether the session `pid` is inside a removal: its DELETE ran, and its transaction waits for a sync."""
+    with psycopg.connect(database_url) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_locks WHERE pid = %s AND mode = 'RowExclusiveLock'"
+            " AND relation = 'identity.outbox_events'::regclass",
+            (pid,),
+        ).fetchone()
+    return row == (1,)
+
+
+def test_a_relay_silent_between_a_removal_and_its_sync_loses_its_session_within_its_limit(
+    database_url: str,
+) -> None:
+    """The relay sends a removal behind each read without waiting for it; should the relay go silent right
+    then, the server waits for the sync in the middle of a transaction, where no idle timeout runs. The
+    relay's SilenceLimit ends that session too (transaction_timeout), and the lock goes with it."""
+    database = Database(database_url, limits=ConnectionLimits()).open()
+    queue = PostgresOutboxQueue(database, SilenceLimit(1.0))
+    try:
+        _write_versions(database_url, [uuid.uuid4(), uuid.uuid4()], 1)
+        assert queue.try_become_active() is not RelayRole.STANDBY
+        session = _relay_lock_holder(database_url)
+        [first] = queue.fetch_ready(1, 0)
+        queue.settle([first.outbox_id], {})
+        assert len(queue.fetch_ready(1, first.outbox_id)) == 1  # the removal of the first follows the read
+        wait_until(lambda: _removing(database_url, session), "the removal waits for its sync")
+        wait_until(
+            lambda: _relay_lock_holder(database_url) is None,
+            "the server ended the silent session, and the lock is free",
+            timeout_s=5,
+        )
+        with pytest.raises(psycopg.OperationalError):
+            queue.heartbeat()
+    finally:
+        queue.reset()
+        database.close()
+
+
+def test_a_relay_waiting_on_a_silent_path_is_stalled_and_its_session_ended_within_its_limit(
+    database_url: str,
+) -> None:
+    """Behind a black hole the relay's heartbeat waits for an answer with nothing to tell it the path is
+    gone (TCP to the proxy is fine). Within its SilenceLimit the server ends the session, whose statements
+    stopped arriving (the lock is free for a standby), and the relay shows stalled (a worker's /healthz
+    fails on it). Once the path is back, the wait ends with the server's error."""
+    proxy = TcpProxy(free_port(), unix_socket(database_url))
+    database = Database(through_port(database_url, proxy.listen_port), limits=ConnectionLimits()).open()
+    queue = PostgresOutboxQueue(database, SilenceLimit(1.0))
+    outcome: list[BaseException] = []
+
+    def heartbeat() -> None:
+        try:
+            queue.heartbeat()
+        except psycopg.Error as exc:
+            outcome.append(exc)
+
+    waiting = threading.Thread(target=heartbeat, daemon=True)
+    try:
+        assert queue.try_become_active() is not RelayRole.STANDBY
+        assert not queue.stalled()
+        proxy.black_hole()
+        waiting.start()
+        wait_until(queue.stalled, "the relay shows stalled", timeout_s=5)
+        wait_until(lambda: _relay_lock_holder(database_url) is None, "the lock is free", timeout_s=5)
+        assert waiting.is_alive(), "the relay's heartbeat should still be waiting behind the black hole"
+        proxy.restore()
+        waiting.join(10)
+        assert [type(exc) for exc in outcome] == [psycopg.OperationalError]
+        assert not queue.stalled()
+    finally:
+        proxy.restore()
+        queue.reset()
+        database.close()
+        proxy.close()

@@ -54,3 +54,15 @@ def scratch_database(
         yield url
     finally:
         drop_database(admin_url, name)
+
+
+def unix_socket(url: str) -> str:
+    """The path of the Unix socket that a libpq URL of a directory host names (the embedded server listens on
+    no TCP port)."""
+    params = psycopg.conninfo.conninfo_to_dict(url)
+    return f"{params['host']}/.s.PGSQL.{params.get('port') or 5432}"
+
+
+def through_port(url: str, port: int) -> str:
+    """The same database reached over TCP on loopback at `port` (a proxy's)."""
+    return psycopg.conninfo.make_conninfo(url, host="127.0.0.1", port=str(port))

@@ -91,7 +91,7 @@ def _bind_http(
         return None
     return bind_worker_http(
         container.settings.worker_http_port,
-        alive=lambda: all(t.is_alive() for t in threads) or once,
+        alive=lambda: once or (all(t.is_alive() for t in threads) and not container.relay_stalled()),
         readiness=ReadinessCheck.of(container),
     )
 

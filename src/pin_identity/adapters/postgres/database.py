@@ -1,10 +1,12 @@
-"""Connections: one pool per process, every connection with statement and idle-in-transaction limits."""
+"""Connections: one pool per process, every connection with statement and idle-in-transaction limits; a
+session that others wait on (the relay's lock) also with a limit on how long its path may stay silent."""
 
 from __future__ import annotations
 
+import math
 import time
 import weakref
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -41,6 +43,83 @@ class ConnectionLimits:
         )
 
 
+# transaction_timeout exists from PostgreSQL 17 (server_version_num); an older server refuses the name.
+TRANSACTION_TIMEOUT_SINCE = 170_000
+
+
+@dataclass(frozen=True)
+class SilenceLimit:
+    """How long a session's path to the server may stay silent before both ends give the session up: for a
+    session whose end others wait for (the relay's advisory lock goes with it), where TCP's own defaults
+    (about two hours of keepalive, fifteen minutes of retransmission) would keep a vanished client's session.
+
+    The server ends the session once it has waited `after_s` for the next statement (`idle_session_timeout`),
+    once a transaction has lasted that long (`transaction_timeout`, PostgreSQL 17 and later: a pipeline's
+    statements wait for their sync inside one, where no idle timeout runs), or once the client has left a
+    reply unacknowledged that long (`tcp_user_timeout`); its keepalive probes find a vanished peer within as
+    long. All are the session's own settings, sent with the connection. The first two hold whatever sits on
+    the path (a proxy that still acknowledges every byte); the TCP ones, like the client's keepalives and
+    `tcp_user_timeout` below, see only a path that drops packets: on such a path the client waits no longer
+    than `after_s` either, nor for a connection to open. A wait the client's TCP cannot see end is for its
+    owner to notice (WaitWatch)."""
+
+    after_s: float
+
+    @property
+    def _keepalive(self) -> tuple[int, int, int]:
+        """Idle seconds before the first probe, seconds between probes, probes: `after_s` in all."""
+        idle = max(1, round(self.after_s / 3))
+        interval = max(1, round(self.after_s / 6))
+        return idle, interval, max(1, int((self.after_s - idle) // interval))
+
+    def server_options(self, server_version: int) -> str:
+        idle, interval, count = self._keepalive
+        after_ms = round(self.after_s * 1000)
+        options = (
+            f"-c idle_session_timeout={after_ms} -c tcp_user_timeout={after_ms} "
+            f"-c tcp_keepalives_idle={idle} -c tcp_keepalives_interval={interval} "
+            f"-c tcp_keepalives_count={count}"
+        )
+        if server_version >= TRANSACTION_TIMEOUT_SINCE:
+            options += f" -c transaction_timeout={after_ms}"
+        return options
+
+    def client_parameters(self) -> dict[str, int]:
+        """libpq's connection parameters of the same bound."""
+        idle, interval, count = self._keepalive
+        return {
+            "keepalives": 1,
+            "keepalives_idle": idle,
+            "keepalives_interval": interval,
+            "keepalives_count": count,
+            "tcp_user_timeout": round(self.after_s * 1000),
+            "connect_timeout": max(2, math.ceil(self.after_s)),  # libpq's least
+        }
+
+
+class WaitWatch:
+    """When a session's current wait on the server began, read from another thread (a liveness probe): a
+    wait that outlasts the session's SilenceLimit is a path that went silent where no timeout of the client
+    sees it (TCP still carries it, nothing answers)."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic):
+        self._clock = clock
+        self._since: float | None = None
+
+    @contextmanager
+    def waiting(self) -> Iterator[None]:
+        self._since = self._clock()
+        try:
+            yield
+        finally:
+            self._since = None
+
+    def waited_s(self) -> float:
+        """How long the current wait has lasted; 0 between waits."""
+        since = self._since
+        return 0.0 if since is None else self._clock() - since
+
+
 @dataclass(frozen=True)
 class Fence:
     """The lease a transaction writes under: the named statement returns a row (and locks the leased row until
@@ -75,6 +154,7 @@ class Database:
     def __init__(self, url: str, *, limits: ConnectionLimits, max_size: int = 10, name: str = "pin-identity"):
         self.url = url
         self.limits = limits
+        self.server_version = 0  # server_version_num, known once open
         self._given_back: weakref.WeakKeyDictionary[psycopg.Connection, float] = weakref.WeakKeyDictionary()
         self._pool = ConnectionPool(
             url,
@@ -92,8 +172,8 @@ class Database:
 
     def open(self, timeout_s: float = 10.0) -> Database:
         """Fail fast with the server's own reason rather than a pool that retries in the background."""
-        with psycopg.connect(self.url, connect_timeout=max(1, int(timeout_s))):
-            pass
+        with psycopg.connect(self.url, connect_timeout=max(1, int(timeout_s))) as conn:
+            self.server_version = conn.info.server_version
         self._pool.open(wait=True, timeout=timeout_s)
         return self
 
@@ -136,11 +216,18 @@ class Database:
             finally:
                 conn.rollback()
 
-    def dedicated(self, *, autocommit: bool = True, name: str = "pin-identity") -> psycopg.Connection:
-        """A connection outside the pool, for a session-level advisory lock or LISTEN."""
-        return psycopg.connect(
-            self.url, autocommit=autocommit, options=self.limits.options(), application_name=name
-        )
+    def dedicated(
+        self, *, autocommit: bool = True, name: str = "pin-identity", silence: SilenceLimit | None = None
+    ) -> psycopg.Connection:
+        """A connection outside the pool, for a session-level advisory lock or LISTEN; with `silence`, one
+        that both ends give up once its path stays silent that long."""
+        if silence is None:
+            options, bounds = self.limits.options(), {}
+        else:
+            options = f"{self.limits.options()} {silence.server_options(self.server_version)}"
+            bounds = silence.client_parameters()
+        conninfo = psycopg.conninfo.make_conninfo(self.url, options=options, application_name=name, **bounds)
+        return psycopg.connect(conninfo, autocommit=autocommit)
 
     def ping(self) -> bool:
         try:

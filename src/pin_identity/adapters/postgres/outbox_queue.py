@@ -13,7 +13,7 @@ import psycopg
 from psycopg.rows import RowFactory, dict_row, scalar_row
 
 from pin_identity.adapters.postgres.catalogue import query
-from pin_identity.adapters.postgres.database import Database, Row, read
+from pin_identity.adapters.postgres.database import Database, Row, SilenceLimit, WaitWatch, read
 from pin_identity.domain.errors import OutboxIdsWentBackError
 from pin_identity.operations.ports.outbox import OutboxBacklog, OutboxWriter, PendingEvent, RelayRole
 
@@ -71,10 +71,14 @@ def _pending_events(rows: list[tuple[Any, ...]]) -> list[PendingEvent]:
 
 
 class PostgresOutboxQueue:
-    """The advisory lock lives with the session: when the session dies, a standby relay takes over.
+    """The advisory lock lives with the session: when the session dies, a standby relay takes over. With a
+    SilenceLimit (the relay's), a session whose path to the server goes silent dies within that limit too,
+    where TCP alone would keep it (and the lock) for hours; `stalled()` says when this relay has waited on
+    the server longer than that.
 
     `identity.outbox_relay_handover` says whether the last active relay stood down cleanly (its producer
-    discarded before the lock went); a relay taking over from one that did not waits a grace period.
+    discarded before the lock went): a relay taking the lock from one that did not is TAKEN_OVER, which the
+    relay logs. It starts at once all the same: its producer fences the old one's at the broker.
 
     The session runs in pipeline mode. The rows acknowledged since the last read are removed by one
     statement sent right after the next read, not waited for: the server deletes while the relay hands
@@ -83,8 +87,10 @@ class PostgresOutboxQueue:
     was sent before it and raises its errors. A removal is forgotten only once a sync committed it.
     """
 
-    def __init__(self, database: Database):
+    def __init__(self, database: Database, silence: SilenceLimit | None = None):
         self._database = database
+        self._silence = silence
+        self._waits = WaitWatch()
         self._conn: psycopg.Connection | None = None
         self._pipeline_mode = ExitStack()
         self._pipeline: psycopg.Pipeline | None = None
@@ -104,11 +110,14 @@ class PostgresOutboxQueue:
 
     def _session(self) -> psycopg.Connection:
         if self._conn is None or self._conn.closed:
-            conn = self._database.dedicated(autocommit=True, name="pin-identity-outbox-relay")
+            conn = self._database.dedicated(
+                autocommit=True, name="pin-identity-outbox-relay", silence=self._silence
+            )
             # Removing published rows need not wait for the WAL flush: a removal lost in a crash only
             # sends those events once more, which at-least-once delivery allows. (And custom plans: see the
             # statement's comment.) Two statements in one: before pipeline mode, which allows one.
-            conn.execute(query("relay_session_settings"))
+            with self._waits.waiting():
+                conn.execute(query("relay_session_settings"))
             self._pipeline_mode = ExitStack()
             self._pipeline = self._pipeline_mode.enter_context(conn.pipeline())
             self._conn = conn
@@ -130,7 +139,8 @@ class PostgresOutboxQueue:
     def _sync(self) -> None:
         if self._pipeline is not None:
             try:
-                self._pipeline.sync()
+                with self._waits.waiting():
+                    self._pipeline.sync()
             except BaseException:
                 self._take_back_removals()
                 raise
@@ -140,6 +150,11 @@ class PostgresOutboxQueue:
         """Removals not known to be committed are sent again (removing a row twice is harmless)."""
         self._acknowledged[:0] = self._removing
         self._removing = []
+
+    def stalled(self) -> bool:
+        """Whether the session has now waited on the server for longer than its SilenceLimit (a path that
+        went silent where the client's TCP sees nothing wrong); never without one. Safe from any thread."""
+        return self._silence is not None and self._waits.waited_s() > self._silence.after_s
 
     def try_become_active(self) -> RelayRole:
         self._session()
@@ -239,7 +254,7 @@ class PostgresOutboxQueue:
                 self._conn.execute(query("stand_down_outbox_relay"), {"holder": self._holder})
                 self._sync()
         except psycopg.Error:
-            pass  # the session is gone, and the lock with it: the next relay waits its grace period
+            pass  # the session is gone, and the lock with it: the next relay is TAKEN_OVER (and logs it)
         finally:
             self.reset()
 

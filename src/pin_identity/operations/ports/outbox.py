@@ -91,7 +91,8 @@ class OutboxQueue(OutboxBacklogReader, Protocol):
 
     def stand_down(self) -> None:
         """Say that nothing this relay handed out can still reach the broker, then drop the session (and
-        the lock). Best effort: a session that is already gone cannot say it, and the next relay waits."""
+        the lock). Best effort: a session that is already gone cannot say it, and the next relay is then
+        TAKEN_OVER (it starts at once all the same: its producer fences this one's)."""
         ...
 
 
