@@ -8,10 +8,10 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, TopicPartition
 
 from pin_identity.adapters.kafka.client_log import with_client_log
-from pin_identity.adapters.kafka.offsets import watermarks
+from pin_identity.adapters.kafka.offsets import end_reached, watermarks
 from pin_identity.domain.access_audit import UNREADABLE, LastEvent, fingerprint
 from pin_identity.domain.events import ACCESS_TOPIC
 from pin_identity.observability.logging import get_logger
@@ -38,10 +38,11 @@ class _Ends:
 
 
 class KafkaAccessLog:
-    """A partition is read when a record at or past its end offset arrives, or the consumer says it reached
-    the partition's end (the records just before the end may be gone: compacted away, or a transaction's
-    commit marker). A partition that brings nothing for `stall_s` is reported incomplete, never taken as
-    read: a stalled or unreachable partition must not pass for a converged one."""
+    """A partition is read when a record or an end of partition signal reaches its end offset (offsets.py:
+    an end reported below it, by a lagging replica, is not the end; the records just before the end may be
+    gone: compacted away, or a transaction's commit marker). A partition that brings nothing for `stall_s` is
+    reported incomplete, never taken as read: a stalled or unreachable partition must not pass for a
+    converged one."""
 
     def __init__(self, client_config: dict[str, str], *, topic: str = ACCESS_TOPIC, stall_s: float = 15.0):
         self._config = {
@@ -104,19 +105,12 @@ class KafkaAccessLog:
         partition = message.partition() or 0
         if partition not in ends.behind:
             return  # past its end: the next audit's business
-        error = message.error()
-        if error is not None:
-            if error.code() == KafkaError._PARTITION_EOF:
-                self._done(consumer, partition, ends)
-            return
-        offset = message.offset() or 0
-        if offset >= ends.offsets[partition]:
-            self._done(consumer, partition, ends)
-            return
-        record = _last_event(message)
-        if record is not None:
-            records.append(record)
-        if offset + 1 >= ends.offsets[partition]:
+        end = ends.offsets[partition]
+        if message.error() is None and (message.offset() or 0) < end:
+            record = _last_event(message)
+            if record is not None:
+                records.append(record)
+        if end_reached(message, end):
             self._done(consumer, partition, ends)
 
     def _done(self, consumer: Consumer, partition: int, ends: _Ends) -> None:

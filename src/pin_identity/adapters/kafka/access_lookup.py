@@ -18,7 +18,7 @@ from uuid import UUID
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
-from pin_identity.adapters.kafka.offsets import watermarks
+from pin_identity.adapters.kafka.offsets import end_reached, watermarks
 from pin_identity.adapters.kafka.partitioning import key_partition, partitioner_of
 from pin_identity.domain.errors import AccessLogUnavailableError
 from pin_identity.domain.events import ACCESS_TOPIC
@@ -109,8 +109,8 @@ class KafkaUserAccessLog:
         self, consumer: Consumer, partition: int, key: bytes, start: int, stop: int
     ) -> tuple[Message | None, int]:
         """The last record of `key` among offsets [start, stop), and the number of records read. Compaction
-        (and a transaction's markers) leave gaps: the window ends at the first offset >= stop, or where the
-        partition ends."""
+        (and a transaction's markers) leave gaps: the window ends at the first offset >= stop, or where an end
+        of partition signal at or past `stop` says the partition ends (offsets.py)."""
         consumer.assign([TopicPartition(self._topic, partition, start)])
         found, count, heard = None, 0, time.monotonic()
         while True:
@@ -123,17 +123,13 @@ class KafkaUserAccessLog:
                 heard = time.monotonic()
             for message in messages:
                 error = message.error()
-                if error is not None:
-                    if error.code() == KafkaError._PARTITION_EOF:
-                        return found, count
+                if error is not None and error.code() != KafkaError._PARTITION_EOF:
                     raise KafkaException(error)
-                offset = message.offset() or 0
-                if offset >= stop:
-                    return found, count
-                count += 1
-                if message.key() == key:
-                    found = message
-                if offset + 1 >= stop:
+                if error is None and (message.offset() or 0) < stop:
+                    count += 1
+                    if message.key() == key:
+                        found = message
+                if end_reached(message, stop):
                     return found, count
 
 

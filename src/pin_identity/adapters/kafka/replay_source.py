@@ -26,7 +26,7 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._config import ConfigResource
 
 from pin_identity.adapters.kafka.client_log import with_client_log
-from pin_identity.adapters.kafka.offsets import watermarks
+from pin_identity.adapters.kafka.offsets import end_reached, watermarks
 from pin_identity.adapters.kafka.talent_stream import TALENT_SYNC_GROUP
 from pin_identity.adapters.talent_wire import topic_item
 from pin_identity.domain.errors import SourceUnavailableError
@@ -207,10 +207,11 @@ class TopicReplaySource:
             for index, message in enumerate(messages):
                 if not _belongs(message, page, next_offset):
                     continue
-                if _ends_range(message, page.end):
+                if _within(message, page.end):
+                    items.append(topic_item(stage, message.key(), message.value()))
+                    next_offset = (message.offset() or 0) + 1
+                elif end_reached(message, page.end):  # past the range, or its partition's end: kept
                     return items, messages[index:]
-                items.append(topic_item(stage, message.key(), message.value()))
-                next_offset = (message.offset() or 0) + 1
                 if next_offset >= page.end:
                     return items, messages[index + 1 :]
         raise SourceUnavailableError("timed out reading a topic-replay page")
@@ -267,10 +268,12 @@ def _belongs(message: Message, page: _Range, next_offset: int) -> bool:
     return error is not None or (message.offset() or 0) >= next_offset
 
 
-def _ends_range(message: Message, end: int) -> bool:
+def _within(message: Message, end: int) -> bool:
+    """A record below the range's end; an end of partition is not (offsets.py says whether it ends the
+    range); any other error fails the page."""
     error = message.error()
     if error is not None:
         if error.code() == KafkaError._PARTITION_EOF:
-            return True
+            return False
         raise SourceUnavailableError(f"reading a topic-replay page failed: {error.str()}")
-    return (message.offset() or 0) >= end
+    return (message.offset() or 0) < end
