@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, Message, TopicPartition
 
-from pin_identity.adapters.kafka import access_log, access_lookup, reader, replay_source
+from pin_identity.adapters.kafka import consumers
 from pin_identity.adapters.kafka.access_log import KafkaAccessLog
 from pin_identity.adapters.kafka.access_lookup import KafkaUserAccessLog
 from pin_identity.adapters.kafka.reader import TopicReader
@@ -79,8 +79,7 @@ class FakeConsumer:
 
 @pytest.fixture(autouse=True)
 def fake_consumers(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    for module in (access_log, access_lookup, reader, replay_source):
-        monkeypatch.setattr(module, "Consumer", FakeConsumer)
+    monkeypatch.setattr(consumers, "Consumer", FakeConsumer)
     yield
 
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, TopicPartition
 
-from pin_identity.adapters.kafka.client_log import with_client_log
+from pin_identity.adapters.kafka.consumers import new_consumer
 from pin_identity.adapters.kafka.offsets import end_reached, watermarks
 from pin_identity.domain.access_audit import UNREADABLE, LastEvent, fingerprint
 from pin_identity.domain.events import ACCESS_TOPIC
@@ -45,14 +45,13 @@ class KafkaAccessLog:
     converged one."""
 
     def __init__(self, client_config: dict[str, str], *, topic: str = ACCESS_TOPIC, stall_s: float = 15.0):
-        self._config = {
-            **client_config,
+        self._client_config = client_config
+        # Only committed events are read, what a consumer sees (consumers.py pins read_committed).
+        self._settings = {
             "group.id": "pin-identity-access-audit",  # never joined: partitions are assigned
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
             "enable.partition.eof": True,
-            # Only committed events: what a consumer sees (the relay's aborted transactions never count).
-            "isolation.level": "read_committed",
             # librdkafka prefetches up to 64 MB by default; the audit keeps nothing, so 8 MB keeps the
             # fetcher ahead without holding a topic's worth of records.
             "queued.max.messages.kbytes": 8192,
@@ -63,7 +62,7 @@ class KafkaAccessLog:
         self._topic, self._stall_s = topic, stall_s
 
     def read(self, keep: KeepRecords, progress: Progress) -> TopicRead:
-        consumer = Consumer(with_client_log(self._config))
+        consumer = new_consumer(self._client_config, self._settings)
         try:
             ends = self._assign(consumer)
             read = self._read(consumer, ends, keep, progress)

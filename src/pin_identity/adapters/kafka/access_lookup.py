@@ -18,6 +18,7 @@ from uuid import UUID
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
+from pin_identity.adapters.kafka.consumers import new_consumer
 from pin_identity.adapters.kafka.offsets import end_reached, watermarks
 from pin_identity.adapters.kafka.partitioning import key_partition, partitioner_of
 from pin_identity.domain.errors import AccessLogUnavailableError
@@ -35,8 +36,6 @@ MAX_WINDOW = 64_000
 _BATCH = 10_000
 # consume() waits its whole timeout unless a full batch arrives: a short one hands over what has arrived.
 _POLL_S = 0.02
-# Properties only a producer reads: the consumer would warn about them.
-_PRODUCER_ONLY = ("partitioner",)
 
 
 class KafkaUserAccessLog:
@@ -49,9 +48,8 @@ class KafkaUserAccessLog:
         timeout_s: float = 5.0,
     ):
         self._partitioner = partitioner_of(client_config)  # UnsupportedPartitionerError: nothing to compute
-        consumer_config = {k: v for k, v in client_config.items() if k not in _PRODUCER_ONLY}
-        self._config: dict[str, Any] = {
-            **consumer_config,
+        self._client_config = client_config
+        self._settings: dict[str, Any] = {
             "group.id": "pin-identity-access-show",  # never joined: the partition is assigned
             "enable.auto.commit": False,
             "enable.partition.eof": True,
@@ -70,7 +68,7 @@ class KafkaUserAccessLog:
     def last_event(self, user_id: UUID) -> AccessLogSearch:
         key = str(user_id).encode()
         try:
-            consumer = Consumer(self._config)
+            consumer = new_consumer(self._client_config, self._settings)
         except KafkaException as exc:
             raise AccessLogUnavailableError(str(exc)) from None
         try:

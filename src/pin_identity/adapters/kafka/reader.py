@@ -9,9 +9,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import TopicPartition
 
-from pin_identity.adapters.kafka.client_log import with_client_log
+from pin_identity.adapters.kafka.consumers import new_consumer
 from pin_identity.adapters.kafka.offsets import read_up_to, watermarks
 
 
@@ -34,17 +34,17 @@ class TopicReader:
     """Sees what is published after it was opened (or, `from_beginning`, everything the topics hold).
     `read_to_end` reads up to the end offsets the topics have when it is called (what every acknowledged
     event lies below), so a caller whose events are all acknowledged knows it has them all without waiting
-    for a quiet period. Only committed transactions are read (`read_committed`, librdkafka's default)."""
+    for a quiet period. Only committed transactions are read (`read_committed`, pinned in consumers.py)."""
 
     def __init__(self, client_config: dict[str, str], topics: Iterable[str], *, from_beginning: bool = False):
-        self._consumer = Consumer(
+        self._consumer = new_consumer(
+            client_config,
             {
-                **with_client_log(client_config),
                 "group.id": "pin-identity-reader",  # never joined: partitions are assigned, not subscribed
                 "enable.auto.commit": False,
                 "auto.offset.reset": "earliest",
                 "enable.partition.eof": True,
-            }
+            },
         )
         metadata = self._consumer.list_topics(timeout=10)
         self._assigned = []

@@ -26,6 +26,7 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._config import ConfigResource
 
 from pin_identity.adapters.kafka.client_log import with_client_log
+from pin_identity.adapters.kafka.consumers import new_consumer
 from pin_identity.adapters.kafka.offsets import end_reached, watermarks
 from pin_identity.adapters.kafka.talent_stream import TALENT_SYNC_GROUP
 from pin_identity.adapters.talent_wire import topic_item
@@ -106,12 +107,14 @@ class TopicReplaySource:
 
     def _consumer(self) -> Consumer:
         if self._reader is None:
-            self._reader = Consumer({**self._config, "group.id": _CLIENT_GROUP, **_READER_SETTINGS})
+            self._reader = new_consumer(self._config, {"group.id": _CLIENT_GROUP, **_READER_SETTINGS})
         return self._reader
 
     def _lookup(self) -> Consumer:
         if self._lookups is None:
-            self._lookups = Consumer({**self._config, "group.id": _CLIENT_GROUP, "enable.auto.commit": False})
+            self._lookups = new_consumer(
+                self._config, {"group.id": _CLIENT_GROUP, "enable.auto.commit": False}
+            )
         return self._lookups
 
     def _partitions(self, topic: str) -> list[int]:
@@ -236,7 +239,7 @@ class TopicReplaySource:
             self._commit_group(ends)
 
     def _commit_group(self, ends: dict[tuple[str, int], int]) -> None:
-        group = Consumer({**self._config, "group.id": self._group_id, "enable.auto.commit": False})
+        group = new_consumer(self._config, {"group.id": self._group_id, "enable.auto.commit": False})
         try:
             wanted = [TopicPartition(t, p, end) for (t, p), end in sorted(ends.items())]
             current = {(tp.topic, tp.partition): tp.offset for tp in group.committed(wanted, timeout=10)}
