@@ -49,11 +49,13 @@ def written(broker: str) -> Written:
     aborted, committed = uuid.uuid4(), uuid.uuid4()
     producer = Producer({"bootstrap.servers": broker, "transactional.id": f"read-committed-{suffix}"})
     producer.init_transactions(30)
-    for key, commit in ((aborted, False), (committed, True)):
-        producer.begin_transaction()
-        producer.produce(topic, key=str(key), value=_record(key))
-        assert producer.flush(30) == 0
-        producer.commit_transaction(30) if commit else producer.abort_transaction(30)
+    producer.begin_transaction()
+    producer.produce(topic, key=str(aborted), value=_record(aborted))
+    assert producer.flush(30) == 0
+    producer.abort_transaction(30)
+    producer.begin_transaction()
+    producer.produce(topic, key=str(committed), value=_record(committed))
+    producer.commit_transaction(30)
     return Written(first, topic, aborted, committed)
 
 
