@@ -255,6 +255,7 @@ def test_cancel_a_running_run_then_again(client: TestClient) -> None:
         ("POST", f"{RUNS}/{UNKNOWN}/cancel"),
         ("GET", f"{RUNS}/{UNKNOWN}/failed-items"),
         ("POST", f"{TASKS}/{UNKNOWN}/replay"),
+        ("POST", f"{TASKS}/{UNKNOWN}/discard"),
     ],
 )
 def test_an_unknown_id_is_404(client: TestClient, method: str, path: str) -> None:
@@ -292,6 +293,26 @@ def test_fanout_tasks_are_listed_and_a_failed_one_is_replayed(
     assert (audit["who"], audit["client"]) == ("http:olga", "testclient")
     [again] = client.get(TASKS, params={"status": "Pending"}, headers=AUTH).json()
     assert again["attemptCount"] == 0
+
+
+def test_a_failed_fanout_task_is_discarded_by_an_operator_and_leaves_the_queue(
+    client: TestClient, admin_container: Container, database_url: str
+) -> None:
+    role_id, task_id = queued_task(admin_container)
+    assert_problem(client.post(f"{TASKS}/{task_id}/discard", headers=AUTH), 409, "IDENTITY_CONFLICT")
+    fail_task(database_url, task_id)
+    refused = client.post(f"{TASKS}/{task_id}/discard", headers=bearer(VIEWER_TOKEN))
+    assert_problem(refused, 403, "IDENTITY_ADMIN_FORBIDDEN")
+
+    with capture_logs() as logs:
+        discarded = client.post(f"{TASKS}/{task_id}/discard", headers=bearer(OPERATOR_TOKEN))
+    assert discarded.status_code == 200, discarded.text
+    assert discarded.json() == {"taskId": task_id, "roleId": role_id, "roleVersion": 2, "processedCount": 0}
+    [audit] = audit_lines(logs)
+    assert (audit["action"], audit["task_id"], audit["role_id"]) == ("fanout-discard", task_id, role_id)
+    assert (audit["who"], audit["client"]) == ("http:olga", "testclient")
+    assert client.get(TASKS, headers=AUTH).json() == []
+    assert_problem(client.post(f"{TASKS}/{task_id}/discard", headers=AUTH), 404, "IDENTITY_NOT_FOUND")
 
 
 @pytest.mark.parametrize("query", [{"status": "Bogus"}, {"limit": "0"}, {"limit": "many"}])
@@ -441,6 +462,7 @@ ROLE_MATRIX: dict[tuple[str, str], tuple[str, dict[str, Any] | None, int, int]] 
     ("POST", f"{SYNC_ITEMS}/replay"): (f"{SYNC_ITEMS}/replay", {}, 403, 200),
     ("GET", TASKS): (TASKS, None, 200, 200),
     ("POST", f"{TASKS}/{{taskId}}/replay"): (f"{TASKS}/{UNKNOWN}/replay", None, 403, 404),
+    ("POST", f"{TASKS}/{{taskId}}/discard"): (f"{TASKS}/{UNKNOWN}/discard", None, 403, 404),
     ("GET", "/admin/v1/roles"): ("/admin/v1/roles", None, 200, 200),
     ("GET", "/admin/v1/roles/{roleId}"): (f"/admin/v1/roles/{UNKNOWN}", None, 404, 404),
     ("PUT", "/admin/v1/roles/{roleId}/permissions"): (

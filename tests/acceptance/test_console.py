@@ -259,7 +259,16 @@ def test_the_page_needs_no_token_and_each_data_call_sends_it(console: Console, p
 
 # ---------------------------------------------------------------- operators and their roles
 
-ACTION_BUTTONS = {"Start run", "Cancel", "Reset leases", "Replay", "Replay all", "Replay selected", "Edit"}
+ACTION_BUTTONS = {
+    "Start run",
+    "Cancel",
+    "Reset leases",
+    "Replay",
+    "Replay all",
+    "Replay selected",
+    "Discard",
+    "Edit",
+}
 # What each section shows once drawn, with the data of the test below.
 DRAWN = {
     "imports": "#run-detail .stage",
@@ -320,7 +329,7 @@ def test_a_viewer_is_offered_no_action_an_operator_every_one(
     assert operator == {
         "imports": ["Cancel", "Reset leases", "Start run"],
         "quarantine": ["Replay", "Replay all", "Replay selected", "(item checkboxes)"],
-        "fanout": ["Replay"],
+        "fanout": ["Discard", "Replay"],
         "roles": ["Edit"],
     }
 
@@ -518,6 +527,24 @@ def test_fanout_lists_tasks_by_status_and_replays_a_failed_one(
     page.select_option("#f-status", "Pending")
     expect(row).to_be_visible()
     assert "fanout-replay" in audit_actions(console)
+
+
+def test_fanout_discards_a_failed_task_on_a_second_click(
+    console: Console, page: Page, database_url: str
+) -> None:
+    task_id = failed_fanout_task(console.container, database_url)
+    sign_in(page, console, "fanout")
+    row = page.locator(f'#tasks-table tr[data-task-id="{task_id}"]')
+    row.get_by_role("button", name="Discard").click()
+    confirm = row.get_by_role("button", name="Click again to confirm")
+    expect(confirm).to_be_visible()
+    assert "fanout-discard" not in audit_actions(console)
+
+    confirm.click()
+    expect(page.locator("#fanout-outcome")).to_contain_text(f"task {task_id} discarded")
+    expect(row).to_have_count(0)
+    [discarded] = [line for line in audit_lines(console) if line["action"] == "fanout-discard"]
+    assert (discarded["who"], discarded["task_id"]) == ("http:admin", task_id)
 
 
 # ---------------------------------------------------------------- roles

@@ -67,6 +67,7 @@ def every_command(*, serve_port: int) -> list[tuple[str, ...]]:
         ("roles", "show", UNKNOWN),
         ("fanout", "list"),
         ("fanout", "replay", UNKNOWN),
+        ("fanout", "discard", UNKNOWN),
         ("talent-import", "run", "--mode", "api-pull"),
         ("talent-import", "run", "--mode", "topic-replay"),
         ("--run-initial-import",),
@@ -131,6 +132,7 @@ def test_unknown_ids(subprocess_env: dict[str, str], container: Container) -> No
         Case(("roles", "show", UNKNOWN), 2, (NOT_FOUND, UNKNOWN)),
         Case(("access", "show", UNKNOWN), 2, (NOT_FOUND, UNKNOWN)),
         Case(("fanout", "replay", UNKNOWN), 2, (NOT_FOUND, UNKNOWN)),
+        Case(("fanout", "discard", UNKNOWN), 2, (NOT_FOUND, UNKNOWN)),
         *(
             Case(("talent-import", command, UNKNOWN), 2, (NOT_FOUND, UNKNOWN))
             for command in ("status", "cancel", "failed-items", "reset-leases", "replay-failed")

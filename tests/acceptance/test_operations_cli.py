@@ -71,13 +71,14 @@ def test_replaying_quarantined_items_after_fixing_their_cause(
     assert audit.count('"admin-action"') == 2
 
 
-def test_prune_removes_finished_work_and_quarantine_payloads(
+def test_prune_removes_finished_work_and_quarantine_payloads_but_keeps_failed_fanout_tasks(
     subprocess_env: dict[str, str], api_world: TalentWorld
 ) -> None:
     api_world.publish(TalentDataset([talent.tenant(company_type="Cooperative")], []))
     env = _env(subprocess_env, api_world)
     assert run_cli(env, "talent-import", "run", "--mode", "api-pull").returncode == 0
     talent.apply(api_world.container, ImportStage.TENANTS, [talent.raw(talent.tenant(company_type="Shop"))])
+    failed_task = _failed_fanout_task(api_world)
 
     kept = run_cli(env, "maintenance", "prune", "--older-than", "30d", "--json")
     pruned = run_cli(env, "maintenance", "prune", "--older-than", "0s", "--json")
@@ -87,6 +88,9 @@ def test_prune_removes_finished_work_and_quarantine_payloads(
     assert json.loads(pruned.stdout) == {"fanoutTasks": 0, "importRuns": 1, "quarantinePayloads": 1}
     assert _rows(api_world, "SELECT payload FROM identity.talent_import_failed_items") == [(None,)]
     assert bad.returncode == 2 and bad.stderr.strip().startswith("error: ")
+    # Its users past the cursor never got their event: it stays until replayed or discarded.
+    failed = json.loads(run_cli(env, "fanout", "list", "--status", "Failed", "--json").stdout)
+    assert [task["taskId"] for task in failed] == [failed_task]
 
 
 def test_the_consumers_quarantine_from_the_command_line(
@@ -137,7 +141,7 @@ def test_every_action_of_the_command_line_names_the_os_user_in_its_audit_line(
     env = _env(subprocess_env, api_world)
     store = api_world.container.import_store
     role_id = seed.role(api_world.container.transactions, seed.company(api_world.container.transactions))
-    task_id = _failed_fanout_task(api_world)
+    task_id, discarded_id = _failed_fanout_task(api_world), _failed_fanout_task(api_world)
 
     done = run_cli(env, "talent-import", "run", "--mode", "api-pull", "--json")
     run_id = json.loads(done.stdout)["runId"]
@@ -146,6 +150,7 @@ def test_every_action_of_the_command_line_names_the_os_user_in_its_audit_line(
         ("talent-import", "replay-failed", "--consumer"),
         ("roles", "set-permissions", str(role_id), "deals.read"),
         ("fanout", "replay", task_id),
+        ("fanout", "discard", discarded_id),
         ("maintenance", "prune", "--older-than", "30d"),
     ]
     answers = [done, *(run_cli(env, *command) for command in commands)]
@@ -162,6 +167,7 @@ def test_every_action_of_the_command_line_names_the_os_user_in_its_audit_line(
         ["talent-sync-replay-failed"],
         ["set-role-permissions"],
         ["fanout-replay"],
+        ["fanout-discard"],
         ["maintenance-prune"],
         ["talent-import-reset-leases"],
         ["talent-import-cancel"],

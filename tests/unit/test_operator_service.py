@@ -228,14 +228,19 @@ def test_cancel_and_reset_leases_each_write_one_audit_line() -> None:
 
 
 class MemoryTasks:
-    def __init__(self, outcome: TaskReplay, status: FanOutTaskStatus | None):
-        self.outcome, self.status = outcome, status
+    def __init__(
+        self, outcome: TaskReplay, status: FanOutTaskStatus | None, discarded: FanOutTaskView | None = None
+    ):
+        self.outcome, self.status, self.discarded = outcome, status, discarded
 
     def list_tasks(self, status: FanOutTaskStatus | None, limit: int) -> list[FanOutTaskView]:
         return []
 
     def replay(self, task_id: UUID, now: datetime) -> TaskReplay:
         return self.outcome
+
+    def discard(self, task_id: UUID) -> FanOutTaskView | None:
+        return self.discarded
 
     def task_status(self, task_id: UUID) -> FanOutTaskStatus | None:
         return self.status
@@ -262,6 +267,51 @@ def test_a_replayed_task_is_audited_once() -> None:
     with audit() as lines:
         FanOutAdmin(MemoryTasks(TaskReplay.REPLAYED, None), lambda: NOW).replay(task_id, who=WHO)
     assert [(a["action"], a["task_id"]) for a in lines] == [("fanout-replay", str(task_id))]
+
+
+@pytest.mark.parametrize(
+    ("status", "error"),
+    [
+        (None, NotFoundError),
+        (FanOutTaskStatus.PENDING, ConflictError),
+        (FanOutTaskStatus.COMPLETED, ConflictError),
+    ],
+)
+def test_a_task_that_cannot_be_discarded_is_an_error_without_audit(
+    status: FanOutTaskStatus | None, error: type[Exception]
+) -> None:
+    tasks = MemoryTasks(TaskReplay.NOT_FAILED, status, discarded=None)
+    with audit() as lines, pytest.raises(error):
+        FanOutAdmin(tasks, lambda: NOW).discard(uuid.uuid4(), who=WHO)
+    assert lines == []
+
+
+def test_a_discarded_task_is_audited_once_with_what_it_was() -> None:
+    task = FanOutTaskView(
+        task_id=uuid.uuid4(),
+        role_id=uuid.uuid4(),
+        company_id=None,
+        role_version=4,
+        reason="RolePermissionsChanged",
+        status=FanOutTaskStatus.FAILED,
+        cursor=uuid.uuid4(),
+        processed_count=1500,
+        attempt_count=5,
+        lease_expires_at=None,
+        created_at=NOW,
+        started_at=NOW,
+        completed_at=None,
+        updated_at=NOW,
+        last_error="OperationalError: the broker refused the batch",
+    )
+    tasks = MemoryTasks(TaskReplay.NOT_FAILED, FanOutTaskStatus.FAILED, discarded=task)
+    with audit() as lines:
+        assert FanOutAdmin(tasks, lambda: NOW).discard(task.task_id, who=WHO) == task
+    assert [
+        (a["action"], a["task_id"], a["role_id"], a["role_version"], a["processed_count"], a["cursor"])
+        for a in lines
+    ] == [("fanout-discard", str(task.task_id), str(task.role_id), 4, 1500, str(task.cursor))]
+    assert "last_error" not in lines[0], "an error's text stays in the database, out of the audit trail"
 
 
 def test_prune_cuts_off_at_now_minus_the_age() -> None:

@@ -241,6 +241,15 @@ class TaskReplayed(ApiModel):
     status: FanOutTaskStatus
 
 
+class TaskDiscarded(ApiModel):
+    """A Failed fan-out task deleted by an operator: what it was."""
+
+    task_id: UUID
+    role_id: UUID
+    role_version: int
+    processed_count: int = Field(description="Users notified before it failed; those after were not by it.")
+
+
 # No control characters (PostgreSQL text refuses NUL) and short enough for the primary key's index.
 PermissionCode = Annotated[
     str, StringConstraints(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f\x7f]+$")
@@ -345,7 +354,9 @@ class UserAccessReport(ApiModel):
 
 
 class PruneResult(ApiModel):
-    fanout_tasks: int = Field(description="Completed or Failed fan-out tasks deleted.")
+    fanout_tasks: int = Field(
+        description="Completed fan-out tasks deleted (a Failed one stays until replayed or discarded)."
+    )
     import_runs: int = Field(description="Finished import runs deleted, with their pages and quarantine.")
     quarantine_payloads: int = Field(description="Quarantined snapshots (PII) emptied.")
 

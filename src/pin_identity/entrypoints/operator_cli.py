@@ -160,6 +160,18 @@ def fanout_replay(task_id: Annotated[UUID, typer.Argument(help="A Failed task.")
     typer.echo(f"task {task_id} is Pending again")
 
 
+@fanout_app.command("discard")
+def fanout_discard(task_id: Annotated[UUID, typer.Argument(help="A Failed task.")]) -> None:
+    """Runbook: a Failed task that is not to be replayed (a newer task of its role notified every holder, or
+    they were re-announced) is deleted; `maintenance prune` never deletes a Failed task."""
+    with container_from_env() as container:
+        task = container.fanout_admin.discard(task_id, who=operator())
+    typer.echo(
+        f"task {task_id} discarded: role {task.role_id} version {task.role_version},"
+        f" {task.processed_count} users notified before it failed"
+    )
+
+
 _DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86_400}
 
 
@@ -178,8 +190,8 @@ def maintenance_prune(
     older_than: Annotated[str, typer.Option("--older-than", help="Age cutoff: 30d, 12h, 45m, 90s.")],
     as_json: JsonOption = False,
 ) -> None:
-    """Delete Completed/Failed fan-out tasks, finished import runs with their pages, and quarantine payloads
-    older than the cutoff (PII retention)."""
+    """Delete Completed fan-out tasks, finished import runs with their pages, and quarantine payloads older
+    than the cutoff (PII retention). Failed fan-out tasks stay until replayed or discarded."""
     age = _duration(older_than)
     with container_from_env() as container:
         pruned = container.retention.prune(age, who=operator())

@@ -1,4 +1,5 @@
-"""The operator's side of the access fan-out queue: the tasks, and the runbook's replay of a Failed one."""
+"""The operator's side of the access fan-out queue: the tasks, the runbook's replay of a Failed one, and its
+discard when the users past its cursor need it no more."""
 
 from __future__ import annotations
 
@@ -30,10 +31,30 @@ class FanOutAdmin:
                 f"fan-out task {task_id}: its role already has a Pending task, which notifies every user"
             )
         if outcome is TaskReplay.NOT_FAILED:
-            status = self._tasks.task_status(task_id)
-            if status is None:
-                raise NotFoundError(f"fan-out task {task_id} does not exist")
-            raise ConflictError(
-                f"fan-out task {task_id} is {status.value}, only a Failed task can be replayed"
-            )
+            raise self._not_failed(task_id, "replayed")
         admin_action("fanout-replay", who, task_id=str(task_id))
+
+    def discard(self, task_id: UUID, *, who: Actor) -> FanOutTaskView:
+        """The operator's decision that a Failed task is not to be replayed (a newer task of its role notified
+        every holder, or they were re-announced): the task is deleted. Pruning never deletes a Failed task,
+        so this is the only way one leaves the queue without being replayed; the audit line keeps what it
+        was."""
+        discarded = self._tasks.discard(task_id)
+        if discarded is None:
+            raise self._not_failed(task_id, "discarded")
+        admin_action(
+            "fanout-discard",
+            who,
+            task_id=str(task_id),
+            role_id=str(discarded.role_id),
+            role_version=discarded.role_version,
+            processed_count=discarded.processed_count,
+            cursor=str(discarded.cursor) if discarded.cursor else None,
+        )
+        return discarded
+
+    def _not_failed(self, task_id: UUID, done: str) -> Exception:
+        status = self._tasks.task_status(task_id)
+        if status is None:
+            return NotFoundError(f"fan-out task {task_id} does not exist")
+        return ConflictError(f"fan-out task {task_id} is {status.value}, only a Failed task can be {done}")

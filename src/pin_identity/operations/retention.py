@@ -15,8 +15,9 @@ class RetentionAdmin:
         self._retention, self._clock = retention, clock
 
     def prune(self, older_than: timedelta, *, who: Actor) -> Pruned:
-        """Completed/Failed fan-out tasks, finished import runs with their pages, and quarantine payloads
-        older than the cutoff, in one transaction."""
+        """Completed fan-out tasks, finished import runs with their pages, and quarantine payloads older than
+        the cutoff, in one transaction. Failed fan-out tasks stay until replayed or discarded
+        (FanOutAdmin): their users past the cursor never got their event."""
         pruned = self._retention.prune(self._clock() - older_than)
         admin_action(
             "maintenance-prune",

@@ -8,10 +8,10 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, TopicPartition
 
-from pin_identity.adapters.kafka.client_log import with_client_log
-from pin_identity.adapters.kafka.offsets import watermarks
+from pin_identity.adapters.kafka.consumers import new_consumer
+from pin_identity.adapters.kafka.offsets import end_reached, watermarks
 from pin_identity.domain.access_audit import UNREADABLE, LastEvent, fingerprint
 from pin_identity.domain.events import ACCESS_TOPIC
 from pin_identity.observability.logging import get_logger
@@ -38,20 +38,20 @@ class _Ends:
 
 
 class KafkaAccessLog:
-    """A partition is read when a record at or past its end offset arrives, or the consumer says it reached
-    the partition's end (the records just before the end may be gone: compacted away, or a transaction's
-    commit marker). A partition that brings nothing for `stall_s` is reported incomplete, never taken as
-    read: a stalled or unreachable partition must not pass for a converged one."""
+    """A partition is read when a record or an end of partition signal reaches its end offset (offsets.py:
+    an end reported below it, by a lagging replica, is not the end; the records just before the end may be
+    gone: compacted away, or a transaction's commit marker). A partition that brings nothing for `stall_s` is
+    reported incomplete, never taken as read: a stalled or unreachable partition must not pass for a
+    converged one."""
 
     def __init__(self, client_config: dict[str, str], *, topic: str = ACCESS_TOPIC, stall_s: float = 15.0):
-        self._config = {
-            **client_config,
+        self._client_config = client_config
+        # Only committed events are read, what a consumer sees (consumers.py pins read_committed).
+        self._settings = {
             "group.id": "pin-identity-access-audit",  # never joined: partitions are assigned
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
             "enable.partition.eof": True,
-            # Only committed events: what a consumer sees (the relay's aborted transactions never count).
-            "isolation.level": "read_committed",
             # librdkafka prefetches up to 64 MB by default; the audit keeps nothing, so 8 MB keeps the
             # fetcher ahead without holding a topic's worth of records.
             "queued.max.messages.kbytes": 8192,
@@ -62,7 +62,7 @@ class KafkaAccessLog:
         self._topic, self._stall_s = topic, stall_s
 
     def read(self, keep: KeepRecords, progress: Progress) -> TopicRead:
-        consumer = Consumer(with_client_log(self._config))
+        consumer = new_consumer(self._client_config, self._settings)
         try:
             ends = self._assign(consumer)
             read = self._read(consumer, ends, keep, progress)
@@ -104,19 +104,12 @@ class KafkaAccessLog:
         partition = message.partition() or 0
         if partition not in ends.behind:
             return  # past its end: the next audit's business
-        error = message.error()
-        if error is not None:
-            if error.code() == KafkaError._PARTITION_EOF:
-                self._done(consumer, partition, ends)
-            return
-        offset = message.offset() or 0
-        if offset >= ends.offsets[partition]:
-            self._done(consumer, partition, ends)
-            return
-        record = _last_event(message)
-        if record is not None:
-            records.append(record)
-        if offset + 1 >= ends.offsets[partition]:
+        end = ends.offsets[partition]
+        if message.error() is None and (message.offset() or 0) < end:
+            record = _last_event(message)
+            if record is not None:
+                records.append(record)
+        if end_reached(message, end):
             self._done(consumer, partition, ends)
 
     def _done(self, consumer: Consumer, partition: int, ends: _Ends) -> None:

@@ -18,7 +18,8 @@ from uuid import UUID
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
-from pin_identity.adapters.kafka.offsets import watermarks
+from pin_identity.adapters.kafka.consumers import new_consumer
+from pin_identity.adapters.kafka.offsets import end_reached, watermarks
 from pin_identity.adapters.kafka.partitioning import key_partition, partitioner_of
 from pin_identity.domain.errors import AccessLogUnavailableError
 from pin_identity.domain.events import ACCESS_TOPIC
@@ -35,8 +36,6 @@ MAX_WINDOW = 64_000
 _BATCH = 10_000
 # consume() waits its whole timeout unless a full batch arrives: a short one hands over what has arrived.
 _POLL_S = 0.02
-# Properties only a producer reads: the consumer would warn about them.
-_PRODUCER_ONLY = ("partitioner",)
 
 
 class KafkaUserAccessLog:
@@ -49,9 +48,8 @@ class KafkaUserAccessLog:
         timeout_s: float = 5.0,
     ):
         self._partitioner = partitioner_of(client_config)  # UnsupportedPartitionerError: nothing to compute
-        consumer_config = {k: v for k, v in client_config.items() if k not in _PRODUCER_ONLY}
-        self._config: dict[str, Any] = {
-            **consumer_config,
+        self._client_config = client_config
+        self._settings: dict[str, Any] = {
             "group.id": "pin-identity-access-show",  # never joined: the partition is assigned
             "enable.auto.commit": False,
             "enable.partition.eof": True,
@@ -70,7 +68,7 @@ class KafkaUserAccessLog:
     def last_event(self, user_id: UUID) -> AccessLogSearch:
         key = str(user_id).encode()
         try:
-            consumer = Consumer(self._config)
+            consumer = new_consumer(self._client_config, self._settings)
         except KafkaException as exc:
             raise AccessLogUnavailableError(str(exc)) from None
         try:
@@ -109,8 +107,8 @@ class KafkaUserAccessLog:
         self, consumer: Consumer, partition: int, key: bytes, start: int, stop: int
     ) -> tuple[Message | None, int]:
         """The last record of `key` among offsets [start, stop), and the number of records read. Compaction
-        (and a transaction's markers) leave gaps: the window ends at the first offset >= stop, or where the
-        partition ends."""
+        (and a transaction's markers) leave gaps: the window ends at the first offset >= stop, or where an end
+        of partition signal at or past `stop` says the partition ends (offsets.py)."""
         consumer.assign([TopicPartition(self._topic, partition, start)])
         found, count, heard = None, 0, time.monotonic()
         while True:
@@ -123,17 +121,13 @@ class KafkaUserAccessLog:
                 heard = time.monotonic()
             for message in messages:
                 error = message.error()
-                if error is not None:
-                    if error.code() == KafkaError._PARTITION_EOF:
-                        return found, count
+                if error is not None and error.code() != KafkaError._PARTITION_EOF:
                     raise KafkaException(error)
-                offset = message.offset() or 0
-                if offset >= stop:
-                    return found, count
-                count += 1
-                if message.key() == key:
-                    found = message
-                if offset + 1 >= stop:
+                if error is None and (message.offset() or 0) < stop:
+                    count += 1
+                    if message.key() == key:
+                        found = message
+                if end_reached(message, stop):
                     return found, count
 
 

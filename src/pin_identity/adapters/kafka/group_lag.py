@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
+from pin_identity.adapters.kafka.consumers import new_consumer
 from pin_identity.adapters.kafka.offsets import watermarks
 from pin_identity.adapters.kafka.topics import failure_reason
 from pin_identity.domain.errors import ConsumerLagUnavailableError
@@ -37,7 +38,7 @@ def consumer_group_lag(
 ) -> list[PartitionLag]:
     """Every partition of those `topics` that exist: records the group has not consumed yet. Raises
     ConsumerLagUnavailableError when the broker does not answer in time, or refuses."""
-    consumer = Consumer({**client_config, "group.id": group, "enable.auto.commit": False, "logger": _quiet})
+    consumer = new_consumer(client_config, {"group.id": group, "enable.auto.commit": False, "logger": _quiet})
     try:
         partitions = _partitions(consumer, topics, timeout_s)
         if not partitions:

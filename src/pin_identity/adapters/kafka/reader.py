@@ -9,10 +9,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import TopicPartition
 
-from pin_identity.adapters.kafka.client_log import with_client_log
-from pin_identity.adapters.kafka.offsets import watermarks
+from pin_identity.adapters.kafka.consumers import new_consumer
+from pin_identity.adapters.kafka.offsets import read_up_to, watermarks
 
 
 @dataclass(frozen=True)
@@ -34,17 +34,17 @@ class TopicReader:
     """Sees what is published after it was opened (or, `from_beginning`, everything the topics hold).
     `read_to_end` reads up to the end offsets the topics have when it is called (what every acknowledged
     event lies below), so a caller whose events are all acknowledged knows it has them all without waiting
-    for a quiet period. Only committed transactions are read (`read_committed`, librdkafka's default)."""
+    for a quiet period. Only committed transactions are read (`read_committed`, pinned in consumers.py)."""
 
     def __init__(self, client_config: dict[str, str], topics: Iterable[str], *, from_beginning: bool = False):
-        self._consumer = Consumer(
+        self._consumer = new_consumer(
+            client_config,
             {
-                **with_client_log(client_config),
                 "group.id": "pin-identity-reader",  # never joined: partitions are assigned, not subscribed
                 "enable.auto.commit": False,
                 "auto.offset.reset": "earliest",
                 "enable.partition.eof": True,
-            }
+            },
         )
         metadata = self._consumer.list_topics(timeout=10)
         self._assigned = []
@@ -53,20 +53,19 @@ class TopicReader:
                 low, high = watermarks(self._consumer, TopicPartition(topic, partition))
                 self._assigned.append(TopicPartition(topic, partition, low if from_beginning else high))
         self._consumer.assign(self._assigned)
-        # How far each partition is read: the offset after the last record, or the end offset a fetch
-        # reported on reaching it (records just below it may be gone: compacted, or transaction markers).
+        # How far each partition is read (offsets.py: an end reported by a lagging replica may lie below
+        # the end offsets `read_to_end` waits for, and is only a step towards them).
         self._read_to = {(tp.topic, tp.partition): tp.offset for tp in self._assigned}
 
     def read(self, timeout_s: float = 0.2, max_records: int = 10_000) -> list[ReadEvent]:
         events = []
         for message in self._consumer.consume(max_records, timeout_s):
             where = (message.topic() or "", message.partition() or 0)
-            error = message.error()
-            if error is None:
-                self._read_to[where] = (message.offset() or 0) + 1
+            up_to = read_up_to(message)
+            if up_to is not None:
+                self._read_to[where] = max(self._read_to[where], up_to)
+            if message.error() is None:
                 events.append(_event(message))
-            elif error.code() == KafkaError._PARTITION_EOF:
-                self._read_to[where] = max(self._read_to[where], message.offset() or 0)
         return events
 
     def read_to_end(self, timeout_s: float = 30.0) -> list[ReadEvent]:

@@ -26,7 +26,8 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._config import ConfigResource
 
 from pin_identity.adapters.kafka.client_log import with_client_log
-from pin_identity.adapters.kafka.offsets import watermarks
+from pin_identity.adapters.kafka.consumers import new_consumer
+from pin_identity.adapters.kafka.offsets import end_reached, watermarks
 from pin_identity.adapters.kafka.talent_stream import TALENT_SYNC_GROUP
 from pin_identity.adapters.talent_wire import topic_item
 from pin_identity.domain.errors import SourceUnavailableError
@@ -106,12 +107,14 @@ class TopicReplaySource:
 
     def _consumer(self) -> Consumer:
         if self._reader is None:
-            self._reader = Consumer({**self._config, "group.id": _CLIENT_GROUP, **_READER_SETTINGS})
+            self._reader = new_consumer(self._config, {"group.id": _CLIENT_GROUP, **_READER_SETTINGS})
         return self._reader
 
     def _lookup(self) -> Consumer:
         if self._lookups is None:
-            self._lookups = Consumer({**self._config, "group.id": _CLIENT_GROUP, "enable.auto.commit": False})
+            self._lookups = new_consumer(
+                self._config, {"group.id": _CLIENT_GROUP, "enable.auto.commit": False}
+            )
         return self._lookups
 
     def _partitions(self, topic: str) -> list[int]:
@@ -207,10 +210,11 @@ class TopicReplaySource:
             for index, message in enumerate(messages):
                 if not _belongs(message, page, next_offset):
                     continue
-                if _ends_range(message, page.end):
+                if _within(message, page.end):
+                    items.append(topic_item(stage, message.key(), message.value()))
+                    next_offset = (message.offset() or 0) + 1
+                elif end_reached(message, page.end):  # past the range, or its partition's end: kept
                     return items, messages[index:]
-                items.append(topic_item(stage, message.key(), message.value()))
-                next_offset = (message.offset() or 0) + 1
                 if next_offset >= page.end:
                     return items, messages[index + 1 :]
         raise SourceUnavailableError("timed out reading a topic-replay page")
@@ -235,7 +239,7 @@ class TopicReplaySource:
             self._commit_group(ends)
 
     def _commit_group(self, ends: dict[tuple[str, int], int]) -> None:
-        group = Consumer({**self._config, "group.id": self._group_id, "enable.auto.commit": False})
+        group = new_consumer(self._config, {"group.id": self._group_id, "enable.auto.commit": False})
         try:
             wanted = [TopicPartition(t, p, end) for (t, p), end in sorted(ends.items())]
             current = {(tp.topic, tp.partition): tp.offset for tp in group.committed(wanted, timeout=10)}
@@ -267,10 +271,12 @@ def _belongs(message: Message, page: _Range, next_offset: int) -> bool:
     return error is not None or (message.offset() or 0) >= next_offset
 
 
-def _ends_range(message: Message, end: int) -> bool:
+def _within(message: Message, end: int) -> bool:
+    """A record below the range's end; an end of partition is not (offsets.py says whether it ends the
+    range); any other error fails the page."""
     error = message.error()
     if error is not None:
         if error.code() == KafkaError._PARTITION_EOF:
-            return True
+            return False
         raise SourceUnavailableError(f"reading a topic-replay page failed: {error.str()}")
-    return (message.offset() or 0) >= end
+    return (message.offset() or 0) < end

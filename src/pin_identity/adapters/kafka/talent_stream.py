@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
-from pin_identity.adapters.kafka.client_log import with_client_log
+from pin_identity.adapters.kafka.consumers import new_consumer
 from pin_identity.adapters.talent_wire import topic_item
 from pin_identity.domain.talent import TENANTS_TOPIC, USERS_TOPIC, ImportStage
 from pin_identity.observability.logging import get_logger
@@ -64,9 +64,7 @@ class KafkaTalentStream:
         users_topic: str = USERS_TOPIC,
         overrides: dict[str, Any] | None = None,
     ):
-        self._consumer = Consumer(
-            with_client_log({**_CONSUMER_DEFAULTS, **client_config, **(overrides or {})})
-        )
+        self._consumer = new_consumer(client_config, overrides, defaults=_CONSUMER_DEFAULTS)
         self._stages = {tenants_topic: ImportStage.TENANTS, users_topic: ImportStage.USERS}
         self._topics = list(self._stages)
         self._consumer.subscribe(self._topics)

@@ -10,11 +10,12 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
 from pin_identity.adapters.kafka.client_log import with_client_log
+from pin_identity.adapters.kafka.consumers import new_consumer
 from pin_identity.adapters.kafka.publisher import producer_config
 from pin_identity.observability.logging import first_line
 
@@ -106,7 +107,7 @@ def check_client_properties(properties: Mapping[str, str]) -> None:
         # As the relay builds it: transactional (so `enable.idempotence=false` is refused here, not there).
         transactional = {"transactional.id": "pin-identity-config-check", **producer_config(dict(properties))}
         Producer({**transactional, "logger": _quiet})
-        Consumer({**properties, "group.id": "pin-identity-config-check", "logger": _quiet}).close()
+        new_consumer(properties, {"group.id": "pin-identity-config-check", "logger": _quiet}).close()
     except (KafkaException, TypeError, ValueError) as exc:  # the last two for the Python-side keys
         raise KafkaPropertiesError(failure_reason(exc)) from None
 

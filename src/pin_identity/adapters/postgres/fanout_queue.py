@@ -125,6 +125,9 @@ class PostgresFanOutQueue:
             return TaskReplay.ROLE_HAS_PENDING_TASK
         return TaskReplay.REPLAYED if replayed else TaskReplay.NOT_FAILED
 
+    def discard(self, task_id: UUID) -> FanOutTaskView | None:
+        return self._database.fetch_one("discard_fanout_task", {"task_id": task_id}, kwargs_row(_task_view))
+
     def task_status(self, task_id: UUID) -> FanOutTaskStatus | None:
         task = self._database.fetch_one("fanout_task_status", {"task_id": task_id}, dict_row)
         return FanOutTaskStatus(task["status"]) if task else None

@@ -315,6 +315,15 @@ SET status = 'Pending', attempt_count = 0, lease_expires_at = NULL, lease_owner 
 WHERE id = %(task_id)s AND status = 'Failed'
 RETURNING id;
 
+-- name: discard_fanout_task
+-- An operator's decision that a Failed task's users past its cursor need it no more (a newer task of the role
+-- notified every holder, or they were re-announced): the task goes, and with it the failed-task gauge's count.
+-- What it was comes back for the audit line.
+DELETE FROM identity.access_fanout_tasks
+WHERE id = %(task_id)s AND status = 'Failed'
+RETURNING id AS task_id, role_id, company_id, role_version, reason, status, cursor, processed_count,
+          attempt_count, lease_expires_at, created_at, started_at, completed_at, updated_at, last_error;
+
 -- name: fanout_task_status
 -- An operator's look at a task (fan-out replay), and the demo's wait for its fan-out.
 SELECT status, processed_count FROM identity.access_fanout_tasks WHERE id = %(task_id)s;
@@ -851,8 +860,10 @@ RETURNING id;
 -- ---------------------------------------------------------------- retention (maintenance prune)
 
 -- name: prune_fanout_tasks
+-- Completed tasks only: a Failed one is the only record that users past its cursor never got their event,
+-- and stays until an operator replays or discards it (README, "Retention").
 DELETE FROM identity.access_fanout_tasks
-WHERE status IN ('Completed', 'Failed') AND COALESCE(completed_at, updated_at) < %(cutoff)s
+WHERE status = 'Completed' AND COALESCE(completed_at, updated_at) < %(cutoff)s
 RETURNING id;
 
 -- name: prune_import_runs

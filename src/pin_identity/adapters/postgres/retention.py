@@ -14,8 +14,8 @@ class PostgresRetention:
         self._database = database
 
     def prune(self, cutoff: datetime) -> Pruned:
-        """One transaction: finished fan-out tasks, finished import runs with their pages (and their
-        quarantine), quarantine payloads."""
+        """One transaction: Completed fan-out tasks (never Failed ones), finished import runs with their
+        pages (and their quarantine), quarantine payloads."""
         with self._database.connection() as conn:
             params = {"cutoff": cutoff}
             pruned = Pruned(

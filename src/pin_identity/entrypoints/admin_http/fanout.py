@@ -1,4 +1,4 @@
-"""`/admin/v1/access-fanout`: the fan-out tasks, and the runbook's replay of a Failed one."""
+"""`/admin/v1/access-fanout`: the fan-out tasks, and the runbook's replay or discard of a Failed one."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from fastapi import Query
 from pin_identity.domain.model import FanOutTaskStatus
 from pin_identity.entrypoints.admin_http.problems import problem_responses
 from pin_identity.entrypoints.admin_http.routing import ContainerDep, TaskId, Who, admin_router
-from pin_identity.entrypoints.documents import FanOutTask, TaskReplayed
+from pin_identity.entrypoints.documents import FanOutTask, TaskDiscarded, TaskReplayed
 
 fanout = admin_router("/admin/v1/access-fanout", "access-fanout")
 
@@ -29,3 +29,11 @@ def replay_fanout_task(task_id: TaskId, container: ContainerDep, who: Who) -> Ta
     """The runbook's replay: a Failed task goes back to Pending with AttemptCount = 0, from its cursor."""
     container.fanout_admin.replay(task_id, who=who)
     return TaskReplayed(task_id=task_id, status=FanOutTaskStatus.PENDING)
+
+
+@fanout.post("/tasks/{taskId}/discard", response_model=TaskDiscarded, responses=problem_responses(404, 409))
+def discard_fanout_task(task_id: TaskId, container: ContainerDep, who: Who) -> TaskDiscarded:
+    """The runbook's discard: a Failed task that is not to be replayed (a newer task of its role notified
+    every holder, or they were re-announced) is deleted, and no longer counts as failed. `maintenance prune`
+    never deletes a Failed task."""
+    return TaskDiscarded.of(container.fanout_admin.discard(task_id, who=who))

@@ -507,7 +507,7 @@
     const rows = tasks.map((task) => h('tr', { dataset: { taskId: task.taskId, status: task.status } },
       h('td', {}, mono(task.taskId)),
       h('td', {}, badge(task.status)),
-      h('td', {}, task.status === 'Failed' && canAct() ? button('Replay', () => replayTask(task.taskId)) : ''),
+      h('td', {}, task.status === 'Failed' && canAct() ? h('div', { class: 'row-actions' }, taskActions(task)) : ''),
       h('td', { class: 'num' }, number(task.processedCount)),
       h('td', { class: 'num' }, number(task.attemptCount)),
       h('td', { class: 'reason' }, task.lastError || '—'),
@@ -518,6 +518,21 @@
       timeCell(task.completedAt),
     ));
     setRows($('#tasks-table'), rows);
+  }
+
+  // A Failed task is replayed, or discarded when its users past the cursor need it no more (prune keeps it).
+  function taskActions(task) {
+    return [
+      button('Replay', () => replayTask(task.taskId)),
+      confirming(`discard:${task.taskId}`, 'Discard', () => discardTask(task.taskId), { class: 'danger' }),
+    ];
+  }
+
+  async function discardTask(taskId) {
+    const result = await api('POST', `/access-fanout/tasks/${encodeURIComponent(taskId)}/discard`);
+    showOutcome($('#fanout-outcome'), result, (data) => ['task ', mono(data.taskId),
+      ` discarded: role version ${number(data.roleVersion)}, ${number(data.processedCount)} users notified before it failed`]);
+    await loadFanout();
   }
 
   async function replayTask(taskId) {
@@ -696,7 +711,7 @@
       card('Consumer lag', lag.total === null ? 'unknown' : number(lag.total), lag.error || `records behind, group ${lag.group}`, 'consumer-lag'),
       card('Dead letters', number(s.deadLetters), s.newestDeadLetterAt ? `newest ${utc(s.newestDeadLetterAt)} UTC` : 'outbox events the broker rejected for good', 'dead-letters'),
       card('Fan-out backlog', number(s.fanoutBacklog), 'Pending tasks and expired leases', 'fanout-backlog'),
-      card('Fan-out failed', number(s.fanoutFailed), 'poison tasks waiting for a replay', 'fanout-failed'),
+      card('Fan-out failed', number(s.fanoutFailed), 'poison tasks waiting for a replay or a discard', 'fanout-failed'),
       card('Import running', s.importRunning ? 'yes' : 'no', 'a talent-import run is Running', 'import-running'),
     );
     for (const stat of document.querySelectorAll('#h-cards .stat')) {

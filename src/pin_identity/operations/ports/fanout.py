@@ -1,5 +1,5 @@
 """The access fan-out's task queue: the job claims a role's task and writes its users' events page by page
-(FanOutQueue, FanOutBatch, TaskWakeups); operators list and replay the tasks (FanOutTasks)."""
+(FanOutQueue, FanOutBatch, TaskWakeups); operators list, replay and discard the tasks (FanOutTasks)."""
 
 from __future__ import annotations
 
@@ -111,4 +111,8 @@ class FanOutTasks(Protocol):
         ...
 
     def replay(self, task_id: UUID, now: datetime) -> TaskReplay: ...
+    def discard(self, task_id: UUID) -> FanOutTaskView | None:
+        """Removes a Failed task; what it was, or None when the task is in another status or absent."""
+        ...
+
     def task_status(self, task_id: UUID) -> FanOutTaskStatus | None: ...
