@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import signal
@@ -725,6 +726,7 @@ def test_serve_refuses_to_start_without_a_usable_operator(
         env["PIN_IDENTITY_ADMIN_TOKENS_FILE"] = str(path)
         if file_text:
             path.write_text(file_text)
+            path.chmod(0o600)
     result = _serve_once(env, tmp_path)
     assert result.returncode == 2
     assert result.stderr.strip() == stderr.format(path=path)
@@ -769,8 +771,9 @@ def _whoami(base: str, token: str) -> httpx.Response:
 def test_tokens_rotated_in_the_file_take_effect_while_serve_runs(
     subprocess_env: dict[str, str], tmp_path: Path
 ) -> None:
-    """Added, rotated and removed tokens are in force within 10 s, without a restart; a broken edit keeps the
-    operators as they were, says so in one log line and on /readyz, until it is fixed."""
+    """Added, rotated and removed tokens are in force within 10 s, without a restart; a broken edit keeps only
+    the operators whose line it left unchanged, says so in one log line, on /readyz and in /metrics, until it
+    is fixed."""
     tokens = write_tokens_file(
         tmp_path / "operators", {"alice": ("operator", "alice-1"), "bob": ("viewer", "bob-1")}
     )
@@ -795,21 +798,25 @@ def test_tokens_rotated_in_the_file_take_effect_while_serve_runs(
         assert [_whoami(base, token).status_code for token in ("alice-1", "bob-1")] == [401, 401]
         assert _whoami(base, "carol-1").json() == {"name": "carol", "role": "viewer"}
 
-        tokens.write_text(tokens.read_text() + "dave operator not-a-digest\n")
+        # A broken edit that also removes carol: her removal does not wait for the fix.
+        kept = [line for line in tokens.read_text().splitlines(keepends=True) if not line.startswith("carol")]
+        tokens.write_text("".join(kept) + "dave operator not-a-digest\n")
         readyz = lambda: httpx.get(f"{base}/readyz", timeout=5)  # noqa: E731
         wait_until(lambda: readyz().json()["warnings"] != [], "/readyz names the broken file", timeout_s=10)
         ready = readyz()
         assert ready.status_code == 200
         assert ready.json()["warnings"] == [
-            "PIN_IDENTITY_ADMIN_TOKENS_FILE: line 4: the third field is not a sha256 (64 hex digits); "
-            "the operators read before stay in force"
+            "PIN_IDENTITY_ADMIN_TOKENS_FILE: line 3: the third field is not a sha256 (64 hex digits); "
+            "only the operators whose line is unchanged stay in force"
         ]
-        assert [_whoami(base, token).status_code for token in ("alice-2", "carol-1")] == [200, 200]
+        assert [_whoami(base, token).status_code for token in ("alice-2", "carol-1")] == [200, 401]
+        assert _sample(httpx.get(f"{base}/metrics").text, "identity_admin_tokens_file_load_error") == 1
 
         write_tokens_file(tokens, {"alice": ("operator", "alice-2")})
         wait_until(
             lambda: readyz().json()["warnings"] == [], "/readyz no longer names the file", timeout_s=10
         )
+        assert _sample(httpx.get(f"{base}/metrics").text, "identity_admin_tokens_file_load_error") == 0
         assert _whoami(base, "carol-1").status_code == 401
         server.send_signal(signal.SIGTERM)
         assert server.wait(timeout=30) == 0
@@ -819,7 +826,9 @@ def test_tokens_rotated_in_the_file_take_effect_while_serve_runs(
     events = [json.loads(line)["event"] for line in log.read_text().splitlines() if line.startswith("{")]
     assert events.count("admin-operators-file-invalid") == 1
     assert events.count("admin-operators-reloaded") == 2
-    assert not any(token in log.read_text() for token in ("alice-1", "alice-2", "bob-1", "carol-1"))
+    logged = log.read_text()
+    for token in ("alice-1", "alice-2", "bob-1", "carol-1"):
+        assert token not in logged and hashlib.sha256(token.encode()).hexdigest() not in logged
 
 
 # ---------------------------------------------------------------- admission before the body, on real sockets

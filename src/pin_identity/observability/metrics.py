@@ -107,6 +107,13 @@ import_run_started = Gauge(
     "identity_import_run_started_timestamp_seconds", "When the import run this process works on started"
 )
 
+# ---- the platform-admin API (`serve`)
+admin_tokens_file_load_error = Gauge(
+    "identity_admin_tokens_file_load_error",
+    "1 while PIN_IDENTITY_ADMIN_TOKENS_FILE cannot be read or parsed (of its operators only those whose line "
+    "is unchanged stay in force; none when it cannot be read), else 0",
+)
+
 
 def record_outbox_backlog(waiting: int, oldest_age_s: float, held_s: float) -> None:
     """The outbox's gauges, as the relay sees them every few seconds and `serve` at each scrape."""

@@ -31,6 +31,7 @@ def prometheus_metrics(request: Request) -> Response:
     """Prometheus metrics (no authentication); the database gauges are read now."""
     with suppress(DatabaseUnavailableError):  # the gauges keep their last values (the log says why)
         request.app.state.gauges.read()
+    request.app.state.operators.problem()  # the tokens file's load error as it is now, with no admin traffic
     return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
 
@@ -44,8 +45,8 @@ def liveness() -> Health:
 def readiness(request: Request) -> Readiness:
     """200 when the database answers and the broker is reachable (checked at most every 5 s), else 503.
     `warnings` names what is wrong without making the process unready: a tokens file that cannot be read or
-    parsed (the operators read before stay in force, so every replica would otherwise leave the Service at
-    once over one typo)."""
+    parsed (the operators of its unchanged lines stay in force, and every replica would otherwise leave the
+    Service at once over one typo)."""
     status, document = readiness_reply(request.app.state.readiness, request.url.path)
     if not isinstance(document, Readiness):
         raise ProblemError(status, NOT_READY, NOT_READY_DETAIL)
