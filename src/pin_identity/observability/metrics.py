@@ -116,7 +116,8 @@ admin_tokens_file_load_error = Gauge(
 
 
 def record_outbox_backlog(waiting: int, oldest_age_s: float, held_s: float) -> None:
-    """The outbox's gauges, as the relay sees them every few seconds and `serve` at each scrape."""
+    """The outbox's gauges, as the relay sees them every few seconds and `serve` for scrapes (at most
+    every 5 s)."""
     outbox_backlog.set(waiting)
     outbox_oldest_age_seconds.set(oldest_age_s)
     outbox_publishing_held_seconds.set(held_s)
@@ -131,7 +132,8 @@ def record_import_running(started_at: datetime | None) -> None:
 
 
 def record_fanout_queue(backlog: int, failed: int) -> None:
-    """The fan-out queue's gauges, as the worker sees them at each claim and `serve` at each scrape."""
+    """The fan-out queue's gauges, as the worker sees them at each claim and `serve` for scrapes (at most
+    every 5 s)."""
     fanout_queue_backlog.set(backlog)
     fanout_failed_tasks.set(failed)
 
