@@ -14,9 +14,11 @@ from pin_identity.entrypoints.admin_http.tokens import (
     Operators,
     OperatorsFileError,
     parse_operators,
+    readers_besides_the_owner,
     token_digest,
 )
 from pin_identity.entrypoints.documents import AdminRole
+from pin_identity.observability import metrics
 from pin_identity.operations.audit import Actor, admin_action
 from tests.support.clocks import ManualClock
 
@@ -173,35 +175,162 @@ def test_an_edit_is_in_force_at_the_first_look_after_the_recheck_interval(tokens
     ]
 
 
-def test_a_broken_file_keeps_the_previous_operators_says_so_once_and_recovers(tokens_file: Path) -> None:
+def load_error() -> float | None:
+    return metrics.registry.get_sample_value("identity_admin_tokens_file_load_error")
+
+
+def assert_no_secret_in(logs: list[dict[str, object]], *tokens: str) -> None:
+    logged = str(logs)
+    for token in tokens:
+        assert token not in logged and sha(token) not in logged and sha(token).upper() not in logged
+
+
+def test_a_broken_edit_keeps_only_the_operators_whose_line_is_unchanged(tmp_path: Path) -> None:
+    """An edit that removes bob, promotes carol and adds dave, with a typo on another line: bob's removal
+    must not wait for the typo's fix. Only alice, whose line is as it was, stays; admin is not the file's."""
+    path = tmp_path / "operators"
+    good = line("alice", "operator", "alice-token") + line("bob", "viewer", "bob-token")
+    path.write_text(good + line("carol", "viewer", "carol-token"))
+    clock = ManualClock()
+    operators = Operators("admin-token", path, clock=clock.monotonic)
+    edited = (
+        f"  alice   operator {sha('alice-token').upper()}  # re-spaced: the same line\n"
+        + line("carol", "operator", "carol-token")
+        + line("dave", "viewer", "dave-token")
+        + f"erin operatr {sha('erin-token')}\n"
+    )
+    path.write_text(edited)
+    clock.advance(2)
+    tokens = ("admin-token", "alice-token", "bob-token", "carol-token", "dave-token", "erin-token")
+    with capture_logs() as logs:
+        assert names(operators, *tokens) == ["admin", "alice", None, None, None, None]
+        assert operators.problem() == (
+            "PIN_IDENTITY_ADMIN_TOKENS_FILE: line 4: unknown role 'operatr' (viewer or operator); "
+            "only the operators whose line is unchanged stay in force"
+        )
+        assert load_error() == 1
+        path.write_text(edited + line("bob", "viewer", "bob-token"))  # still broken: bob's line is back
+        clock.advance(2)
+        assert names(operators, *tokens) == ["admin", "alice", "bob", None, None, None]
+        path.write_text(edited.replace("operatr", "operator"))
+        clock.advance(2)
+        assert names(operators, *tokens) == ["admin", "alice", None, "carol", "dave", "erin"]
+        assert operators.problem() is None and load_error() == 0
+    assert [(entry["event"], entry.get("reason")) for entry in logs] == [
+        ("admin-operators-file-invalid", "line 4: unknown role 'operatr' (viewer or operator)"),
+        ("admin-operators-reloaded", None),
+    ]
+    assert (logs[0]["viewers"], logs[0]["operators"]) == (0, 2)  # in force: admin and alice
+    assert_no_secret_in(logs, *tokens)
+
+
+def test_a_file_that_is_not_utf8_keeps_the_operators_of_its_unchanged_lines(tokens_file: Path) -> None:
+    clock = ManualClock()
+    operators = Operators(None, tokens_file, clock=clock.monotonic)
+    bob = line("bob", "viewer", "bob-token").encode()
+    tokens_file.write_bytes(tokens_file.read_bytes().replace(bob, b"b\xf6b" + bob[3:]))  # latin-1 bob
+    clock.advance(2)
+    assert names(operators, "alice-token", "bob-token") == ["alice", None]
+    assert operators.problem() == (
+        f"PIN_IDENTITY_ADMIN_TOKENS_FILE: {tokens_file} is not UTF-8 text; "
+        "only the operators whose line is unchanged stay in force"
+    )
+
+
+def test_a_file_gone_missing_leaves_none_of_its_operators_but_the_token_variables(tokens_file: Path) -> None:
     clock = ManualClock()
     operators = Operators("admin-token", tokens_file, clock=clock.monotonic)
     good = tokens_file.read_text()
+    tokens_file.unlink()
+    clock.advance(2)
     with capture_logs() as logs:
-        for broken in (good + "dave operatr " + sha("dave") + "\n", None):
-            if broken is None:
-                tokens_file.unlink()
-            else:
-                tokens_file.write_text(broken)
-            for _ in range(3):  # looked at again and again: one line per problem
-                clock.advance(2)
-                assert names(operators, "admin-token", "alice-token", "bob-token", "dave") == [
-                    "admin",
-                    "alice",
-                    "bob",
-                    None,
-                ]
-            problem = operators.problem()
-            assert problem is not None and problem.startswith("PIN_IDENTITY_ADMIN_TOKENS_FILE: ")
-            assert problem.endswith("; the operators read before stay in force")
+        for _ in range(3):  # looked at again and again: one line per problem
+            clock.advance(2)
+            assert names(operators, "admin-token", "alice-token", "bob-token") == ["admin", None, None]
+        assert operators.problem() == (
+            f"PIN_IDENTITY_ADMIN_TOKENS_FILE: cannot read {tokens_file} (No such file or directory); "
+            "none of its operators is in force"
+        )
+        assert load_error() == 1
         tokens_file.write_text(good)
         clock.advance(2)
-        assert operators.problem() is None
+        assert names(operators, "admin-token", "alice-token", "bob-token") == ["admin", "alice", "bob"]
+        assert load_error() == 0
     assert [(entry["event"], entry.get("reason", "")) for entry in logs] == [
-        ("admin-operators-file-invalid", "line 3: unknown role 'operatr' (viewer or operator)"),
         ("admin-operators-file-invalid", f"cannot read {tokens_file} (No such file or directory)"),
         ("admin-operators-reloaded", ""),
     ]
+    assert (logs[0]["viewers"], logs[0]["operators"]) == (0, 1)
+    assert_no_secret_in(logs, "admin-token", "alice-token", "bob-token")
+
+
+def test_a_byte_order_mark_is_not_part_of_the_first_line(tmp_path: Path) -> None:
+    """Editors on Windows write one; the file is still UTF-8."""
+    path = tmp_path / "operators"
+    path.write_bytes(b"\xef\xbb\xbf" + line("alice", "operator", "alice-token").encode())
+    clock = ManualClock()
+    operators = Operators(None, path, clock=clock.monotonic)
+    assert names(operators, "alice-token") == ["alice"]
+    path.write_bytes(b"\xef\xbb\xbf# operators\n" + line("bob", "viewer", "bob-token").encode())
+    clock.advance(2)
+    assert names(operators, "alice-token", "bob-token") == [None, "bob"]
+    assert operators.problem() is None
+
+
+@pytest.mark.parametrize(
+    ("mode", "readable_by"), [(0o640, "group"), (0o604, "others"), (0o644, "group and others")]
+)
+def test_a_file_others_can_read_is_warned_about_once(tmp_path: Path, mode: int, readable_by: str) -> None:
+    """The digests are unsalted: whoever reads them can try guesses at a weak token offline."""
+    path = tmp_path / "operators"
+    path.write_text(line("alice", "operator", "alice-token"))
+    path.chmod(mode)
+    clock = ManualClock()
+    with capture_logs() as logs:
+        operators = Operators(None, path, clock=clock.monotonic)
+        for _ in range(3):
+            clock.advance(2)
+            assert names(operators, "alice-token") == ["alice"]  # a warning, not a refusal
+        path.chmod(0o600)
+        clock.advance(2)
+        operators.current()
+    assert logs == [
+        {
+            "event": "admin-operators-file-readable",
+            "component": "admin-http",
+            "path": str(path),
+            "mode": f"{mode:04o}",
+            "readable_by": readable_by,
+            "log_level": "warning",
+        }
+    ]
+
+
+@pytest.mark.parametrize("mode", [0o600, 0o400])
+def test_a_file_only_its_owner_reads_is_not_warned_about(tmp_path: Path, mode: int) -> None:
+    path = tmp_path / "operators"
+    path.write_text(line("alice", "operator", "alice-token"))
+    path.chmod(mode)
+    with capture_logs() as logs:
+        Operators(None, path).current()
+    assert logs == []
+
+
+@pytest.mark.parametrize(
+    ("mode", "owner", "reader", "readable_by"),
+    [
+        (0o440, 0, 10001, None),  # a mounted Kubernetes Secret: root's file, in the pod's group (fsGroup)
+        (0o444, 0, 10001, "others"),
+        (0o640, 10001, 10001, "group"),  # the reader's own file: its group is anyone's
+        (0o640, 0, 0, "group"),
+        (0o604, 10001, 10001, "others"),
+        (0o600, 10001, 10001, None),
+    ],
+)
+def test_who_else_may_read_the_file(mode: int, owner: int, reader: int, readable_by: str | None) -> None:
+    """PostgreSQL's rule for its key file: group-readable is fine only for a file root owns (whoever put
+    the reader in that group meant it), never for the reader's own file; others, never."""
+    assert readers_besides_the_owner(mode, owner=owner, reader=reader) == readable_by
 
 
 # ---------------------------------------------------------------- the audit line

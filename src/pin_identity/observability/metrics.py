@@ -107,9 +107,17 @@ import_run_started = Gauge(
     "identity_import_run_started_timestamp_seconds", "When the import run this process works on started"
 )
 
+# ---- the platform-admin API (`serve`)
+admin_tokens_file_load_error = Gauge(
+    "identity_admin_tokens_file_load_error",
+    "1 while PIN_IDENTITY_ADMIN_TOKENS_FILE cannot be read or parsed (of its operators only those whose line "
+    "is unchanged stay in force; none when it cannot be read), else 0",
+)
+
 
 def record_outbox_backlog(waiting: int, oldest_age_s: float, held_s: float) -> None:
-    """The outbox's gauges, as the relay sees them every few seconds and `serve` at each scrape."""
+    """The outbox's gauges, as the relay sees them every few seconds and `serve` for scrapes (at most
+    every 5 s)."""
     outbox_backlog.set(waiting)
     outbox_oldest_age_seconds.set(oldest_age_s)
     outbox_publishing_held_seconds.set(held_s)
@@ -124,7 +132,8 @@ def record_import_running(started_at: datetime | None) -> None:
 
 
 def record_fanout_queue(backlog: int, failed: int) -> None:
-    """The fan-out queue's gauges, as the worker sees them at each claim and `serve` at each scrape."""
+    """The fan-out queue's gauges, as the worker sees them at each claim and `serve` for scrapes (at most
+    every 5 s)."""
     fanout_queue_backlog.set(backlog)
     fanout_failed_tasks.set(failed)
 

@@ -1,5 +1,5 @@
-"""The console's health summary: the database gauges `/metrics` serves (read by the caller, at the moment it
-scrapes), the outbox's dead letters, and how far the talent-sync consumer group is behind on Talent's topics.
+"""The console's health summary: the database gauges `/metrics` serves (read by the caller, a few seconds old
+at most), the outbox's dead letters, and how far the talent-sync consumer group is behind on Talent's topics.
 Only a worker running talent-sync has the lag as a gauge; any other process asks the broker."""
 
 from __future__ import annotations

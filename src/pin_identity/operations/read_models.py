@@ -156,7 +156,8 @@ class OutboxHolder(Protocol):
 
 @dataclass(frozen=True)
 class QueueGauges:
-    """The gauges `/metrics` reads from the database at a scrape, read at one moment."""
+    """The gauges `/metrics` reads from the database for scrapes (at most every few seconds), read at one
+    moment."""
 
     outbox_backlog: int  # rows not yet acknowledged
     outbox_oldest_age_s: float

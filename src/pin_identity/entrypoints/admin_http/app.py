@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import anyio
 import uvicorn
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
@@ -94,7 +95,8 @@ def create_app(container: Container) -> FastAPI:
     )
     app.state.container = container
     app.state.operators = operators
-    app.state.gauges = DatabaseGauges(container)
+    app.state.gauges = DatabaseGauges.of(container)
+    app.state.scrapes = anyio.CapacityLimiter(1)  # /metrics: one scrape at a time (probes)
     app.state.readiness = ReadinessCheck.of(container, warning=operators.problem)
     for router in (imports, sync, fanout, roles, operators_router, health, access, probes, console):
         app.include_router(router)

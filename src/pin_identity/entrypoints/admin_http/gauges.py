@@ -1,9 +1,19 @@
-"""The gauges `serve` reads from the database: at each scrape of `/metrics`, and for the console's health
-summary, which shows the very figures read (QueueGauges), not the registry's copy of them."""
+"""The gauges `serve` reads from the database, for `/metrics` and for the console's health summary, which
+shows the very figures read (QueueGauges), not the registry's copy of them.
+
+They are read at most once per MAX_AGE_S whatever the number of scrapes, so `/metrics` (no authentication)
+cannot be used to load the database; a scrape never waits for another's read (the registry keeps the last
+figures meanwhile), so a flood of scrapes holds at most one worker thread on the database. This is a
+deliberate deviation from CONTRACTS section 6's "computed at scrape time" (README, "Admin HTTP API: choices").
+"""
 
 from __future__ import annotations
 
+import math
 import threading
+import time
+from collections.abc import Callable
+from contextlib import suppress
 
 import psycopg
 from psycopg_pool import PoolTimeout
@@ -14,33 +24,30 @@ from pin_identity.domain.events import now_utc
 from pin_identity.entrypoints.admin_http.problems import DatabaseUnavailableError
 from pin_identity.observability import metrics
 from pin_identity.observability.logging import describe_error, get_logger
-from pin_identity.operations.ports.outbox import OutboxBacklog, OutboxBacklogSession
+from pin_identity.operations.ports.outbox import OutboxBacklogSession
 from pin_identity.operations.read_models import QueueGauges
 
 log = get_logger("admin-http")
 
+MAX_AGE_S = 5.0  # a Prometheus scrape interval is 15-60 s: each scrape still sees figures of its own
 
-class DatabaseGauges:
-    """The gauges read from the database, refreshed at scrape time. The outbox backlog comes from the
-    outbox queue's own query, on one dedicated session kept for the process."""
+
+class _QueueReads:
+    """The reads behind the gauges: the outbox backlog with the outbox queue's own query, on one dedicated
+    session kept for the process; the fan-out queue's stats and the Running import run on the pool."""
 
     def __init__(self, container: Container):
         self._container = container
         self._outbox: OutboxBacklogSession | None = None
-        self._lock = threading.Lock()
 
-    def _outbox_backlog(self) -> OutboxBacklog:
-        with self._lock:
-            if self._outbox is None:
-                self._outbox = self._container.outbox_backlog_reader()
-            try:
-                return self._outbox.backlog()
-            except psycopg.Error:
-                self._outbox.reset()  # reconnect at the next scrape
-                raise
-
-    def _ask(self) -> QueueGauges:
-        outbox = self._outbox_backlog()
+    def __call__(self) -> QueueGauges:
+        if self._outbox is None:
+            self._outbox = self._container.outbox_backlog_reader()
+        try:
+            outbox = self._outbox.backlog()
+        except psycopg.Error:
+            self.close()  # reconnect at the next read
+            raise
         stats = self._container.fanout_queue.stats(now_utc())
         running = self._container.import_store.running_run()
         return QueueGauges(
@@ -53,14 +60,70 @@ class DatabaseGauges:
             import_started_at=running.started_at if running else None,
         )
 
-    def read(self) -> QueueGauges:
-        """The gauges now, also set in the registry; DatabaseUnavailableError when the database did not
-        answer: the registry keeps its last values (a scrape still answers, and the log says why)."""
+    def close(self) -> None:
+        if self._outbox is not None:
+            self._outbox.reset()
+            self._outbox = None
+
+
+def _nothing_to_close() -> None:
+    return None
+
+
+class DatabaseGauges:
+    """The database gauges, read at most once per `max_age_s` (a read that failed too: the database is not
+    asked again by every scrape while it is down); one read at a time."""
+
+    def __init__(
+        self,
+        read: Callable[[], QueueGauges],
+        *,
+        close: Callable[[], None] = _nothing_to_close,
+        max_age_s: float = MAX_AGE_S,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        self._read, self._close, self._max_age_s, self._clock = read, close, max_age_s, clock
+        self._lock = threading.Lock()
+        self._last: QueueGauges | None = None  # None after a read that failed
+        self._read_at = -math.inf
+
+    @classmethod
+    def of(cls, container: Container) -> DatabaseGauges:
+        reads = _QueueReads(container)
+        return cls(reads, close=reads.close)
+
+    def refresh(self) -> None:
+        """For a scrape: the registry's gauges brought up to date if they are older than `max_age_s`. While
+        another caller reads, returns at once: the registry keeps the last figures."""
+        if not self._lock.acquire(blocking=False):
+            return
         try:
-            gauges = self._ask()
+            with suppress(DatabaseUnavailableError):  # the registry keeps its last values; the log said why
+                self._current()
+        finally:
+            self._lock.release()
+
+    def read(self) -> QueueGauges:
+        """The gauges at most `max_age_s` old, waiting for a read under way; DatabaseUnavailableError when
+        the last read failed: stale figures must not pass for the present."""
+        with self._lock:
+            return self._current()
+
+    def _current(self) -> QueueGauges:
+        if self._clock() - self._read_at >= self._max_age_s:
+            self._last = self._fresh()
+            self._read_at = self._clock()
+        if self._last is None:
+            raise DatabaseUnavailableError
+        return self._last
+
+    def _fresh(self) -> QueueGauges | None:
+        """The gauges read now, also set in the registry; None when the database did not answer."""
+        try:
+            gauges = self._read()
         except (psycopg.Error, PoolTimeout, ConfigurationError) as exc:
             log.warning("metrics-refresh-failed", error=describe_error(exc))
-            raise DatabaseUnavailableError from None
+            return None
         metrics.record_outbox_backlog(gauges.outbox_backlog, gauges.outbox_oldest_age_s, gauges.outbox_held_s)
         metrics.record_fanout_queue(gauges.fanout_backlog, gauges.fanout_failed)
         metrics.record_import_running(gauges.import_started_at)
@@ -68,6 +131,4 @@ class DatabaseGauges:
 
     def close(self) -> None:
         with self._lock:
-            if self._outbox is not None:
-                self._outbox.reset()
-                self._outbox = None
+            self._close()

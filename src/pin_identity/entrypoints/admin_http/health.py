@@ -1,4 +1,4 @@
-"""`/admin/v1/health/summary`: the console's health, from the gauges `/metrics` serves read now."""
+"""`/admin/v1/health/summary`: the console's health, from the database gauges `/metrics` serves."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ health = admin_router("/admin/v1/health", "health")
 @health.get("/summary", response_model=HealthSummary, responses=problem_responses(503))
 def health_summary(request: Request, container: ContainerDep) -> HealthSummary:
     """Outbox backlog and oldest age, fan-out backlog and failed tasks, whether an import runs (the database
-    gauges of `/metrics`, refreshed now), dead letters, and the talent-sync consumer's lag. 503
-    `IDENTITY_DATABASE_UNAVAILABLE` when the gauges cannot be read: stale figures must not pass for the
-    present."""
+    gauges of `/metrics`, at most 5 s old), dead letters, and the talent-sync consumer's lag. 503
+    `IDENTITY_DATABASE_UNAVAILABLE` when the last read of the gauges failed: stale figures must not pass for
+    the present."""
     queues = request.app.state.gauges.read()
     return HealthSummary.of(container.health.report(queues, now_utc()))

@@ -2,26 +2,35 @@
 from PIN_IDENTITY_ADMIN_TOKENS_FILE and PIN_IDENTITY_ADMIN_TOKEN (one operator, `admin`, role `operator`).
 
 The file holds one operator per line, `<name> <role> <sha256 of the token, hex>`; blank lines and `#` comments
-are ignored. It is read again when a request or `/readyz` asks and RECHECK_S has passed since the last look,
-so an edit (a token added, rotated or removed) is in force within seconds, without a restart. A file that
-cannot be read or parsed leaves the operators as they were: one log line (`admin-operators-file-invalid`)
-says why, and `/readyz` names it until the file is fixed. Only digests are kept; a presented token is hashed
-and compared with every operator's digest in constant time.
+are ignored, and so is a UTF-8 byte-order mark. It is read again when a request, `/readyz` or `/metrics` asks
+and RECHECK_S has passed since the last look, so an edit (a token added, rotated or removed) is in force
+within seconds, without a restart. A file that cannot be used fails closed: one that does not parse keeps, of
+the operators of the last file that loaded, only those whose line is still there unchanged (an edit that
+removes an operator and has a typo elsewhere still removes that operator); one that cannot be read (gone
+missing) keeps none of them. PIN_IDENTITY_ADMIN_TOKEN's operator is not the file's and stays. One log line
+(`admin-operators-file-invalid`) says why, `/readyz` names it and `identity_admin_tokens_file_load_error` is
+1 until the file is fixed. A file that others than its owner may read is warned about
+(`admin-operators-file-readable`). Only digests are kept, and no log line carries a token or a digest; a
+presented token is hashed and compared with every operator's digest in constant time.
 """
 
 from __future__ import annotations
 
 import hmac
+import os
 import re
+import stat
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import suppress
 from dataclasses import dataclass, field
 from hashlib import sha256
 from pathlib import Path
 
 from pin_identity.config import ConfigurationError, Settings
 from pin_identity.entrypoints.documents import AdminRole
+from pin_identity.observability import metrics
 from pin_identity.observability.logging import get_logger
 
 log = get_logger("admin-http")
@@ -34,6 +43,8 @@ MAX_FILE_BYTES = 1024 * 1024  # a path mistakenly naming a device or a log must 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _SHA256_HEX = re.compile(r"[0-9a-fA-F]{64}")
 _EMPTY_TOKEN = sha256(b"").digest()
+ONLY_UNCHANGED = "only the operators whose line is unchanged stay in force"
+NONE_OF_THEM = "none of its operators is in force"
 
 
 @dataclass(frozen=True)
@@ -44,7 +55,12 @@ class Operator:
 
 
 class OperatorsFileError(ValueError):
-    """The tokens file cannot be read or parsed; the message names the line, never a token or digest."""
+    """The tokens file cannot be used (parsed, or with the subclass read); the message names the line, never a
+    token or digest."""
+
+
+class OperatorsFileUnreadableError(OperatorsFileError):
+    """The tokens file cannot be read at all (missing, unreadable, too large): no line of it is known."""
 
 
 def token_digest(token: str) -> bytes:
@@ -58,10 +74,7 @@ def parse_operators(text: str, beside: Iterable[Operator] = ()) -> tuple[Operato
     names = {operator.name: TOKEN_VARIABLE for operator in beside}
     digests = {operator.digest: TOKEN_VARIABLE for operator in beside}
     listed = []
-    for number, raw in enumerate(text.splitlines(), start=1):
-        line = raw.split("#", 1)[0].strip()
-        if not line:
-            continue
+    for number, line in _lines(text):
         operator = _operator(number, line)
         if operator.name in names:
             raise OperatorsFileError(
@@ -72,6 +85,24 @@ def parse_operators(text: str, beside: Iterable[Operator] = ()) -> tuple[Operato
         names[operator.name] = digests[operator.digest] = f"line {number}"
         listed.append(operator)
     return tuple(listed)
+
+
+def unchanged_operators(text: str, loaded: Iterable[Operator]) -> tuple[Operator, ...]:
+    """Of the operators `loaded` from the last file that parsed, those whose line `text` still has as it was
+    (the same name, role and digest), whatever its other lines say."""
+    present = set()
+    for number, line in _lines(text):
+        with suppress(OperatorsFileError):
+            present.add(_operator(number, line))
+    return tuple(operator for operator in loaded if operator in present)
+
+
+def _lines(text: str) -> Iterator[tuple[int, str]]:
+    """The lines that say something, numbered as an editor numbers them, without comments or white space."""
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.split("#", 1)[0].strip()
+        if line:
+            yield number, line
 
 
 def _operator(number: int, line: str) -> Operator:
@@ -94,22 +125,40 @@ def _operator(number: int, line: str) -> Operator:
     return Operator(name, AdminRole(role), bytes.fromhex(digest))
 
 
-def _read(path: Path) -> str:
+def _read(path: Path) -> bytes:
     try:
         with path.open("rb") as opened:
             content = opened.read(MAX_FILE_BYTES + 1)
     except OSError as exc:
-        raise OperatorsFileError(f"cannot read {path} ({exc.strerror or type(exc).__name__})") from None
+        raise OperatorsFileUnreadableError(
+            f"cannot read {path} ({exc.strerror or type(exc).__name__})"
+        ) from None
     if len(content) > MAX_FILE_BYTES:
-        raise OperatorsFileError(f"{path} is larger than {MAX_FILE_BYTES} bytes")
+        raise OperatorsFileUnreadableError(f"{path} is larger than {MAX_FILE_BYTES} bytes")
+    return content
+
+
+def _text(path: Path, content: bytes) -> str:
+    """The file as text; a byte-order mark (as some editors write) is not part of its first line."""
     try:
-        return content.decode("utf-8")
+        return content.decode("utf-8-sig")
     except UnicodeDecodeError:
         raise OperatorsFileError(f"{path} is not UTF-8 text") from None
 
 
+def readers_besides_the_owner(mode: int, *, owner: int, reader: int) -> str | None:
+    """Who else may read a file of this mode and owner, read by the process of uid `reader`: "group",
+    "others", "group and others", or None. PostgreSQL's rule for its key file: a group may read a file root
+    owns (a mounted Kubernetes Secret, whose group is the pod's fsGroup: someone put the reader in it on
+    purpose), never the reader's own file; others never may."""
+    group = bool(mode & stat.S_IRGRP) and not (owner == 0 and reader != 0)
+    others = bool(mode & stat.S_IROTH)
+    return " and ".join(who for who, may in (("group", group), ("others", others)) if may) or None
+
+
 class Operators:
-    """The operators in force: PIN_IDENTITY_ADMIN_TOKEN's, and the tokens file's as last read successfully."""
+    """The operators in force: PIN_IDENTITY_ADMIN_TOKEN's, and those of the tokens file as it is now (when it
+    cannot be used: those of the last file that loaded whose line is still there unchanged)."""
 
     def __init__(
         self,
@@ -128,15 +177,19 @@ class Operators:
             raise ConfigurationError(f"{TOKENS_FILE} or {TOKEN_VARIABLE}: required by serve")
         self._file, self._clock, self._recheck_s = tokens_file, clock, recheck_s
         self._lock = threading.Lock()
-        self._listed: tuple[Operator, ...] = ()
-        self._text: str | None = None  # the file's content in force
+        self._loaded: tuple[Operator, ...] = ()  # the operators of the last file that loaded whole
+        self._listed: tuple[Operator, ...] = ()  # the file's operators in force
+        self._content: bytes | None = None  # the file as last read; None when it could not be
         self._problem: str | None = None
+        self._readable: tuple[str, int] | None = None  # who else may read it, and its mode, as warned
         self._looked_at = clock()
         if tokens_file is not None:
-            try:
-                self._adopt(_read(tokens_file))
-            except OperatorsFileError as exc:  # at start there is nothing to fall back on
+            self._check_readers(tokens_file)
+            try:  # at start there is nothing to fall back on
+                self._adopt(_read(tokens_file), tokens_file)
+            except OperatorsFileError as exc:
                 raise ConfigurationError(f"{TOKENS_FILE}: {exc}") from None
+            metrics.admin_tokens_file_load_error.set(0)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Operators:
@@ -169,25 +222,53 @@ class Operators:
             if now - self._looked_at < self._recheck_s:
                 return
             self._looked_at = now
-            try:
-                text = _read(self._file)
-                if text != self._text or self._problem is not None:
-                    self._adopt(text)
-                    log.info("admin-operators-reloaded", **self.counts())
-            except OperatorsFileError as exc:
-                self._refuse(str(exc))
+            self._check_readers(self._file)
+            self._reload(self._file)
 
-    def _adopt(self, text: str) -> None:
-        if text != self._text:
-            self._listed = parse_operators(text, beside=self._fixed)
-            self._text = text
+    def _reload(self, path: Path) -> None:
+        try:
+            content = _read(path)
+        except OperatorsFileUnreadableError as exc:
+            self._content = None
+            self._fall_back((), str(exc), NONE_OF_THEM)
+            return
+        if content == self._content:
+            return  # as it was at the last look, in force or not
+        try:
+            self._adopt(content, path)
+        except OperatorsFileError as exc:
+            self._content = content
+            kept = unchanged_operators(content.decode("utf-8-sig", errors="replace"), self._loaded)
+            self._fall_back(kept, str(exc), ONLY_UNCHANGED)
+            return
+        metrics.admin_tokens_file_load_error.set(0)
+        log.info("admin-operators-reloaded", **self.counts())
+
+    def _adopt(self, content: bytes, path: Path) -> None:
+        self._loaded = self._listed = parse_operators(_text(path, content), beside=self._fixed)
+        self._content = content
         self._problem = None
 
-    def _refuse(self, reason: str) -> None:
-        problem = f"{TOKENS_FILE}: {reason}; the operators read before stay in force"
+    def _fall_back(self, kept: tuple[Operator, ...], reason: str, consequence: str) -> None:
+        self._listed = kept
+        metrics.admin_tokens_file_load_error.set(1)
+        problem = f"{TOKENS_FILE}: {reason}; {consequence}"
         if problem != self._problem:  # one line per new problem, not one per look
             log.warning("admin-operators-file-invalid", reason=reason, **self.counts())
         self._problem = problem
+
+    def _check_readers(self, path: Path) -> None:
+        """A warning when others than the owner may read the file, once for each mode that lets them."""
+        try:
+            status = path.stat()
+        except OSError:
+            return  # reading it will say why
+        readers = readers_besides_the_owner(status.st_mode, owner=status.st_uid, reader=os.geteuid())
+        finding = (readers, stat.S_IMODE(status.st_mode)) if readers else None
+        if finding is not None and finding != self._readable:
+            mode = f"{finding[1]:04o}"
+            log.warning("admin-operators-file-readable", path=str(path), mode=mode, readable_by=readers)
+        self._readable = finding
 
     def counts(self) -> dict[str, int]:
         """How many operators of each role are in force (`viewers`, `operators`), for the log."""
