@@ -12,6 +12,7 @@ import psycopg
 import pytest
 from structlog.testing import capture_logs
 
+from pin_identity.adapters.postgres.outbox_queue import PostgresOutboxQueue
 from pin_identity.adapters.postgres.outbox_writer import write_outbox
 from pin_identity.composition import Container
 from pin_identity.domain.events import OutboxMessage
@@ -90,6 +91,37 @@ def test_a_writer_that_never_commits_is_named_measured_and_everything_goes_once_
     assert sorted(e.key for e in events) == sorted(ours)  # two keys: their partitions are read in any order
     assert _gauge("identity_outbox_publishing_held_seconds") < 1.0
     assert outbox_count(database_url) == 0
+
+
+def _sequence_locks(database_url: str, pid: int) -> list[str]:
+    """The modes in which the session `pid` holds the outbox id sequence's lock."""
+    with psycopg.connect(database_url) as conn:
+        rows = conn.execute(
+            "SELECT mode FROM pg_locks WHERE pid = %s"
+            " AND relation = 'identity.outbox_events_id_seq'::regclass ORDER BY mode",
+            (pid,),
+        ).fetchall()
+    return [mode for (mode,) in rows]
+
+
+def test_a_session_that_only_reads_the_id_sequence_holds_nothing_back(
+    container: Container, tap: EventTap, database_url: str, relay: RelaySignals
+) -> None:
+    """A transaction that read the sequence (a person in psql, a report; pg_dump 15-17 reads every sequence
+    so, inside its one transaction, for the length of the dump) holds its lock until it ends, in the mode of
+    a read: it takes no id, so the relay must not wait for it, nor name it as a writer."""
+    ours = [_message(uuid.uuid4(), n) for n in range(20)]
+    with psycopg.connect(database_url, application_name="reads-the-sequence") as reader:
+        reader.execute("SELECT last_value FROM identity.outbox_events_id_seq")  # the transaction stays open
+        assert _sequence_locks(database_url, reader.info.backend_pid) == ["AccessShareLock"]
+        _write(database_url, *ours)
+        tap.wait_for(lambda e: e.key in {m.key for m in ours}, 20, timeout_s=15)
+        backlog_reader = PostgresOutboxQueue(container.database)
+        try:
+            assert backlog_reader.backlog().held_by is None
+        finally:
+            backlog_reader.reset()
+        assert _sequence_locks(database_url, reader.info.backend_pid) == ["AccessShareLock"]  # still open
 
 
 @pytest.mark.parametrize(
