@@ -570,18 +570,28 @@ FROM identity.outbox_events_id_seq s;
 -- The next rows after the last one the relay read, never past the id up to which every row is final, so a
 -- row that commits late is never stepped over, and rows of one aggregate leave in the order their
 -- transactions wrote them. The relay itself holds back the later rows of a key that has one in flight.
+-- PendingEvent's fields in order, then the event id the row is removed by (delete_outbox_events).
 SELECT id AS outbox_id, topic, message_key AS key, convert_to(value, 'UTF8') AS value, event_type,
-       correlation_id::text AS correlation_id, traceparent
+       correlation_id::text AS correlation_id, traceparent, event_id::text AS event_id
 FROM identity.outbox_events
 WHERE id > %(after)s AND id <= %(final)s
 ORDER BY id
 LIMIT %(limit)s;
 
 -- name: delete_outbox_events
-DELETE FROM identity.outbox_events WHERE id = ANY(%(ids)s::bigint[]);
+-- Acknowledged rows: by id, and only a row whose event id is among the acknowledged ones. An id alone may
+-- name a row written since: the relay's session and fan-out pages commit without waiting for the WAL flush,
+-- so a crash that loses the WAL tail can take back the id sequence's advance, and hand the ids of rows the
+-- relay acknowledged (and still holds for removal) out again, to rows never published, whose event ids are
+-- their own. Two arrays rather than (id, event id) pairs: the ids drive one index scan, and the event ids
+-- are a hashed filter, about the cost of the ids alone; pairs joined through unnest probed the index once a
+-- row, three to nine times slower (20,000 and 2,000 ids on a 500,000-row outbox).
+DELETE FROM identity.outbox_events
+WHERE id = ANY(%(ids)s::bigint[]) AND event_id = ANY(%(event_ids)s::uuid[]);
 
 -- name: dead_letter_outbox_event
-WITH moved AS (DELETE FROM identity.outbox_events WHERE id = %(id)s RETURNING *)
+-- By id and event id, as delete_outbox_events removes.
+WITH moved AS (DELETE FROM identity.outbox_events WHERE id = %(id)s AND event_id = %(event_id)s RETURNING *)
 INSERT INTO identity.outbox_dead_letters (id, event_id, topic, message_key, event_type, correlation_id,
                                           traceparent, value, error, created_at)
 SELECT id, event_id, topic, message_key, event_type, correlation_id, traceparent, value, %(error)s, created_at
