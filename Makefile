@@ -96,6 +96,7 @@ bench: $(STAMP) kafka
 	$(BIN)/python bench/talent_apply.py
 	$(BIN)/python bench/talent_import.py
 	$(BIN)/python bench/access_show.py
+	$(BIN)/python bench/publishing_held.py
 
 clean:
 	rm -rf $(VENV) .pin-identity
