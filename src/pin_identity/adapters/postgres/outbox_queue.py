@@ -25,10 +25,11 @@ class IdHorizon:
     never has to look below the last row it read.
 
     Why it holds. A transaction that takes an outbox id (the identity sequence's nextval) holds the
-    sequence's lock from before it takes the id until it ends. So:
+    sequence's lock in ROW EXCLUSIVE mode from before it takes the id until it ends (PostgreSQL's
+    sequence.c, lock_and_open_sequence); a read of the sequence's row takes ACCESS SHARE and no id. So:
     1. a statement A reads the sequence's last value V: every id <= V was taken before A;
-    2. a later statement B lists the transactions holding the sequence's lock (its writers): a transaction
-       that took an id <= V has either ended before B or is one of them;
+    2. a later statement B lists the transactions holding the sequence's lock in ROW EXCLUSIVE mode (its
+       writers): a transaction that took an id <= V has either ended before B or is one of them;
     3. once a statement C after B finds none of B's writers holding the lock any more, all of them have ended.
        A commit is visible to new snapshots before the transaction's locks go, so every statement after C
        sees every row with an id <= V that will ever exist, and no such row can appear later.
