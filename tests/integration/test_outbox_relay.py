@@ -190,6 +190,46 @@ def test_a_removal_lost_with_its_session_is_sent_again_before_the_next_session_r
     queue.reset()
 
 
+def _crash_hands_out_again(database_url: str, outbox_id: int) -> None:
+    """What a crash that loses the WAL tail can leave: the row `outbox_id` lost, and the id sequence back
+    below it (its advance was in the lost tail too), so the next row written takes the same id."""
+    with psycopg.connect(database_url, autocommit=True) as admin:
+        admin.execute("DELETE FROM identity.outbox_events WHERE id >= %s", (outbox_id,))
+        admin.execute("SELECT setval('identity.outbox_events_id_seq', %s, false)", (outbox_id,))
+
+
+def _end_relay_session(database_url: str) -> None:
+    with psycopg.connect(database_url, autocommit=True) as admin:
+        admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE application_name = 'pin-identity-outbox-relay'"
+        )
+
+
+def test_a_removal_that_outlives_a_crash_spares_a_new_row_that_reuses_its_id(
+    container: Container, database_url: str
+) -> None:
+    """The relay's session commits without waiting for the WAL flush, and so do fan-out pages: a crash that
+    loses the WAL tail can take back the id sequence's advance, and hand out again the id of a row the relay
+    already acknowledged and still holds for removal. The next session sends that removal before its first
+    read: it must not delete the new row that carries the id, which was never published."""
+    _write(database_url, [_message(uuid.uuid4(), 1)])
+    queue = PostgresOutboxQueue(container.database)
+    assert queue.try_become_active() is RelayRole.ACTIVE
+    [published] = queue.fetch_ready(10, 0)
+    queue.settle([published.outbox_id], {})  # acknowledged: its removal goes out with the next read
+    _end_relay_session(database_url)  # the server goes down with the session
+    queue.stand_down()  # what the relay does after a failure: the removal is kept for the next session
+    _crash_hands_out_again(database_url, published.outbox_id)
+    key = uuid.uuid4()
+    _write(database_url, [_message(key, 2)])
+    assert queue.try_become_active() is not RelayRole.STANDBY
+    read = queue.fetch_ready(10, 0)
+    queue.reset()
+    assert [(row.outbox_id, row.key) for row in read] == [(published.outbox_id, str(key))]
+    assert outbox_count(database_url) == 1
+
+
 def test_only_one_relay_is_active_and_a_standby_takes_over(container: Container, settings: Settings) -> None:
     first, second = PostgresOutboxQueue(container.database), PostgresOutboxQueue(Container(settings).database)
     assert first.try_become_active() is RelayRole.ACTIVE

@@ -4,20 +4,29 @@ sequence restarted below the relay's read position is noticed and read from the 
 
 from __future__ import annotations
 
+import subprocess
 import threading
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import psycopg
 import pytest
 from structlog.testing import capture_logs
 
+from pin_identity.adapters.postgres import migrate
+from pin_identity.adapters.postgres.outbox_queue import PostgresOutboxQueue
 from pin_identity.adapters.postgres.outbox_writer import write_outbox
 from pin_identity.composition import Container
+from pin_identity.config import Settings
 from pin_identity.domain.events import OutboxMessage
+from pin_identity.domain.fanout import FanOutPolicy
 from pin_identity.jobs.outbox_relay import RelaySettings
 from pin_identity.observability import metrics
+from tests.support import seed
+from tests.support.databases import create_database
 from tests.support.kafka_tap import EventTap
+from tests.support.older_postgres import older_postgres, older_postgres_bin
 from tests.support.relay import RelaySignals, access_message, outbox_count
 from tests.support.waiting import wait_until
 
@@ -90,6 +99,79 @@ def test_a_writer_that_never_commits_is_named_measured_and_everything_goes_once_
     assert sorted(e.key for e in events) == sorted(ours)  # two keys: their partitions are read in any order
     assert _gauge("identity_outbox_publishing_held_seconds") < 1.0
     assert outbox_count(database_url) == 0
+
+
+def _sequence_locks(database_url: str, application_name: str) -> list[str]:
+    """The modes in which the sessions of `application_name` hold the outbox id sequence's lock."""
+    with psycopg.connect(database_url) as conn:
+        rows = conn.execute(
+            "SELECT l.mode FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid"
+            " WHERE a.application_name = %s"
+            " AND l.relation = 'identity.outbox_events_id_seq'::regclass ORDER BY l.mode",
+            (application_name,),
+        ).fetchall()
+    return [mode for (mode,) in rows]
+
+
+def test_a_session_that_only_reads_the_id_sequence_holds_nothing_back(
+    container: Container, tap: EventTap, database_url: str, relay: RelaySignals
+) -> None:
+    """A transaction that read the sequence (a person in psql, a report; pg_dump 15-17 reads every sequence
+    so, inside its one transaction, for the length of the dump) holds its lock until it ends, in the mode of
+    a read: it takes no id, so the relay must not wait for it, nor name it as a writer."""
+    ours = [_message(uuid.uuid4(), n) for n in range(20)]
+    with psycopg.connect(database_url, application_name="reads-the-sequence") as reader:
+        reader.execute("SELECT last_value FROM identity.outbox_events_id_seq")  # the transaction stays open
+        assert _sequence_locks(database_url, "reads-the-sequence") == ["AccessShareLock"]
+        _write(database_url, *ours)
+        tap.wait_for(lambda e: e.key in {m.key for m in ours}, 20, timeout_s=15)
+        backlog_reader = PostgresOutboxQueue(container.database)
+        try:
+            assert backlog_reader.backlog().held_by is None
+        finally:
+            backlog_reader.reset()
+        assert _sequence_locks(database_url, "reads-the-sequence") == ["AccessShareLock"]  # still open
+
+
+@pytest.fixture(scope="module")
+def older_server() -> Iterator[tuple[Path, str]]:
+    """A PostgreSQL 15-17 server (Debian's) beside the embedded 18: its bin directory and admin URL."""
+    bindir = older_postgres_bin()
+    with older_postgres(bindir) as admin_url:
+        yield bindir, admin_url
+
+
+def test_a_pg_dump_of_postgresql_15_to_17_holds_nothing_back_while_a_role_changes(
+    older_server: tuple[Path, str], broker: str, tap: EventTap, tmp_path: Path
+) -> None:
+    """pg_dump 15-17 reads every sequence with `SELECT last_value` in its one transaction, and keeps that open
+    for the whole dump (here blocked on its output, as a dump written slowly): events of a role changed
+    meanwhile are published while it runs. pg_dump 18 reads sequences otherwise; the embedded server is 18."""
+    bindir, admin_url = older_server
+    url = create_database(admin_url, "pin_identity", template=None)
+    migrate.upgrade(url)
+    container = Container(
+        Settings(database_url=url, kafka_bootstrap_servers=broker, data_dir=tmp_path, worker_http_port=0)
+    )
+    company_id, role_id = seed.held_role(container.transactions, holders=0)
+    holders = {str(user) for user in seed.bulk_role_members(url, role_id, company_id, 2000)}
+    stop = threading.Event()
+    relay = threading.Thread(target=container.outbox_relay(FAST_LOOKS).run, args=(stop,), daemon=True)
+    relay.start()
+    # Its output is not read until the end: the dump (schema and 4,000 rows, past a pipe's 64 KiB) waits.
+    dump = subprocess.Popen([bindir / "pg_dump", "-d", url], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        wait_until(lambda: _sequence_locks(url, "pg_dump") == ["AccessShareLock"], "pg_dump read it")
+        seed.change_permissions(container.transactions, role_id, ["deals.write"], FanOutPolicy(5000))
+        tap.wait_for(lambda e: e.key in holders, len(holders), timeout_s=30)
+        assert dump.poll() is None  # still dumping, its read of the sequence held
+    finally:
+        output, errors = dump.communicate(timeout=60)
+        stop.set()
+        relay.join(30)
+        container.close()
+    assert dump.returncode == 0, errors.decode()
+    assert b"SELECT pg_catalog.setval('identity.outbox_events_id_seq'" in output
 
 
 @pytest.mark.parametrize(

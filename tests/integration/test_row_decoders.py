@@ -19,8 +19,9 @@ COMPANY = tuple(field.name for field in fields(CompanyState))
 USER = tuple(field.name for field in fields(UserState))
 
 POSITIONAL_READS: dict[str, tuple[str, ...]] = {
-    # outbox_queue._pending_events: each row becomes a PendingEvent as it is.
-    "fetch_ready_outbox_events": PendingEvent._fields,
+    # outbox_queue._pending_events: each row's first columns become a PendingEvent; the queue removes the row
+    # by its outbox id and the event id after them.
+    "fetch_ready_outbox_events": (*PendingEvent._fields, "event_id"),
     # fanout_queue._locked_page
     "lock_fanout_page": ("page_size", "last_user_id", "user_ids"),
     # replica_store._companies_by_tenant, _users_by_talent_id, _access_changes, phone_owners, deleted_versions

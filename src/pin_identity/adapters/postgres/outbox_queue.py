@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from contextlib import ExitStack, suppress
 from functools import partial
+from operator import itemgetter
 from typing import Any, cast
 
 import psycopg
@@ -24,10 +25,11 @@ class IdHorizon:
     never has to look below the last row it read.
 
     Why it holds. A transaction that takes an outbox id (the identity sequence's nextval) holds the
-    sequence's lock from before it takes the id until it ends. So:
+    sequence's lock in ROW EXCLUSIVE mode from before it takes the id until it ends (PostgreSQL's
+    sequence.c, lock_and_open_sequence); a read of the sequence's row takes ACCESS SHARE and no id. So:
     1. a statement A reads the sequence's last value V: every id <= V was taken before A;
-    2. a later statement B lists the transactions holding the sequence's lock (its writers): a transaction
-       that took an id <= V has either ended before B or is one of them;
+    2. a later statement B lists the transactions holding the sequence's lock in ROW EXCLUSIVE mode (its
+       writers): a transaction that took an id <= V has either ended before B or is one of them;
     3. once a statement C after B finds none of B's writers holding the lock any more, all of them have ended.
        A commit is visible to new snapshots before the transaction's locks go, so every statement after C
        sees every row with an id <= V that will ever exist, and no such row can appear later.
@@ -63,11 +65,26 @@ class IdHorizon:
         self._last_read = last_value
 
 
+# A row as the queue removes it: its outbox id and its event id (delete_outbox_events says why both).
+_RowIdentity = tuple[int, str]
+# fetch_ready_outbox_events's columns: PendingEvent's fields in order, then the event id (held to it by
+# tests/integration/test_row_decoders.py). Taken apart by itemgetter: no Python frame for each row.
+_EVENT_ID = len(PendingEvent._fields)
+_event_fields = itemgetter(slice(_EVENT_ID))
+_row_identity = itemgetter(0, _EVENT_ID)
+_outbox_id = itemgetter(0)
+
+
 def _pending_events(rows: list[tuple[Any, ...]]) -> list[PendingEvent]:
-    """The rows of fetch_ready_outbox_events, whose columns are PendingEvent's fields in order (held to it by
-    tests/integration/test_row_decoders.py): by position, as tuple.__new__ makes them (what PendingEvent._make
-    calls, without a Python frame for each of the batch's rows)."""
-    return cast("list[PendingEvent]", list(map(partial(tuple.__new__, PendingEvent), rows)))
+    """The rows of fetch_ready_outbox_events by position, as tuple.__new__ makes them (what
+    PendingEvent._make calls, without a Python frame for each of the batch's rows)."""
+    events = map(partial(tuple.__new__, PendingEvent), map(_event_fields, rows))
+    return cast("list[PendingEvent]", list(events))
+
+
+def _array(values: Iterable[object]) -> str:
+    """Values as the text of a PostgreSQL array: psycopg's array dumper is a Python loop over the elements."""
+    return "{" + ",".join(map(str, values)) + "}"
 
 
 class PostgresOutboxQueue:
@@ -85,6 +102,9 @@ class PostgresOutboxQueue:
     the batch to the producer (fewer, larger deletes, and no round trip of their own). Every statement
     that answers something sends the pending removals first and is followed by a sync, which commits what
     was sent before it and raises its errors. A removal is forgotten only once a sync committed it.
+
+    A row is removed (or moved to the dead letters) by its id and its event id, as it was read: after a crash
+    that lost the WAL tail, an id the relay acknowledged may since have been handed out again.
     """
 
     def __init__(self, database: Database, silence: SilenceLimit | None = None):
@@ -100,12 +120,14 @@ class PostgresOutboxQueue:
         # known final above a reader's position may all be read already (or long deleted), so a look at the
         # horizon is due even when `final` stands far above that position.
         self._read_to_final = 0
+        # The event id of each row read and not yet settled, by outbox id.
+        self._read: dict[int, str] = {}
         # Removed with the next statement sent; kept across a new session (they were acknowledged).
-        self._acknowledged: list[int] = []
+        self._acknowledged: list[_RowIdentity] = []
         # Sent for removal but not yet synced. Should the session die first, they are removed again in the
         # next one: a row whose removal was lost while its key's later row was removed would otherwise be
         # read again and published behind it.
-        self._removing: list[int] = []
+        self._removing: list[_RowIdentity] = []
         self._holder = f"{socket.gethostname()}:{os.getpid()}:{id(self):x}"
 
     def _session(self) -> psycopg.Connection:
@@ -173,7 +195,7 @@ class PostgresOutboxQueue:
             self._observe_horizon()
         if self._horizon.final <= after:
             return []
-        if self._acknowledged and max(self._acknowledged) > after:
+        if self._acknowledged and max(map(_outbox_id, self._acknowledged)) > after:
             # After a rewind (`after` back at 0) the read would find rows already delivered, and publish them
             # again behind their key's newer ones: their removal goes first, in the same round trip.
             self._send_removals()
@@ -188,6 +210,7 @@ class PostgresOutboxQueue:
             rows = cursor.fetchall()
             if len(rows) < limit:
                 self._read_to_final = self._horizon.final
+            self._read.update(map(_row_identity, rows))
             return _pending_events(rows)
 
     def _observe_horizon(self) -> None:
@@ -205,21 +228,26 @@ class PostgresOutboxQueue:
         """Acknowledged rows are removed with the next read (fewer, larger deletes, none waited for on its
         own); rejected ones move to the dead letters at once, committed before the caller lets the key's next
         row go (a move lost with the session would put the rejected row back in front of it)."""
-        self._acknowledged.extend(delivered)
+        self._acknowledged.extend(self._as_read(delivered))
         if rejected:
             conn = self._session()
-            for outbox_id, error in rejected.items():
-                conn.execute(query("dead_letter_outbox_event"), {"id": outbox_id, "error": error[:2000]})
+            for (outbox_id, event_id), error in zip(self._as_read(rejected), rejected.values(), strict=True):
+                params = {"id": outbox_id, "event_id": event_id, "error": error[:2000]}
+                conn.execute(query("dead_letter_outbox_event"), params)
             self._sync()
+
+    def _as_read(self, outbox_ids: Iterable[int]) -> list[_RowIdentity]:
+        """The rows of these ids as this queue read them (and no longer waiting to be settled)."""
+        ids = list(outbox_ids)
+        return list(zip(ids, map(self._read.pop, ids), strict=True))
 
     def _send_removals(self) -> None:
         conn = self._session()  # first: a session opened here sends what is pending itself
         if self._acknowledged:
-            ids, self._acknowledged = self._acknowledged, []
-            self._removing.extend(ids)
-            # The ids as the text of a bigint[]: psycopg's array dumper is a Python loop over the elements.
-            listed = "{" + ",".join(map(str, ids)) + "}"
-            conn.execute(query("delete_outbox_events"), {"ids": listed})
+            rows, self._acknowledged = self._acknowledged, []
+            self._removing.extend(rows)
+            ids, event_ids = zip(*rows, strict=True)
+            conn.execute(query("delete_outbox_events"), {"ids": _array(ids), "event_ids": _array(event_ids)})
 
     def transactional_id(self) -> str:
         """The outbox's Kafka transactional.id, the same for every relay of it."""
@@ -256,6 +284,7 @@ class PostgresOutboxQueue:
         except psycopg.Error:
             pass  # the session is gone, and the lock with it: the next relay is TAKEN_OVER (and logs it)
         finally:
+            self._read = {}  # nothing handed out before can be settled any more (OutboxQueue.stand_down)
             self.reset()
 
     def reset(self) -> None:
