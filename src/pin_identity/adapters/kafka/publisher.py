@@ -88,7 +88,8 @@ class _Transaction:
 
 @dataclass(slots=True)
 class _TopicInFlight:
-    """One topic's events in flight, by key, and those acknowledged since the last collect()."""
+    """One topic's events in flight, by key, and those the broker wrote since the last collect(): acknowledged
+    there, or in a transaction only once it commits (a delivery report comes before the commit)."""
 
     by_key: dict[bytes, int] = field(default_factory=dict)
     delivered: list[int] = field(default_factory=list)
@@ -186,7 +187,10 @@ class KafkaEventPublisher:
             if generation != self._generation:
                 return
             self._one_offs -= 1
-            self._classify(outbox_id, topic, error, self._answers)
+            if error is None:  # written, as the shared callback's: collect() says when it is acknowledged
+                self._topics[topic].delivered.append(outbox_id)
+            else:
+                self._classify(outbox_id, topic, error, self._answers)
 
         return on_delivery
 
@@ -339,11 +343,8 @@ class KafkaEventPublisher:
                 in_flight.by_key[key] = outbox_id
             return
 
-    def _classify(self, outbox_id: int, topic: str, error: KafkaError | None, report: PublishReport) -> None:
-        if error is None:
-            report.delivered.append(outbox_id)
-            self._published[topic] += 1
-        elif error.code() in _PERMANENT:
+    def _classify(self, outbox_id: int, topic: str, error: KafkaError, report: PublishReport) -> None:
+        if error.code() in _PERMANENT:
             report.rejected[outbox_id] = f"{error.name()}: {error.str()}"
         else:
             report.retry[outbox_id] = error.name()
