@@ -10,6 +10,7 @@ def test_defaults_follow_the_contract(monkeypatch: pytest.MonkeyPatch) -> None:
         "PIN_IDENTITY_FANOUT_BATCH_SIZE",
         "PIN_IDENTITY_INLINE_FANOUT_THRESHOLD",
         "PIN_IDENTITY_DEBUG",
+        "PIN_IDENTITY_OUTBOX_RELAY_CREATES_TOPICS",
     ):
         monkeypatch.delenv(name, raising=False)
     settings = load_settings(_env_file=None)
@@ -24,6 +25,7 @@ def test_defaults_follow_the_contract(monkeypatch: pytest.MonkeyPatch) -> None:
     assert settings.worker_http_port == 9464
     assert settings.kafka_topic_partitions == 12
     assert settings.debug is False
+    assert settings.outbox_relay_creates_topics is True
 
 
 @pytest.mark.parametrize(
@@ -37,6 +39,7 @@ def test_defaults_follow_the_contract(monkeypatch: pytest.MonkeyPatch) -> None:
         ("PIN_IDENTITY_KAFKA_CONFIG", "{not json"),
         ("PIN_IDENTITY_KAFKA_CONFIG", "[1, 2]"),
         ("PIN_IDENTITY_DEBUG", "maybe"),
+        ("PIN_IDENTITY_OUTBOX_RELAY_CREATES_TOPICS", "sometimes"),
     ],
 )
 def test_a_bad_value_is_one_line_naming_its_variable(
