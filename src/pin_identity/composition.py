@@ -206,7 +206,10 @@ class Container:
         configured = self.settings.kafka_properties.get("transactional.id")
         transactional_id = configured or queue.transactional_id()
         publisher = KafkaEventPublisher(
-            self.kafka_client_config, ensure_topics=self.ensure_topics, transactional_id=transactional_id
+            self.kafka_client_config,
+            ensure_topics=self.ensure_topics if self.settings.outbox_relay_creates_topics else None,
+            own_topics=PUBLISHED_TOPICS,
+            transactional_id=transactional_id,
         )
         self._closers.append(publisher.close)
         self._closers.append(queue.reset)

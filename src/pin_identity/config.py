@@ -62,6 +62,9 @@ class Settings(BaseSettings):
 
     kafka_topic_partitions: PositiveInt = 12
     kafka_replication_factor: PositiveInt | None = None
+    # Off where a separate admin job creates the topics (the relay's principal may not): the relay then
+    # holds the events of a missing topic until someone creates it.
+    outbox_relay_creates_topics: bool = True
 
     # Runtime hygiene beyond the contract's list: every connection carries these limits.
     db_pool_max_size: Annotated[int, Field(ge=2, le=100)] = 10

@@ -18,6 +18,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from pin_identity.adapters.kafka.embedded import free_port, kill_broker, start_broker, stop_broker
 from pin_identity.adapters.kafka.topics import TopicLayout, ensure_topics
 from tests.support.tcp_proxy import TcpProxy
+from tests.support.waiting import wait_until
 
 
 @dataclass
@@ -124,3 +125,11 @@ def roll_segments(bootstrap: str, topics: Iterable[str], partitions: int) -> Non
         for partition in range(partitions):
             producer.produce(topic, key=str(uuid.uuid4()), value=None, partition=partition)
     assert producer.flush(30) == 0
+
+
+def delete_topic(bootstrap: str, topic: str) -> None:
+    """Delete a topic (only on a broker of the test's own) and return once the broker no longer lists it."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.delete_topics([topic], operation_timeout=30).values():
+        future.result()
+    wait_until(lambda: topic not in admin.list_topics(timeout=10).topics, f"{topic} is gone")

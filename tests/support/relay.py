@@ -12,7 +12,10 @@ import psycopg
 
 from pin_identity.composition import Container
 from pin_identity.domain.events import ACCESS_TOPIC, OutboxMessage, envelope
+from pin_identity.domain.fanout import FanOutPolicy
 from pin_identity.jobs.outbox_relay_observer import HELD_AFTER_S, RelayObserver
+from pin_identity.operations import identity
+from tests.support.kafka_tap import EventTap
 
 
 def publish_outbox(container: Container) -> None:
@@ -32,6 +35,27 @@ def access_message(key: uuid.UUID, payload: dict[str, Any]) -> OutboxMessage:
     )
 
 
+def change_permissions_inline(container: Container, role: uuid.UUID, holders: int) -> None:
+    """A permission change of a role of at most `holders` users: their events are written with the change."""
+    identity.set_role_permissions(
+        container.transactions,
+        identity.Context.fresh(),
+        role_id=role,
+        permissions=["deals.read", "deals.approve"],
+        policy=FanOutPolicy(inline_threshold=holders),
+    )
+
+
+def users_told_of_the_change(bootstrap: str, role: uuid.UUID) -> set[str]:
+    """The users with an event of the role's permission change on the access topic, read whole."""
+    tap = EventTap(bootstrap, [ACCESS_TOPIC], from_beginning=True)
+    try:
+        events = tap.read_to_end(lambda e: e.payload["changedRoleId"] == str(role))
+    finally:
+        tap.close()
+    return {e.key for e in events if e.payload["changeReason"] == "RolePermissionsChanged"}
+
+
 def outbox_count(database_url: str, table: str = "outbox_events") -> int:
     """Rows left in the outbox (or in `outbox_dead_letters`)."""
     with psycopg.connect(database_url) as conn:
@@ -41,12 +65,26 @@ def outbox_count(database_url: str, table: str = "outbox_events") -> int:
 
 class RelaySignals(RelayObserver):
     """The relay's observer (its log lines and metrics as usual) that also sets `not_delivered` when the
-    broker hands events back undelivered (the producer gave up on them: an outage, a delivery timeout)."""
+    broker hands events back undelivered (the producer gave up on them: an outage, a delivery timeout), and
+    `topic_held` when the relay holds a topic's events because the broker does not have the topic (`held`:
+    topic -> why it was not recreated; `recreated`: the topics the relay created again)."""
 
     def __init__(self, *, held_after_s: float = HELD_AFTER_S) -> None:
         super().__init__(held_after_s=held_after_s)
         self.not_delivered = threading.Event()
+        self.topic_held = threading.Event()
+        self.held: dict[str, str] = {}
+        self.recreated: list[str] = []
 
     def delivery_failed(self, retry: Mapping[int, str]) -> None:
         super().delivery_failed(retry)
         self.not_delivered.set()
+
+    def topic_missing(self, topic: str, reason: str) -> None:
+        super().topic_missing(topic, reason)
+        self.held[topic] = reason
+        self.topic_held.set()
+
+    def topic_recreated(self, topic: str) -> None:
+        super().topic_recreated(topic)
+        self.recreated.append(topic)

@@ -11,6 +11,7 @@ def test_defaults_follow_the_contract(monkeypatch: pytest.MonkeyPatch) -> None:
         "PIN_IDENTITY_INLINE_FANOUT_THRESHOLD",
         "PIN_IDENTITY_DEBUG",
         "PIN_IDENTITY_RELAY_SESSION_TIMEOUT_S",
+        "PIN_IDENTITY_OUTBOX_RELAY_CREATES_TOPICS",
     ):
         monkeypatch.delenv(name, raising=False)
     settings = load_settings(_env_file=None)
@@ -27,6 +28,7 @@ def test_defaults_follow_the_contract(monkeypatch: pytest.MonkeyPatch) -> None:
     assert settings.debug is False
     # A standby takes over from a relay whose path went silent within this plus its 2 s look: under 30 s.
     assert settings.relay_session_timeout_s == 15
+    assert settings.outbox_relay_creates_topics is True
 
 
 @pytest.mark.parametrize(
@@ -41,6 +43,7 @@ def test_defaults_follow_the_contract(monkeypatch: pytest.MonkeyPatch) -> None:
         ("PIN_IDENTITY_KAFKA_CONFIG", "[1, 2]"),
         ("PIN_IDENTITY_DEBUG", "maybe"),
         ("PIN_IDENTITY_RELAY_SESSION_TIMEOUT_S", "0.5"),
+        ("PIN_IDENTITY_OUTBOX_RELAY_CREATES_TOPICS", "sometimes"),
     ],
 )
 def test_a_bad_value_is_one_line_naming_its_variable(

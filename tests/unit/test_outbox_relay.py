@@ -11,6 +11,8 @@ import uuid
 from collections.abc import Mapping, Sequence
 
 import pytest
+from prometheus_client import REGISTRY
+from structlog.testing import capture_logs
 
 from pin_identity.adapters.postgres.outbox_queue import IdHorizon
 from pin_identity.domain.errors import OutboxIdsWentBackError
@@ -90,8 +92,8 @@ class DrivenTime:
 
 
 class ScriptedPublisher:
-    """Answers each outbox id from a script: 'ok', 'reject', 'retry' (then 'ok' next time), or 'silent'
-    (never answered).
+    """Answers each outbox id from a script: 'ok', 'reject', 'retry' (then 'ok' next time), 'silent'
+    (never answered), or 'held' (its topic is missing: handed back at once, twice, then the topic is found).
 
     Answers arrive on the next collect(), like broker acknowledgements; a collect's wait passes on `time`.
     """
@@ -103,6 +105,7 @@ class ScriptedPublisher:
         self.discarded = 0
         self.calls: list[str] = []  # "start" and "send", in order
         self._answers = PublishReport()
+        self._held_tries: dict[int, int] = {}
 
     def start(self) -> None:
         self.calls.append("start")
@@ -110,8 +113,11 @@ class ScriptedPublisher:
     def send(self, events: Sequence[PendingEvent]) -> PublishReport:
         self.sent.append([e.outbox_id for e in events])
         self.calls.append("send")
+        at_once = PublishReport()
         for event in events:
             verdict = self.script.get(event.outbox_id, "ok")
+            if verdict == "held" and self._held(event, at_once):
+                continue
             if verdict == "reject":
                 self._answers.rejected[event.outbox_id] = "MSG_SIZE_TOO_LARGE"
             elif verdict == "retry":
@@ -121,7 +127,18 @@ class ScriptedPublisher:
                 continue
             else:
                 self._answers.delivered.append(event.outbox_id)
-        return PublishReport()
+        return at_once
+
+    def _held(self, event: PendingEvent, at_once: PublishReport) -> bool:
+        """Whether the event is handed back at once, its topic still missing; its third try finds it."""
+        tries = self._held_tries[event.outbox_id] = self._held_tries.get(event.outbox_id, 0) + 1
+        if tries == 1:
+            at_once.topics_missing[event.topic] = "the relay does not create topics"
+        if tries < 3:
+            at_once.retry[event.outbox_id] = "UNKNOWN_TOPIC_OR_PART"
+            return True
+        at_once.topics_found.append(event.topic)
+        return False
 
     def collect(self, timeout_s: float) -> PublishReport:
         if self._time is not None:
@@ -351,6 +368,15 @@ class RecordingObserver(RelayObserver):
     def retrying(self, reason: str, attempt: int, delay_s: float) -> None:
         self.calls.append(f"retrying {attempt}: {reason}")
 
+    def topic_missing(self, topic: str, reason: str) -> None:
+        self.calls.append(f"topic {topic} missing: {reason}")
+
+    def topic_recreated(self, topic: str) -> None:
+        self.calls.append(f"topic {topic} recreated")
+
+    def topic_found(self, topic: str) -> None:
+        self.calls.append(f"topic {topic} found")
+
 
 def test_the_observer_hears_the_backlog_a_dead_letter_a_retry_and_the_end() -> None:
     queue = MemoryQueue([_event(n) for n in range(1, 8)])
@@ -389,3 +415,51 @@ def test_the_observer_hears_a_takeover_before_anything_is_sent() -> None:
     _relay(queue, ScriptedPublisher({}), time, observer).run(time, once=True)
 
     assert observer.calls == ["started", "took over", "backlog 1", "stopped"]
+
+
+def test_a_missing_topic_holds_its_events_in_key_order_dead_letters_nothing_and_is_said_both_ways() -> None:
+    queue = MemoryQueue([_event(1, "a"), _event(2, "a"), _event(3, "b")])
+    publisher, observer, time = ScriptedPublisher({1: "held"}), RecordingObserver(), DrivenTime()
+
+    _relay(queue, publisher, time, observer).run(time, once=True)
+
+    assert queue.rows == [] and queue.dead == {}
+    # 1 is handed back twice (its topic missing), 2 waits behind it (same key) and goes once 1 went.
+    assert publisher.sent == [[1, 3], [1], [1], [2]]
+    assert observer.calls == [
+        "started",
+        "not delivered [1]",  # at once: the relay looks at the backlog after the first batch went
+        "topic t missing: the relay does not create topics",
+        "backlog 3",
+        "retrying 1: UNKNOWN_TOPIC_OR_PART",
+        "not delivered [1]",
+        "retrying 2: UNKNOWN_TOPIC_OR_PART",
+        "topic t found",
+        "stopped",
+    ]
+
+
+def test_the_observer_warns_readiness_and_sets_its_gauge_while_a_topic_is_missing() -> None:
+    observer = RelayObserver()
+    gauge = "identity_outbox_topic_missing"
+    assert observer.missing_topics() is None
+
+    with capture_logs() as logs:
+        observer.topic_missing("pin.identity.users.v1", "creation failed: TOPIC_AUTHORIZATION_FAILED: denied")
+        observer.topic_missing("pin.identity.access.v1", "the relay does not create topics")
+    assert observer.missing_topics() == (
+        "the outbox relay holds the events of pin.identity.access.v1: the broker does not have the topic (the"
+        " relay does not create topics); the outbox relay holds the events of pin.identity.users.v1: the"
+        " broker does not have the topic (creation failed: TOPIC_AUTHORIZATION_FAILED: denied)"
+    )
+    assert REGISTRY.get_sample_value(gauge, {"topic": "pin.identity.access.v1"}) == 1
+    assert [(log["event"], log["topic"]) for log in logs] == [
+        ("outbox-topic-missing", "pin.identity.users.v1"),
+        ("outbox-topic-missing", "pin.identity.access.v1"),
+    ]
+
+    observer.topic_found("pin.identity.access.v1")
+    observer.topic_recreated("pin.identity.users.v1")
+    assert observer.missing_topics() is None
+    assert REGISTRY.get_sample_value(gauge, {"topic": "pin.identity.access.v1"}) == 0
+    assert REGISTRY.get_sample_value(gauge, {"topic": "pin.identity.users.v1"}) == 0

@@ -12,15 +12,17 @@ from pin_identity.composition import Container
 from pin_identity.entrypoints.probes import ReadinessCheck
 from pin_identity.entrypoints.worker_http import bind_worker_http, start_serving
 from pin_identity.jobs.outbox_relay import OutboxRelay
+from pin_identity.jobs.outbox_relay_observer import RelayObserver
 from pin_identity.observability.logging import get_logger
 from pin_identity.operations.ports.worker import Job
 
 log = get_logger("worker")
 
 
-def _outbox_relay(container: Container) -> OutboxRelay:
-    container.ensure_topics()
-    return container.outbox_relay()
+def _outbox_relay(container: Container, observer: RelayObserver | None = None) -> OutboxRelay:
+    if container.settings.outbox_relay_creates_topics:
+        container.ensure_topics()
+    return container.outbox_relay(observer=observer)
 
 
 JOB_FACTORIES: dict[str, Callable[[Container], Job]] = {
@@ -45,9 +47,10 @@ def run_worker(container: Container, jobs: Sequence[str], *, once: bool) -> int:
         signal.signal(signum, lambda *_: stop.set())
     crashed: list[str] = []
     threads: list[threading.Thread] = []
-    http = _bind_http(container, threads, once=once)
+    relay_observer = RelayObserver()  # /readyz warns of the topics whose events the relay holds
+    http = _bind_http(container, threads, once=once, warning=relay_observer.missing_topics)
     try:
-        threads.extend(_job_threads(container, jobs, stop, crashed, once=once))
+        threads.extend(_job_threads(container, jobs, stop, crashed, once=once, relay_observer=relay_observer))
     except BaseException:
         if http is not None:
             http.server_close()
@@ -68,7 +71,13 @@ def run_worker(container: Container, jobs: Sequence[str], *, once: bool) -> int:
 
 
 def _job_threads(
-    container: Container, jobs: Sequence[str], stop: threading.Event, crashed: list[str], *, once: bool
+    container: Container,
+    jobs: Sequence[str],
+    stop: threading.Event,
+    crashed: list[str],
+    *,
+    once: bool,
+    relay_observer: RelayObserver,
 ) -> list[threading.Thread]:
     runners = {name: JOB_FACTORIES[name](container) for name in jobs if name != "outbox-relay"}
     writers = [
@@ -79,20 +88,24 @@ def _job_threads(
         return writers
     # With --once the relay publishes what the process's other jobs write: it ends only once they all
     # ended and no committed row is left in the outbox.
-    relay = _outbox_relay(container)
+    relay = _outbox_relay(container, relay_observer)
     run = functools.partial(relay.run, stop, once=once, until=functools.partial(_all_ended, writers))
     return [*writers, _thread("outbox-relay", run, stop, crashed)]
 
 
 def _bind_http(
-    container: Container, threads: Sequence[threading.Thread], *, once: bool
+    container: Container,
+    threads: Sequence[threading.Thread],
+    *,
+    once: bool,
+    warning: Callable[[], str | None],
 ) -> ThreadingHTTPServer | None:
     if not container.settings.worker_http_port:
         return None
     return bind_worker_http(
         container.settings.worker_http_port,
         alive=lambda: once or (all(t.is_alive() for t in threads) and not container.relay_stalled()),
-        readiness=ReadinessCheck.of(container),
+        readiness=ReadinessCheck.of(container, warning=warning),
     )
 
 

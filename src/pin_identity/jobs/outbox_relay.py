@@ -148,8 +148,10 @@ class OutboxRelay:
     so an event the broker did not take (an error, a timeout, an outage of any length) is sent again
     before anything newer of that key is handed to the producer: the later rows of a key wait here, in
     outbox order, until the one in flight is answered. Rows leave the outbox only once the
-    broker acknowledged them (or rejected them for good). A relay that stops, fails or loses its lock
-    first discards its producer, so nothing it handed out can land behind the next relay's events.
+    broker acknowledged them (or rejected them for good); the events of a topic the broker does not have are
+    handed back, as any the broker did not take, until the topic exists again. A relay that stops, fails or
+    loses its lock first discards its producer, so nothing it handed out can land behind the next relay's
+    events.
 
     Time is the `clock`'s (the cadences of the heartbeat and the backlog, the grace period at stop); pauses
     are waits on the stop signal. A test that drives both runs the relay without sleeping.
@@ -279,6 +281,17 @@ class OutboxRelay:
             self._order.unanswered(report.retry)
             self._retry_reason = next(iter(report.retry.values()))
             self._observer.delivery_failed(report.retry)
+        if report.topics_missing or report.topics_recreated or report.topics_found:
+            self._topics_changed(report)
+
+    def _topics_changed(self, report: PublishReport) -> None:
+        """A topic of the relay's went missing (its events are held meanwhile), was recreated, or is back."""
+        for topic, reason in report.topics_missing.items():
+            self._observer.topic_missing(topic, reason)
+        for topic in report.topics_recreated:
+            self._observer.topic_recreated(topic)
+        for topic in report.topics_found:
+            self._observer.topic_found(topic)
 
     def _finish_in_flight(self) -> None:
         """On stop: give what is in flight a grace period; what stays unanswered is sent again later."""

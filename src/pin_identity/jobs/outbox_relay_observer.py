@@ -23,6 +23,9 @@ class RelayObserver:
     def __init__(self, *, held_after_s: float = HELD_AFTER_S) -> None:
         self._held_after_s = held_after_s
         self._held_by_reported: OutboxWriter | None = None  # the writer last named as holding publishing
+        # Topics the broker does not have, whose events are held (topic -> why the relay did not recreate
+        # it). Replaced, never changed in place: `/readyz` reads it from another thread.
+        self._missing_topics: dict[str, str] = {}
 
     def started(self) -> None:
         log.info("outbox-relay-started")
@@ -62,6 +65,44 @@ class RelayObserver:
             read_up_to=read_up_to,
             sequence_at=now_at,
             runbook="docs/runbooks.md#outbox-ids-went-back",
+        )
+
+    def topic_missing(self, topic: str, reason: str) -> None:
+        """The broker does not have a topic the relay publishes to, and the relay did not recreate it
+        (`reason`): its events are held, tried again and never dead-lettered, until the topic exists."""
+        self._missing_topics = {**self._missing_topics, topic: reason}
+        metrics.outbox_topic_missing.labels(topic=topic).set(1)
+        log.error(
+            "outbox-topic-missing",
+            topic=topic,
+            reason=reason,
+            runbook="docs/runbooks.md#outbox-topic-missing",
+        )
+
+    def topic_recreated(self, topic: str) -> None:
+        """The relay found a topic of its own missing and created it again: its events go out there, and
+        whatever the old topic held is gone with it."""
+        self._release(topic)
+        log.warning("outbox-topic-recreated", topic=topic, runbook="docs/runbooks.md#outbox-topic-missing")
+
+    def topic_found(self, topic: str) -> None:
+        """A topic whose events were held exists again (an operator created it): they go out."""
+        self._release(topic)
+        log.info("outbox-topic-found", topic=topic)
+
+    def _release(self, topic: str) -> None:
+        self._missing_topics = {held: why for held, why in self._missing_topics.items() if held != topic}
+        metrics.outbox_topic_missing.labels(topic=topic).set(0)
+
+    def missing_topics(self) -> str | None:
+        """What `/readyz` warns of while the relay holds the events of a missing topic; None otherwise."""
+        held = self._missing_topics
+        return (
+            "; ".join(
+                f"the outbox relay holds the events of {topic}: the broker does not have the topic ({why})"
+                for topic, why in sorted(held.items())
+            )
+            or None
         )
 
     def dead_lettered(self, rejected: Mapping[int, str]) -> None:

@@ -29,6 +29,11 @@ outbox_publishing_held_seconds = Gauge(
     "identity_outbox_publishing_held_seconds",
     "How long the oldest running transaction that took an outbox id has run (nothing after it is published)",
 )
+outbox_topic_missing = Gauge(
+    "identity_outbox_topic_missing",
+    "1 while the relay holds a topic's events because the broker does not have the topic",
+    ["topic"],
+)
 outbox_id_resets_total = Counter(
     "identity_outbox_id_resets_total", "Times the outbox id sequence was found below what the relay had read"
 )

@@ -7,13 +7,17 @@ cut off) can land nothing behind the new one's events. Consumers therefore read 
 `isolation.level=read_committed` (librdkafka's default; not the Java client's). An event counts as
 acknowledged only once its transaction committed; a transaction that fails is aborted and all of it is sent
 again.
+
+A topic the relay publishes to that the broker does not have (deleted by mistake, a cluster migration) holds
+its events: they are handed back to be tried again, never dead-lettered, until the topic exists again,
+recreated by the relay where it may.
 """
 
 from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,6 +41,13 @@ _PERMANENT = {
     KafkaError._INVALID_ARG,
 }
 _UNKNOWN_TOPIC = {"UNKNOWN_TOPIC_OR_PART", "_UNKNOWN_TOPIC"}
+# What may mean that a topic is gone: unknown, its partitions gone, or a delivery that timed out (librdkafka
+# keeps sending to a deleted topic's partitions until the delivery timeout). For a topic of the relay's own,
+# the broker is then asked whether the topic exists.
+_TOPIC_IN_DOUBT = {*_UNKNOWN_TOPIC, "_UNKNOWN_PARTITION", "UNKNOWN_TOPIC_ID", "_MSG_TIMED_OUT"}
+_HELD = "UNKNOWN_TOPIC_OR_PART"  # the reason an event of a topic the broker does not have is handed back with
+# A metadata request about one topic: a broker that answers does so in milliseconds.
+_METADATA_TIMEOUT_S = 2.0
 _CONTRACT_VERSION_HEADER = ("contract-version", str(CONTRACT_VERSION))
 
 
@@ -88,10 +99,89 @@ class _Transaction:
 
 @dataclass(slots=True)
 class _TopicInFlight:
-    """One topic's events in flight, by key, and those acknowledged since the last collect()."""
+    """One topic's events in flight, by key, and those the broker wrote since the last collect(): acknowledged
+    there, or in a transaction only once it commits (a delivery report comes before the commit)."""
 
     by_key: dict[bytes, int] = field(default_factory=dict)
     delivered: list[int] = field(default_factory=list)
+
+
+class _MissingTopics:
+    """The relay's own topics (`own`) the broker said it does not have. An event of one is held: handed back
+    at once to be tried again, never dead-lettered, until the topic exists again. The relay recreates it
+    where it may (`create`; None where topics are created by someone else, an admin job). What changed is
+    handed over with the next report."""
+
+    def __init__(self, own: Collection[str], create: Callable[[], Collection[str]] | None):
+        self.own = frozenset(own)
+        self.held: dict[str, str] = {}  # topic -> why the relay did not recreate it
+        self._create = create
+        self._news = PublishReport()
+
+    def examine(self, producer: Producer, topics: Iterable[str]) -> None:
+        """Ask the broker whether each topic exists; stop at the first it says nothing about (an outage is
+        no missing topic)."""
+        for topic in topics:
+            exists = _topic_exists(producer, topic)
+            if exists is None:
+                return
+            if exists:
+                self._found(topic)
+            else:
+                self._recreate(producer, topic)
+
+    def _recreate(self, producer: Producer, topic: str) -> None:
+        if self._create is None:
+            self._hold(topic, "the relay does not create topics")
+            return
+        try:
+            created = self._create()
+        except KafkaException as exc:  # refused (authorization, a policy) or failed: the relay holds
+            error = exc.args[0]
+            self._hold(topic, f"creation failed: {error.name()}: {error.str()}")
+            return
+        # The producer learns of it now. Should the broker not list it yet, the next event sent to it fails
+        # at once and the topic is asked about again.
+        _topic_exists(producer, topic)
+        if topic not in created:  # someone else created it meanwhile
+            self._found(topic)
+            return
+        self.held.pop(topic, None)
+        self._news.topics_recreated.append(topic)
+
+    def _hold(self, topic: str, reason: str) -> None:
+        if self.held.get(topic) != reason:  # said once, and again only when the reason changes
+            self.held[topic] = reason
+            self._news.topics_missing[topic] = reason
+
+    def _found(self, topic: str) -> None:
+        if self.held.pop(topic, None) is not None:
+            self._news.topics_found.append(topic)
+
+    def hand_over(self, report: PublishReport) -> PublishReport:
+        """`report` with what changed since the last one."""
+        news = self._news
+        if news.topics_missing or news.topics_recreated or news.topics_found:
+            self._news = PublishReport()
+            report.topics_missing.update(news.topics_missing)
+            report.topics_recreated.extend(news.topics_recreated)
+            report.topics_found.extend(news.topics_found)
+        return report
+
+
+def _topic_exists(producer: Producer, topic: str) -> bool | None:
+    """Whether the broker has the topic, asked with the producer's own metadata request: that also renews
+    what the producer knows of it (librdkafka remembers an unknown topic until its next refresh, and fails
+    what is sent to it meanwhile). None when the broker did not say."""
+    try:
+        found = producer.list_topics(topic, timeout=_METADATA_TIMEOUT_S).topics.get(topic)
+    except KafkaException:
+        return None
+    if found is None:
+        return None
+    if found.error is None or found.error.code() == KafkaError.LEADER_NOT_AVAILABLE:  # (just created)
+        return True
+    return False if found.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART else None
 
 
 class KafkaEventPublisher:
@@ -101,13 +191,18 @@ class KafkaEventPublisher:
     plain idempotent producer, measured beside it by bench/outbox_relay.py), the producer is replaced after a
     fatal error or a delivery timeout: one whose broker lost its idempotence state never delivers again, and
     the swap waits until nothing is in flight, so it cannot reorder events.
+
+    `own_topics` are the topics the relay publishes to: one the broker does not have holds its events while
+    `ensure_topics` (None: the relay may not create topics) cannot recreate it. An event of any other topic
+    the broker does not know is tried once more, then dead-lettered.
     """
 
     def __init__(
         self,
         client_config: dict[str, str],
-        ensure_topics: Callable[[], object],
+        ensure_topics: Callable[[], Collection[str]] | None,
         *,
+        own_topics: Collection[str] = (),
         transactional_id: str | None = None,
         clock: Callable[[], float] = time.monotonic,
     ):
@@ -119,7 +214,7 @@ class KafkaEventPublisher:
         self._transaction: _Transaction | None = None
         self._waiting: list[PendingEvent] = []  # handed over while a transaction commits: the next one's
         self._fatal: KafkaError | None = None
-        self._ensure_topics = ensure_topics
+        self._missing = _MissingTopics(own_topics, ensure_topics)
         self._producer: Producer | None = None
         self._replace = False
         self._answers = PublishReport()
@@ -186,7 +281,10 @@ class KafkaEventPublisher:
             if generation != self._generation:
                 return
             self._one_offs -= 1
-            self._classify(outbox_id, topic, error, self._answers)
+            if error is None:  # written, as the shared callback's: collect() says when it is acknowledged
+                self._topics[topic].delivered.append(outbox_id)
+            else:
+                self._classify(outbox_id, topic, error, self._answers)
 
         return on_delivery
 
@@ -195,20 +293,26 @@ class KafkaEventPublisher:
 
     def send(self, events: Sequence[PendingEvent]) -> PublishReport:
         producer = self._current()
+        if self._missing.held:  # the held events are tried again: is their topic back?
+            self._missing.examine(producer, {event.topic for event in events} & self._missing.held.keys())
         if self._transaction is not None and self._transaction.committing:
             self._waiting.extend(events)
-            return PublishReport()
+            return self._missing.hand_over(PublishReport())
         failed_at_once = self._produce_all(producer, events)
-        self._recheck_unknown_topics(failed_at_once)
-        return failed_at_once
+        self._examine_failures(producer, failed_at_once)
+        return self._missing.hand_over(failed_at_once)
 
     def _produce_all(self, producer: Producer, events: Sequence[PendingEvent]) -> PublishReport:
         failed_at_once = PublishReport()
         if self._transactional and self._transaction is None:
             producer.begin_transaction()
             self._transaction = _Transaction(self._clock())
+        held = self._missing.held
         for event in events:
-            self._produce(producer, event, failed_at_once)
+            if held and event.topic in held:
+                failed_at_once.retry[event.outbox_id] = _HELD
+            else:
+                self._produce(producer, event, failed_at_once)
         if self._transaction is not None:
             failed = failed_at_once.retry.keys() | failed_at_once.rejected.keys()
             for event in events:
@@ -232,15 +336,21 @@ class KafkaEventPublisher:
                 answers.delivered.extend(in_flight.delivered)
                 self._published[topic] += len(in_flight.delivered)
             in_flight.delivered.clear()  # in a transaction: written, not yet committed
+        if self._producer is not None:  # before an abort: one whose topic was deleted fails for good
+            self._examine_failures(self._producer, answers)
         if self._transaction is not None and self._producer is not None:
             self._settle_transaction(self._producer, answers, wait_s=timeout_s)
-        self._recheck_unknown_topics(answers)
-        for topic, count in self._published.items():
-            metrics.outbox_published_total.labels(topic=topic).inc(count)
-        self._published.clear()
+        self._count_published()
         if not self._transactional and any(code == "_MSG_TIMED_OUT" for code in answers.retry.values()):
             self._replace = True
-        return answers
+        return self._missing.hand_over(answers)
+
+    def _count_published(self) -> None:
+        for topic, count in self._published.items():
+            metrics.outbox_published_total.labels(topic=topic).inc(count)
+        # A topic that delivered exists: should it vanish later, its events get their one more try again.
+        self._unknown_topic_retried.difference_update(self._published)
+        self._published.clear()
 
     def _settle_transaction(self, producer: Producer, answers: PublishReport, *, wait_s: float) -> None:
         """Abort the open transaction if any of it failed, else commit it once due (a step at a time)."""
@@ -259,12 +369,8 @@ class KafkaEventPublisher:
         try:
             producer.commit_transaction(max(wait_s, _COMMIT_STEP_S))
         except KafkaException as exc:
-            error = exc.args[0]
-            if error.retriable():
-                return  # still committing: the next collect() resumes it
-            if not error.txn_requires_abort():
-                raise  # fatal: fenced by a relay that took over
-            self._abort(producer, answers, because=error.name())
+            if not exc.args[0].retriable():  # else still committing: the next collect() resumes it
+                self._commit_failed(producer, answers, exc)
             return
         answers.delivered.extend(transaction.ids)
         self._published.update(transaction.topics)
@@ -272,8 +378,22 @@ class KafkaEventPublisher:
         waiting, self._waiting = self._waiting, []
         if waiting:
             failed_at_once = self._produce_all(producer, waiting)
+            self._examine_failures(producer, failed_at_once)
             answers.retry.update(failed_at_once.retry)
             answers.rejected.update(failed_at_once.rejected)
+
+    def _commit_failed(self, producer: Producer, answers: PublishReport, exc: KafkaException) -> None:
+        """Abort the transaction, or raise what is fatal (fenced: a relay took over). The commit served the
+        delivery reports that came while it waited: what they say (a topic gone, an event refused for good)
+        counts as if collect() had heard it."""
+        served, self._answers = self._answers, PublishReport()
+        answers.retry.update(served.retry)
+        answers.rejected.update(served.rejected)
+        self._examine_failures(producer, answers)
+        error = exc.args[0]
+        if not error.txn_requires_abort():
+            raise exc
+        self._abort(producer, answers, because=error.name())
 
     def _abort(self, producer: Producer, answers: PublishReport, because: str = "aborted") -> None:
         """Nothing of an aborted transaction is visible to a read_committed consumer: all of it (and what
@@ -339,34 +459,34 @@ class KafkaEventPublisher:
                 in_flight.by_key[key] = outbox_id
             return
 
-    def _classify(self, outbox_id: int, topic: str, error: KafkaError | None, report: PublishReport) -> None:
-        if error is None:
-            report.delivered.append(outbox_id)
-            self._published[topic] += 1
-        elif error.code() in _PERMANENT:
+    def _classify(self, outbox_id: int, topic: str, error: KafkaError, report: PublishReport) -> None:
+        if error.code() in _PERMANENT:
             report.rejected[outbox_id] = f"{error.name()}: {error.str()}"
         else:
             report.retry[outbox_id] = error.name()
             self._topic_of_retry[outbox_id] = topic
 
-    def _recheck_unknown_topics(self, report: PublishReport) -> None:
-        """An unknown topic is retried once after ensuring topics; unknown again, the row is dead-lettered."""
-        # A topic that delivered works: should it vanish again later, it is ensured again before anything
-        # is dropped.
-        self._unknown_topic_retried.difference_update(self._published)
-        topics = {
-            self._topic_of_retry[oid]
-            for oid, code in report.retry.items()
-            if code in _UNKNOWN_TOPIC and oid in self._topic_of_retry
-        }
+    def _examine_failures(self, producer: Producer, report: PublishReport) -> None:
+        """What failed for a reason that may mean its topic is gone. The broker is asked about a topic of the
+        relay's own (held while missing); an unknown topic of any other kind is tried once more (created a
+        moment ago, it may not be in every broker's metadata yet), and dead-lettered when unknown again."""
+        in_doubt: set[str] = set()
+        unknown: set[str] = set()
         for outbox_id, code in list(report.retry.items()):
             topic = self._topic_of_retry.pop(outbox_id, None)  # none for what an aborted transaction held
-            if code in _UNKNOWN_TOPIC and topic in self._unknown_topic_retried:
-                del report.retry[outbox_id]
-                report.rejected[outbox_id] = f"{code}: topic {topic} unknown after ensure-topics"
-        if topics:
-            self._unknown_topic_retried |= topics
-            self._ensure_topics()
+            if topic is None:
+                continue
+            if topic in self._missing.own:
+                if code in _TOPIC_IN_DOUBT:
+                    in_doubt.add(topic)
+            elif code in _UNKNOWN_TOPIC:
+                unknown.add(topic)
+                if topic in self._unknown_topic_retried:
+                    del report.retry[outbox_id]
+                    report.rejected[outbox_id] = f"{code}: topic {topic} unknown when tried again"
+        self._unknown_topic_retried |= unknown
+        if in_doubt:
+            self._missing.examine(producer, sorted(in_doubt))
 
     def discard(self) -> None:
         """Purge what the producer holds and close it (its connections go); its late reports are ignored."""

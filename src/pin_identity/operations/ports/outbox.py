@@ -22,11 +22,18 @@ class PendingEvent(NamedTuple):
 
 @dataclass
 class PublishReport:
-    """What the broker said about a batch: acknowledged, rejected for good, or to be tried again."""
+    """What the broker said about a batch: acknowledged, rejected for good, or to be tried again.
+
+    And what changed about the topics the relay publishes to since the last report: found missing (topic ->
+    why the relay did not recreate it; their events are handed back in `retry` until the topic exists, never
+    rejected), recreated by the relay, or found again."""
 
     delivered: list[int] = field(default_factory=list)
     rejected: dict[int, str] = field(default_factory=dict)
     retry: dict[int, str] = field(default_factory=dict)
+    topics_missing: dict[str, str] = field(default_factory=dict)
+    topics_recreated: list[str] = field(default_factory=list)
+    topics_found: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,120 @@
+"""A topic the relay publishes to goes missing (deleted by mistake, a cluster migration): the relay holds its
+events, says so, and publishes every one once the topic exists again, recreated by the relay or by an
+operator; nothing is dead-lettered for it. Each test deletes a topic, so each has a broker of its own (the
+session broker's topics are every test's). The relay where it may not create topics at all, with /readyz and
+`kafka ensure-topics`: tests/acceptance/test_worker_missing_topic.py."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException
+
+from pin_identity.composition import Container
+from pin_identity.config import Settings
+from pin_identity.domain.events import ACCESS_TOPIC
+from tests.support import seed
+from tests.support.brokers import delete_topic
+from tests.support.relay import (
+    RelaySignals,
+    change_permissions_inline,
+    outbox_count,
+    users_told_of_the_change,
+)
+from tests.support.waiting import wait_until
+
+HOLDERS = 20
+# The events in flight to a deleted topic are given up on after 3 s, and a producer that meets a topic the
+# broker does not have says so after 1 s (production: a minute, and librdkafka's 30 s).
+SHORT_TIMEOUTS = '{"message.timeout.ms": "3000", "topic.metadata.propagation.max.ms": "1000"}'
+
+RunRelay = Callable[[Container, RelaySignals], None]
+
+
+class RefusingContainer(Container):
+    """The broker refuses the relay's topic creation, as one whose ACLs grant it no CREATE would."""
+
+    def ensure_topics(self) -> list[str]:
+        raise KafkaException(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED, "Topic authorization failed"))
+
+
+@pytest.fixture
+def relay_settings(settings: Settings, own_broker: str) -> Settings:
+    """The test's own broker, its topics created."""
+    Container(settings.model_copy(update={"kafka_bootstrap_servers": own_broker})).ensure_topics()
+    return settings.model_copy(update={"kafka_bootstrap_servers": own_broker, "kafka_config": SHORT_TIMEOUTS})
+
+
+@pytest.fixture
+def run_relay() -> Iterator[RunRelay]:
+    """Runs a container's relay in a thread until the test ends."""
+    running: list[tuple[threading.Event, threading.Thread, Container]] = []
+
+    def start(container: Container, signals: RelaySignals) -> None:
+        stop = threading.Event()
+        relay = container.outbox_relay(observer=signals)
+        thread = threading.Thread(target=relay.run, args=(stop,), daemon=True)
+        thread.start()
+        running.append((stop, thread, container))
+
+    yield start
+    for stop, thread, container in running:
+        stop.set()
+        thread.join(30)
+        container.close()
+
+
+def _published_in_full(settings: Settings, database_url: str, role: uuid.UUID) -> None:
+    """The outbox emptied, nothing dead-lettered, and every holder told of the role's change."""
+    wait_until(lambda: outbox_count(database_url) == 0, "the outbox is published", timeout_s=60)
+    assert outbox_count(database_url, "outbox_dead_letters") == 0
+    assert len(users_told_of_the_change(str(settings.kafka_bootstrap_servers), role)) == HOLDERS
+
+
+def test_the_access_topic_deleted_under_a_running_relay_is_recreated_by_it_and_every_event_arrives(
+    relay_settings: Settings, database_url: str, run_relay: RunRelay
+) -> None:
+    container, signals = Container(relay_settings), RelaySignals()
+    _, role = seed.held_role(container.transactions, HOLDERS)
+    run_relay(container, signals)
+    # The grants are published: the relay's producer knows the topic when it goes.
+    wait_until(lambda: outbox_count(database_url) == 0, "the grants are published")
+    delete_topic(str(relay_settings.kafka_bootstrap_servers), ACCESS_TOPIC)
+    change_permissions_inline(container, role, HOLDERS)
+    _published_in_full(relay_settings, database_url, role)
+    assert signals.recreated == [ACCESS_TOPIC]
+
+
+def test_a_relay_that_starts_while_the_access_topic_is_missing_recreates_it_and_every_event_arrives(
+    relay_settings: Settings, database_url: str, run_relay: RunRelay
+) -> None:
+    """Its producer has never seen the topic (a relay restarted after the deletion, a standby taking over):
+    the broker's first answer is "unknown topic", and the recreated topic must be known to it at once."""
+    container, signals = Container(relay_settings), RelaySignals()
+    _, role = seed.held_role(container.transactions, HOLDERS)
+    delete_topic(str(relay_settings.kafka_bootstrap_servers), ACCESS_TOPIC)
+    change_permissions_inline(container, role, HOLDERS)
+    run_relay(container, signals)
+    _published_in_full(relay_settings, database_url, role)
+    assert signals.recreated == [ACCESS_TOPIC]
+
+
+def test_a_relay_refused_the_topics_creation_holds_says_so_and_goes_on_once_an_operator_creates_it(
+    relay_settings: Settings, database_url: str, run_relay: RunRelay
+) -> None:
+    container, signals = RefusingContainer(relay_settings), RelaySignals()
+    _, role = seed.held_role(container.transactions, HOLDERS)
+    run_relay(container, signals)
+    wait_until(lambda: outbox_count(database_url) == 0, "the grants are published")
+    delete_topic(str(relay_settings.kafka_bootstrap_servers), ACCESS_TOPIC)
+    change_permissions_inline(container, role, HOLDERS)
+    assert signals.topic_held.wait(30), "the relay says it holds the topic's events"
+    assert "TOPIC_AUTHORIZATION_FAILED" in signals.held[ACCESS_TOPIC]
+    assert outbox_count(database_url) == HOLDERS
+    assert outbox_count(database_url, "outbox_dead_letters") == 0
+    Container(relay_settings).ensure_topics()  # the operator, as `pin-identity kafka ensure-topics` does
+    _published_in_full(relay_settings, database_url, role)
+    assert signals.recreated == []
