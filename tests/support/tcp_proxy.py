@@ -58,11 +58,15 @@ class TcpProxy:
         self._stall_new = False
         self._closes_held = False
         self._server: asyncio.Server | None = None
+        self._closed = False
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._thread.start()
         self._call(self._listen())
 
     def _call(self, coroutine: Coroutine[Any, Any, None]) -> None:
+        if self._closed:  # a timer's restore after the test closed the proxy: its loop is gone
+            coroutine.close()
+            return
         asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(10)
 
     def stall(self, *, new_connections_too: bool = True) -> None:
@@ -82,6 +86,7 @@ class TcpProxy:
 
     def close(self) -> None:
         self._call(self._close())
+        self._closed = True
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(5)
 
