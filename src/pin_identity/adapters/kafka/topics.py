@@ -28,16 +28,31 @@ _quiet.propagate = False
 _PROBE_STEP_S = 0.5
 
 
+# With three replicas or more, a write (the relay's are acks=all) is acknowledged once two of them have it:
+# one node lost loses nothing acknowledged and stops nothing. With fewer, the broker's own setting holds.
+REPLICAS_FOR_MIN_INSYNC = 3
+MIN_INSYNC_REPLICAS = 2
+
+
 @dataclass(frozen=True)
 class TopicLayout:
     partitions: int
     replication_factor: int
 
+    @property
+    def config(self) -> dict[str, str]:
+        """The settings of a topic of ours: compacted (one record per key is what readers need)."""
+        config = {"cleanup.policy": "compact"}
+        if self.replication_factor >= REPLICAS_FOR_MIN_INSYNC:
+            config["min.insync.replicas"] = str(MIN_INSYNC_REPLICAS)
+        return config
+
 
 def ensure_topics(
     client_config: dict[str, str], names: Iterable[str], layout: TopicLayout, *, timeout_s: float = 15.0
 ) -> list[str]:
-    """Create the missing topics; returns the names created (an existing topic is left as it is)."""
+    """Create the missing topics (`layout`'s settings); returns the names created (an existing topic is left
+    as it is)."""
     admin = AdminClient(with_client_log(client_config))
     existing = set(admin.list_topics(timeout=timeout_s).topics)
     missing = [name for name in names if name not in existing]
@@ -45,7 +60,7 @@ def ensure_topics(
         return []
     futures = admin.create_topics(
         [
-            NewTopic(name, layout.partitions, layout.replication_factor, config={"cleanup.policy": "compact"})
+            NewTopic(name, layout.partitions, layout.replication_factor, config=layout.config)
             for name in missing
         ],
         operation_timeout=timeout_s,
