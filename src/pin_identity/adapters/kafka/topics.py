@@ -12,6 +12,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin._config import ConfigResource
 from confluent_kafka.cimpl import NewTopic
 
 from pin_identity.adapters.kafka.client_log import with_client_log
@@ -75,6 +76,55 @@ def ensure_topics(
             if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                 raise
     return created
+
+
+def replication_shortfall(
+    client_config: dict[str, str], names: Iterable[str], *, timeout_s: float = 2.0
+) -> str | None:
+    """Which of the topics have partitions with fewer in-sync replicas than their `min.insync.replicas`,
+    in one line: the broker refuses every acks=all write to those (NOT_ENOUGH_REPLICAS), and librdkafka
+    only retries it until the delivery times out. None when none has, or the broker did not say."""
+    admin = AdminClient(with_client_log(client_config))
+    try:
+        topics = admin.list_topics(timeout=timeout_s).topics
+        short = {
+            name: sorted(
+                (number, len(partition.isrs), len(partition.replicas))
+                for number, partition in topics[name].partitions.items()
+                if len(partition.isrs) < len(partition.replicas)
+            )
+            for name in names
+            if name in topics
+        }
+        short = {name: partitions for name, partitions in short.items() if partitions}
+        needed = _min_insync(admin, short, timeout_s) if short else {}
+    except KafkaException:
+        return None
+    lines = [
+        _shortfall_line(name, partitions, needed[name])
+        for name, partitions in sorted(short.items())
+        if any(in_sync < needed[name] for _, in_sync, _ in partitions)
+    ]
+    return "; ".join(lines) or None
+
+
+def _min_insync(admin: AdminClient, names: Iterable[str], timeout_s: float) -> dict[str, int]:
+    resources = [ConfigResource(ConfigResource.Type.TOPIC, name) for name in names]
+    futures = admin.describe_configs(resources, request_timeout=timeout_s)
+    return {
+        resource.name: int(future.result(timeout=timeout_s)["min.insync.replicas"].value)
+        for resource, future in futures.items()
+    }
+
+
+def _shortfall_line(topic: str, partitions: Sequence[tuple[int, int, int]], needed: int) -> str:
+    numbers = ", ".join(str(number) for number, in_sync, _ in partitions if in_sync < needed)
+    fewest = min(in_sync for _, in_sync, _ in partitions)
+    replicas = max(total for _, _, total in partitions)
+    return (
+        f"{topic} has {fewest} of {replicas} replicas in sync (partitions {numbers}) and needs {needed} "
+        "for a write (NOT_ENOUGH_REPLICAS)"
+    )
 
 
 def broker_reachable(client_config: dict[str, str], timeout_s: float = 3.0) -> bool:
