@@ -3,12 +3,15 @@
 
 from __future__ import annotations
 
+import time
+
 from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource, ResourceType
 
 from pin_identity.adapters.kafka.publisher import producer_config
 from pin_identity.adapters.kafka.topics import TopicLayout, ensure_topics
 from pin_identity.domain.events import PUBLISHED_TOPICS
-from tests.support.cluster import KafkaCluster
+from tests.support.cluster import KafkaCluster, out_of_sync
+from tests.support.waiting import wait_until
 
 
 def _topic_setting(bootstrap: str, topic: str, name: str) -> tuple[str, bool]:
@@ -36,3 +39,17 @@ def test_topics_created_with_three_replicas_keep_two_in_sync_and_the_relay_waits
     } == {3}
     assert producer_config({})["acks"] == "all"
     assert producer_config({})["enable.idempotence"] is True
+
+
+def test_a_killed_node_leaves_replicas_out_of_sync_until_it_is_started_again(cluster: KafkaCluster) -> None:
+    ensure_topics({"bootstrap.servers": cluster.bootstrap}, PUBLISHED_TOPICS, TopicLayout(3, 3))
+    cluster.wait_in_sync()
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+
+    cluster.kill(3)
+    wait_until(lambda: out_of_sync(admin) != [], "the killed node's replicas leave the ISR")
+    began = time.monotonic()
+    cluster.start(3)
+    cluster.wait_in_sync()
+    print(f"node 3 started and every replica in sync in {time.monotonic() - began:.1f} s")
+    assert out_of_sync(admin) == []
