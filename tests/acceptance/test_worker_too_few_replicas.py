@@ -18,7 +18,9 @@ import pytest
 from pin_identity.adapters.kafka.embedded import free_port
 from pin_identity.composition import Container
 from pin_identity.config import Settings
+from pin_identity.domain.events import ACCESS_TOPIC
 from tests.support import seed
+from tests.support.brokers import start_transaction_coordinator
 from tests.support.cli import CLI
 from tests.support.cluster import KafkaCluster
 from tests.support.health import wait_for_healthz
@@ -70,6 +72,9 @@ def _warnings(base: str) -> list[str]:
 def test_with_two_nodes_of_three_down_events_wait_readyz_says_why_and_all_go_out_once_one_is_back(
     env: dict[str, str], settings: Settings, cluster: KafkaCluster, database_url: str, tmp_path: Path
 ) -> None:
+    # Until the relay survives a coordinator still loading its log (README, "Known issues"), its first start
+    # meets a coordinator that has loaded; the restart of node 2 below is not warmed.
+    start_transaction_coordinator(cluster.bootstrap)
     container = Container(settings.model_copy(update={"kafka_bootstrap_servers": cluster.bootstrap}))
     _, role = seed.held_role(container.transactions, HOLDERS)
     began = time.monotonic()
@@ -81,7 +86,10 @@ def test_with_two_nodes_of_three_down_events_wait_readyz_says_why_and_all_go_out
         change_permissions_inline(container, role, HOLDERS)
         wait_until(lambda: _warnings(base) != [], "/readyz says why nothing is published", timeout_s=60)
         [warning] = _warnings(base)
-        assert "NOT_ENOUGH_REPLICAS" in warning, warning
+        assert warning.startswith(
+            f"the outbox relay cannot publish: {ACCESS_TOPIC} has 1 of 3 replicas in sync"
+            " (partitions 0, 1, 2) and needs 2 for a write (NOT_ENOUGH_REPLICAS)"
+        ), warning
         assert outbox_count(database_url) == HOLDERS
         assert outbox_count(database_url, "outbox_dead_letters") == 0
         assert worker.poll() is None, "the worker stays up"
