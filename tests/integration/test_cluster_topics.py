@@ -8,7 +8,7 @@ import time
 from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource, ResourceType
 
 from pin_identity.adapters.kafka.publisher import producer_config
-from pin_identity.adapters.kafka.topics import TopicLayout, ensure_topics
+from pin_identity.adapters.kafka.topics import TopicLayout, ensure_topics, replication_shortfall
 from pin_identity.domain.events import PUBLISHED_TOPICS
 from tests.support.cluster import KafkaCluster, out_of_sync
 from tests.support.waiting import wait_until
@@ -48,6 +48,10 @@ def test_a_killed_node_leaves_replicas_out_of_sync_until_it_is_started_again(clu
 
     cluster.kill(3)
     wait_until(lambda: out_of_sync(admin) != [], "the killed node's replicas leave the ISR")
+    ours = len(PUBLISHED_TOPICS) * 3  # every partition of ours has a replica on each node
+    wait_until(lambda: len(out_of_sync(admin)) == ours, "every partition has two replicas in sync")
+    # Two in sync where two are needed: the broker takes writes, the relay has nothing to warn of.
+    assert replication_shortfall({"bootstrap.servers": cluster.bootstrap}, PUBLISHED_TOPICS) is None
     began = time.monotonic()
     cluster.start(3)
     cluster.wait_in_sync()

@@ -83,22 +83,13 @@ def replication_shortfall(
 ) -> str | None:
     """Which of the topics have partitions with fewer in-sync replicas than their `min.insync.replicas`,
     in one line: the broker refuses every acks=all write to those (NOT_ENOUGH_REPLICAS), and librdkafka
-    only retries it until the delivery times out. None when none has, or the broker did not say."""
+    only retries it until the delivery times out. None when none has, or the broker did not say (it never
+    raises: the relay asks while it backs off)."""
     admin = AdminClient(with_client_log(client_config))
     try:
-        topics = admin.list_topics(timeout=timeout_s).topics
-        short = {
-            name: sorted(
-                (number, len(partition.isrs), len(partition.replicas))
-                for number, partition in topics[name].partitions.items()
-                if len(partition.isrs) < len(partition.replicas)
-            )
-            for name in names
-            if name in topics
-        }
-        short = {name: partitions for name, partitions in short.items() if partitions}
+        short = _partitions_out_of_sync(admin, names, timeout_s)
         needed = _min_insync(admin, short, timeout_s) if short else {}
-    except KafkaException:
+    except (KafkaException, TimeoutError, KeyError, ValueError):
         return None
     lines = [
         _shortfall_line(name, partitions, needed[name])
@@ -106,6 +97,23 @@ def replication_shortfall(
         if any(in_sync < needed[name] for _, in_sync, _ in partitions)
     ]
     return "; ".join(lines) or None
+
+
+def _partitions_out_of_sync(
+    admin: AdminClient, names: Iterable[str], timeout_s: float
+) -> dict[str, list[tuple[int, int, int]]]:
+    """topic -> (partition, replicas in sync, replicas) of each partition with a replica out of sync."""
+    topics = admin.list_topics(timeout=timeout_s).topics
+    short = {
+        name: sorted(
+            (number, len(partition.isrs), len(partition.replicas))
+            for number, partition in topics[name].partitions.items()
+            if len(partition.isrs) < len(partition.replicas)
+        )
+        for name in names
+        if name in topics
+    }
+    return {name: partitions for name, partitions in short.items() if partitions}
 
 
 def _min_insync(admin: AdminClient, names: Iterable[str], timeout_s: float) -> dict[str, int]:
