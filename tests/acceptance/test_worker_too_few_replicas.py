@@ -68,7 +68,7 @@ def _warnings(base: str) -> list[str]:
     return warnings
 
 
-@pytest.mark.slow  # a three-node cluster, two nodes stopped and one started again: about 75 s
+@pytest.mark.slow  # a three-node cluster, two nodes stopped, one started again: 40-75 s on 2 cores
 def test_with_two_nodes_of_three_down_events_wait_readyz_says_why_and_all_go_out_once_one_is_back(
     env: dict[str, str], settings: Settings, cluster: KafkaCluster, database_url: str, tmp_path: Path
 ) -> None:

