@@ -21,6 +21,7 @@ from pin_identity.domain.talent_import import ImportMode
 from pin_identity.simulation.talent import SimulatedTalentApi, TalentDataset, create_talent_topics
 from tests.support.brokers import start_transaction_coordinator
 from tests.support.cli import unconfigured_environment
+from tests.support.cluster import KafkaCluster, kafka_cluster
 from tests.support.databases import create_template, scratch_database
 from tests.support.kafka_tap import EventTap
 from tests.support.talent import TalentTopics
@@ -70,6 +71,14 @@ def own_broker(tmp_path: Path) -> Iterator[str]:
     start_transaction_coordinator(process.bootstrap_servers)
     yield process.bootstrap_servers
     stop_broker(process.pid)
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[KafkaCluster]:
+    """A three-node cluster of the test's own (three replicas, two in sync), its nodes the test's to stop,
+    kill and start."""
+    with kafka_cluster(tmp_path / "cluster") as started:
+        yield started
 
 
 @pytest.fixture

@@ -37,6 +37,7 @@ from pin_identity.adapters.kafka.topics import (
     check_client_properties,
     ensure_topics,
     probe_broker,
+    replication_shortfall,
 )
 from pin_identity.adapters.postgres import embedded as embedded_postgres
 from pin_identity.adapters.postgres import migrate
@@ -210,6 +211,7 @@ class Container:
             ensure_topics=self.ensure_topics if self.settings.outbox_relay_creates_topics else None,
             own_topics=PUBLISHED_TOPICS,
             transactional_id=transactional_id,
+            replication_shortfall=lambda: replication_shortfall(self.kafka_client_config, PUBLISHED_TOPICS),
         )
         self._closers.append(publisher.close)
         self._closers.append(queue.reset)

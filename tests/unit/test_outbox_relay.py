@@ -150,6 +150,9 @@ class ScriptedPublisher:
         self.discarded += 1
         self._answers = PublishReport()
 
+    def replication_shortfall(self) -> str | None:
+        return None
+
 
 class BrokenQueue(MemoryQueue):
     """Its session is gone: every heartbeat fails; after `stand_downs` stand-downs it stops the relay."""
@@ -463,3 +466,54 @@ def test_the_observer_warns_readiness_and_sets_its_gauge_while_a_topic_is_missin
     assert observer.missing_topics() is None
     assert REGISTRY.get_sample_value(gauge, {"topic": "pin.identity.access.v1"}) == 0
     assert REGISTRY.get_sample_value(gauge, {"topic": "pin.identity.users.v1"}) == 0
+
+
+SHORTFALL = (
+    "pin.identity.access.v1 has 1 of 3 replicas in sync (partitions 0) and needs 2 for a write"
+    " (NOT_ENOUGH_REPLICAS)"
+)
+
+
+class ShortOfReplicas(ScriptedPublisher):
+    """A broker that says its partitions have too few replicas in sync; counts how often it was asked."""
+
+    def __init__(self, script: dict[int, str]):
+        super().__init__(script)
+        self.asked = 0
+
+    def replication_shortfall(self) -> str | None:
+        self.asked += 1
+        return SHORTFALL
+
+
+def test_publishing_that_keeps_failing_asks_the_broker_why_and_readiness_says_too_few_replicas() -> None:
+    observer, time = RelayObserver(), DrivenTime()
+    publisher = ShortOfReplicas({})
+
+    with capture_logs() as logs:
+        _relay(BrokenQueue(time, stand_downs=2), publisher, time, observer).run(time)
+
+    assert publisher.asked == 2  # not after the first failure (a blip), after the second and the third
+    assert observer.readiness_warning() == f"the outbox relay cannot publish: {SHORTFALL}"
+    assert [log["shortfall"] for log in logs if log["event"] == "outbox-replicas-short"] == [SHORTFALL]
+
+
+def test_a_delivery_after_failures_ends_the_too_few_replicas_warning() -> None:
+    queue = MemoryQueue([_event(1), _event(2)])
+    observer, time = RelayObserver(), DrivenTime()
+    observer.replicas_short(SHORTFALL)
+    observer.topic_missing("pin.identity.users.v1", "the relay does not create topics")
+    assert observer.readiness_warning() == (
+        "the outbox relay holds the events of pin.identity.users.v1: the broker does not have the topic (the"
+        f" relay does not create topics); the outbox relay cannot publish: {SHORTFALL}"
+    )
+    observer.topic_found("pin.identity.users.v1")
+
+    with capture_logs() as logs:
+        _relay(queue, ShortOfReplicas({1: "retry"}), time, observer).run(time, once=True)
+
+    assert queue.rows == [] and queue.dead == {}
+    assert observer.readiness_warning() is None
+    assert [log["event"] for log in logs if log["event"].startswith("outbox-replicas")] == [
+        "outbox-replicas-in-sync"
+    ]

@@ -47,8 +47,8 @@ def run_worker(container: Container, jobs: Sequence[str], *, once: bool) -> int:
         signal.signal(signum, lambda *_: stop.set())
     crashed: list[str] = []
     threads: list[threading.Thread] = []
-    relay_observer = RelayObserver()  # /readyz warns of the topics whose events the relay holds
-    http = _bind_http(container, threads, once=once, warning=relay_observer.missing_topics)
+    relay_observer = RelayObserver()  # /readyz warns of held topics and of too few replicas in sync
+    http = _bind_http(container, threads, once=once, warning=relay_observer.readiness_warning)
     try:
         threads.extend(_job_threads(container, jobs, stop, crashed, once=once, relay_observer=relay_observer))
     except BaseException:

@@ -41,6 +41,10 @@ class RelaySettings:
         return Backoff(base_s=0.2, cap_s=self.max_backoff_s)
 
 
+# Publishing that failed this many times in a row has the broker asked whether too few replicas are in sync
+# (a blip recovers at its first retry without the question).
+_ASK_WHY_AFTER = 2
+
 MonotonicClock = Callable[[], float]
 """Seconds on a clock that never goes back (`time.monotonic`): only the differences between readings count."""
 
@@ -274,6 +278,8 @@ class OutboxRelay:
             self._order.answered(report.delivered)
             self._order.answered(report.rejected)
         if report.delivered and self._retry_reason is None:
+            if self._failures:
+                self._observer.publishing_resumed()
             self._failures = 0
         if report.rejected:
             self._observer.dead_lettered(report.rejected)
@@ -309,6 +315,8 @@ class OutboxRelay:
 
     def _back_off(self, stop: StopSignal, *, reason: str) -> None:
         self._failures += 1
+        if self._failures >= _ASK_WHY_AFTER:
+            self._observer.replicas_short(self._publisher.replication_shortfall())
         delay = self._settings.backoff.delay(self._failures)
         self._observer.retrying(reason, self._failures, delay)
         stop.wait(delay)

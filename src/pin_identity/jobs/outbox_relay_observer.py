@@ -26,6 +26,7 @@ class RelayObserver:
         # Topics the broker does not have, whose events are held (topic -> why the relay did not recreate
         # it). Replaced, never changed in place: `/readyz` reads it from another thread.
         self._missing_topics: dict[str, str] = {}
+        self._replicas_short: str | None = None  # what the broker said of too few replicas in sync
 
     def started(self) -> None:
         log.info("outbox-relay-started")
@@ -104,6 +105,32 @@ class RelayObserver:
             )
             or None
         )
+
+    def replicas_short(self, shortfall: str | None) -> None:
+        """Publishing keeps failing, and `shortfall` is what the broker says of too few replicas in sync
+        (None: nothing of the kind). The events wait in the outbox, none dead-lettered; said once per new
+        shortfall, and on `/readyz` while it lasts."""
+        if shortfall == self._replicas_short:
+            return
+        self._replicas_short = shortfall
+        if shortfall is not None:
+            log.error(
+                "outbox-replicas-short",
+                shortfall=shortfall,
+                runbook="docs/runbooks.md#outbox-replicas-short",
+            )
+
+    def publishing_resumed(self) -> None:
+        """The broker took events again after failures in a row."""
+        if self._replicas_short is not None:
+            self._replicas_short = None
+            log.info("outbox-replicas-in-sync")
+
+    def readiness_warning(self) -> str | None:
+        """What `/readyz` warns of: the topics whose events are held, too few replicas in sync; or None."""
+        short = self._replicas_short
+        warnings = [self.missing_topics(), f"the outbox relay cannot publish: {short}" if short else None]
+        return "; ".join(warning for warning in warnings if warning) or None
 
     def dead_lettered(self, rejected: Mapping[int, str]) -> None:
         """The broker refused these events for good (outbox id -> error): they left the outbox."""

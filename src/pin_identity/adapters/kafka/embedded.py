@@ -1,6 +1,7 @@
 """The embedded Apache Kafka, for the demo, the tests and local work: one JVM that is a KRaft broker and
 controller, on loopback, with its log directory under a home folder so that topics survive a stop (or a
-crash) and come back with the next start.
+crash) and come back with the next start. The tests also start several such nodes as one cluster (a quorum
+of combined broker+controller voters, `launch_node`), each with a home of its own.
 
 A home holds `server.properties` (written at every start), `data/` (the log directory, formatted once) and
 `broker.log`. The client listener may be advertised on another port (a fault-injecting proxy in front of it);
@@ -18,7 +19,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,7 +34,6 @@ STOP_TIMEOUT_S = 30.0
 HEAP_MB = 512
 _JVM_OPTIONS = (
     "-Xms128m",
-    f"-Xmx{HEAP_MB}m",
     "-XX:+UseG1GC",
     "-XX:MaxGCPauseMillis=20",
     "-XX:InitiatingHeapOccupancyPercent=35",
@@ -66,19 +66,41 @@ def port_open(port: int, timeout_s: float = 0.5) -> bool:
         return False
 
 
+@dataclass(frozen=True)
+class QuorumNode:
+    """One combined broker+controller of a KRaft quorum and its loopback ports (kept across its restarts)."""
+
+    node_id: int
+    port: int  # clients
+    internal_port: int  # the brokers' replication
+    controller_port: int  # the quorum's votes
+
+    @classmethod
+    def on_free_ports(cls, node_id: int, port: int | None = None) -> QuorumNode:
+        return cls(node_id, port or free_port(), free_port(), free_port())
+
+
 def broker_properties(
-    log_dir: Path, port: int, *, advertised_port: int | None = None, internal_port: int, controller_port: int
+    log_dir: Path,
+    node: QuorumNode,
+    voters: Sequence[QuorumNode] = (),
+    *,
+    advertised_port: int | None = None,
 ) -> dict[str, str]:
-    """A single-node KRaft cluster sized for 2 cores and a small heap. Internal topics get one replica and
-    one partition (their defaults, 3 and 50, cannot be met by one broker or cost a first group seconds)."""
+    """A KRaft node sized for 2 cores and a small heap; alone (no `voters`), a single-node cluster. Internal
+    topics get one replica and one partition (their defaults, 3 and 50, cannot be met by one broker or cost
+    a first group seconds); a cluster of several nodes raises their replication with `overrides`."""
+    port, internal_port = node.port, node.internal_port
     return {
         "process.roles": "broker,controller",
-        "node.id": "1",
+        "node.id": str(node.node_id),
         # Static voters: the formatted log directory then records no host or port, so it can be copied and
         # restarted on any ports.
-        "controller.quorum.voters": f"1@{HOST}:{controller_port}",
+        "controller.quorum.voters": ",".join(
+            f"{voter.node_id}@{HOST}:{voter.controller_port}" for voter in (voters or (node,))
+        ),
         "listeners": f"CLIENT://{HOST}:{port},INTERNAL://{HOST}:{internal_port},"
-        f"CONTROLLER://{HOST}:{controller_port}",
+        f"CONTROLLER://{HOST}:{node.controller_port}",
         "advertised.listeners": f"CLIENT://{HOST}:{advertised_port or port},INTERNAL://{HOST}:{internal_port}",
         "listener.security.protocol.map": "CLIENT:PLAINTEXT,INTERNAL:PLAINTEXT,CONTROLLER:PLAINTEXT",
         "controller.listener.names": "CONTROLLER",
@@ -121,31 +143,39 @@ def start_broker(
 ) -> BrokerProcess:
     """Start a broker whose files live in `home` (formatted on first use, reused after) and wait until it
     serves clients. `overrides` are extra broker properties (a test's compaction or timeouts)."""
+    node = QuorumNode.on_free_ports(1, port)
+    process = launch_node(home, node, advertised_port=advertised_port, overrides=overrides)
+    wait_node_ready(process, node.port, home / "broker.log")
+    return BrokerProcess(process.pid, node.port)
+
+
+def launch_node(
+    home: Path,
+    node: QuorumNode,
+    voters: Sequence[QuorumNode] = (),
+    *,
+    advertised_port: int | None = None,
+    overrides: Mapping[str, str] | None = None,
+    heap_mb: int = HEAP_MB,
+) -> subprocess.Popen[bytes]:
+    """Start one node of a quorum of `voters` (alone by default) without waiting: a node of several serves
+    clients only once a majority of the voters runs, so they are all launched before any is waited for."""
     runtime = kafka_runtime()
     home.mkdir(parents=True, exist_ok=True)
-    port = port or free_port()
-    _format_once(runtime, home / "data")
-    properties = broker_properties(
-        home / "data",
-        port,
-        advertised_port=advertised_port,
-        internal_port=free_port(),
-        controller_port=free_port(),
-    )
+    _format_once(runtime, home / "data", node.node_id)
+    properties = broker_properties(home / "data", node, voters, advertised_port=advertised_port)
     config = home / "server.properties"
     config.write_text(_render({**properties, **(overrides or {})}))
-    process = _launch(runtime, config, home / "broker.log")
-    _wait_ready(process, port, home / "broker.log")
-    return BrokerProcess(process.pid, port)
+    return _launch(runtime, config, home / "broker.log", heap_mb)
 
 
 def _render(properties: Mapping[str, str]) -> str:
     return "".join(f"{name}={value}\n" for name, value in properties.items())
 
 
-def _launch(runtime: KafkaRuntime, config: Path, log_path: Path) -> subprocess.Popen[bytes]:
+def _launch(runtime: KafkaRuntime, config: Path, log_path: Path, heap_mb: int) -> subprocess.Popen[bytes]:
     command = [
-        str(runtime.java), *_JVM_OPTIONS,
+        str(runtime.java), *_JVM_OPTIONS, f"-Xmx{heap_mb}m",
         f"-Dlog4j2.configurationFile={runtime.config_file('log4j2.properties')}",
         "-cp", runtime.classpath, "kafka.Kafka", str(config),
     ]  # fmt: skip
@@ -159,7 +189,7 @@ def _launch(runtime: KafkaRuntime, config: Path, log_path: Path) -> subprocess.P
         )
 
 
-def _wait_ready(process: subprocess.Popen[bytes], port: int, log_path: Path) -> None:
+def wait_node_ready(process: subprocess.Popen[bytes], port: int, log_path: Path) -> None:
     """Kafka opens its client port only once the broker is unfenced and serving (SocketServer defers the
     bind for exactly that reason), so an accepted connection means ready."""
     deadline = time.monotonic() + START_TIMEOUT_S
@@ -174,14 +204,26 @@ def _wait_ready(process: subprocess.Popen[bytes], port: int, log_path: Path) -> 
         time.sleep(0.05)
 
 
-def _format_once(runtime: KafkaRuntime, log_dir: Path) -> None:
+def _format_once(runtime: KafkaRuntime, log_dir: Path, node_id: int = 1) -> None:
     """A new log directory is a copy of one formatted in the cache (formatting costs a JVM start); one
-    that holds `meta.properties` is already formatted and kept as it is."""
+    that holds `meta.properties` is already formatted and kept as it is. Every copy has the template's
+    cluster id, so the nodes of a quorum agree on it; each gets its own node id and directory id."""
     if (log_dir / "meta.properties").exists():
         return
     template = _formatted_template(runtime)
     shutil.rmtree(log_dir, ignore_errors=True)
     shutil.copytree(template, log_dir)
+    if node_id != 1:
+        _renumber(log_dir / "meta.properties", node_id)
+
+
+def _renumber(meta: Path, node_id: int) -> None:
+    """What formatting for `node_id` would have written: the node id, and a directory id of its own (the
+    controller tells the log directories of a cluster apart by it)."""
+    fresh = {"node.id": str(node_id), "directory.id": _random_uuid()}
+    lines = meta.read_text(encoding="utf-8").splitlines()
+    kept = [line for line in lines if line.split("=", 1)[0] not in fresh]
+    meta.write_text("\n".join([*kept, *(f"{name}={value}" for name, value in fresh.items())]) + "\n")
 
 
 def _formatted_template(runtime: KafkaRuntime) -> Path:
@@ -202,13 +244,12 @@ def _formatted_template(runtime: KafkaRuntime) -> Path:
 
 def _storage_format(runtime: KafkaRuntime, staging: Path) -> None:
     config = staging / "server.properties"
-    ports = {"internal_port": free_port(), "controller_port": free_port()}
-    config.write_text(_render(broker_properties(staging / "data", free_port(), **ports)))
+    config.write_text(_render(broker_properties(staging / "data", QuorumNode.on_free_ports(1))))
     command = [
         str(runtime.java), "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
         f"-Dlog4j2.configurationFile={runtime.config_file('tools-log4j2.properties')}",
         "-cp", runtime.classpath, "kafka.tools.StorageTool",
-        "format", "--ignore-formatted", "--cluster-id", _cluster_id(), "--config", str(config),
+        "format", "--ignore-formatted", "--cluster-id", _random_uuid(), "--config", str(config),
     ]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
     if done.returncode != 0:
@@ -218,7 +259,7 @@ def _storage_format(runtime: KafkaRuntime, staging: Path) -> None:
         )
 
 
-def _cluster_id() -> str:
+def _random_uuid() -> str:
     """What `kafka-storage.sh random-uuid` prints: 16 random bytes in URL-safe base64, not starting with a
     dash (the tool would read it as an option)."""
     import base64

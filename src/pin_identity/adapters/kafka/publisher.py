@@ -194,7 +194,8 @@ class KafkaEventPublisher:
 
     `own_topics` are the topics the relay publishes to: one the broker does not have holds its events while
     `ensure_topics` (None: the relay may not create topics) cannot recreate it. An event of any other topic
-    the broker does not know is tried once more, then dead-lettered.
+    the broker does not know is tried once more, then dead-lettered. `replication_shortfall` asks the broker
+    whether too few replicas in sync are why nothing is taken.
     """
 
     def __init__(
@@ -204,9 +205,11 @@ class KafkaEventPublisher:
         *,
         own_topics: Collection[str] = (),
         transactional_id: str | None = None,
+        replication_shortfall: Callable[[], str | None] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ):
         self._config = producer_config(client_config)
+        self._replication_shortfall = replication_shortfall
         if transactional_id is not None:
             self._config["transactional.id"] = transactional_id
         self._transactional = transactional_id is not None
@@ -507,6 +510,9 @@ class KafkaEventPublisher:
         self._transaction = None
         self._waiting = []
         self._fatal = None
+
+    def replication_shortfall(self) -> str | None:
+        return self._replication_shortfall() if self._replication_shortfall is not None else None
 
     def close(self) -> None:
         if self._producer is not None:

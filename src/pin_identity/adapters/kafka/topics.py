@@ -12,6 +12,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin._config import ConfigResource
 from confluent_kafka.cimpl import NewTopic
 
 from pin_identity.adapters.kafka.client_log import with_client_log
@@ -28,16 +29,31 @@ _quiet.propagate = False
 _PROBE_STEP_S = 0.5
 
 
+# With three replicas or more, a write (the relay's are acks=all) is acknowledged once two of them have it:
+# one node lost loses nothing acknowledged and stops nothing. With fewer, the broker's own setting holds.
+REPLICAS_FOR_MIN_INSYNC = 3
+MIN_INSYNC_REPLICAS = 2
+
+
 @dataclass(frozen=True)
 class TopicLayout:
     partitions: int
     replication_factor: int
 
+    @property
+    def config(self) -> dict[str, str]:
+        """The settings of a topic of ours: compacted (one record per key is what readers need)."""
+        config = {"cleanup.policy": "compact"}
+        if self.replication_factor >= REPLICAS_FOR_MIN_INSYNC:
+            config["min.insync.replicas"] = str(MIN_INSYNC_REPLICAS)
+        return config
+
 
 def ensure_topics(
     client_config: dict[str, str], names: Iterable[str], layout: TopicLayout, *, timeout_s: float = 15.0
 ) -> list[str]:
-    """Create the missing topics; returns the names created (an existing topic is left as it is)."""
+    """Create the missing topics (`layout`'s settings); returns the names created (an existing topic is left
+    as it is)."""
     admin = AdminClient(with_client_log(client_config))
     existing = set(admin.list_topics(timeout=timeout_s).topics)
     missing = [name for name in names if name not in existing]
@@ -45,7 +61,7 @@ def ensure_topics(
         return []
     futures = admin.create_topics(
         [
-            NewTopic(name, layout.partitions, layout.replication_factor, config={"cleanup.policy": "compact"})
+            NewTopic(name, layout.partitions, layout.replication_factor, config=layout.config)
             for name in missing
         ],
         operation_timeout=timeout_s,
@@ -60,6 +76,63 @@ def ensure_topics(
             if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                 raise
     return created
+
+
+def replication_shortfall(
+    client_config: dict[str, str], names: Iterable[str], *, timeout_s: float = 2.0
+) -> str | None:
+    """Which of the topics have partitions with fewer in-sync replicas than their `min.insync.replicas`,
+    in one line: the broker refuses every acks=all write to those (NOT_ENOUGH_REPLICAS), and librdkafka
+    only retries it until the delivery times out. None when none has, or the broker did not say (it never
+    raises: the relay asks while it backs off)."""
+    admin = AdminClient(with_client_log(client_config))
+    try:
+        short = _partitions_out_of_sync(admin, names, timeout_s)
+        needed = _min_insync(admin, short, timeout_s) if short else {}
+    except (KafkaException, TimeoutError, KeyError, ValueError):
+        return None
+    lines = [
+        _shortfall_line(name, partitions, needed[name])
+        for name, partitions in sorted(short.items())
+        if any(in_sync < needed[name] for _, in_sync, _ in partitions)
+    ]
+    return "; ".join(lines) or None
+
+
+def _partitions_out_of_sync(
+    admin: AdminClient, names: Iterable[str], timeout_s: float
+) -> dict[str, list[tuple[int, int, int]]]:
+    """topic -> (partition, replicas in sync, replicas) of each partition with a replica out of sync."""
+    topics = admin.list_topics(timeout=timeout_s).topics
+    short = {
+        name: sorted(
+            (number, len(partition.isrs), len(partition.replicas))
+            for number, partition in topics[name].partitions.items()
+            if len(partition.isrs) < len(partition.replicas)
+        )
+        for name in names
+        if name in topics
+    }
+    return {name: partitions for name, partitions in short.items() if partitions}
+
+
+def _min_insync(admin: AdminClient, names: Iterable[str], timeout_s: float) -> dict[str, int]:
+    resources = [ConfigResource(ConfigResource.Type.TOPIC, name) for name in names]
+    futures = admin.describe_configs(resources, request_timeout=timeout_s)
+    return {
+        resource.name: int(future.result(timeout=timeout_s)["min.insync.replicas"].value)
+        for resource, future in futures.items()
+    }
+
+
+def _shortfall_line(topic: str, partitions: Sequence[tuple[int, int, int]], needed: int) -> str:
+    numbers = ", ".join(str(number) for number, in_sync, _ in partitions if in_sync < needed)
+    fewest = min(in_sync for _, in_sync, _ in partitions)
+    replicas = max(total for _, _, total in partitions)
+    return (
+        f"{topic} has {fewest} of {replicas} replicas in sync (partitions {numbers}) and needs {needed} "
+        "for a write (NOT_ENOUGH_REPLICAS)"
+    )
 
 
 def broker_reachable(client_config: dict[str, str], timeout_s: float = 3.0) -> bool:

@@ -122,3 +122,9 @@ class EventPublisher(Protocol):
         """Drop everything the client still holds and the client itself (its connections close), so that
         nothing handed to it before can reach the broker later."""
         ...
+
+    def replication_shortfall(self) -> str | None:
+        """Why the broker takes no write to the relay's topics, where its metadata says so (fewer replicas
+        in sync than a topic's min.insync.replicas), in one line; None otherwise. Asked when publishing keeps
+        failing: the client only retries such a refusal until the delivery times out, and says no more."""
+        ...
