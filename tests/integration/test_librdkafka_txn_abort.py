@@ -48,3 +48,8 @@ def test_the_same_calls_with_a_timeout_the_first_phase_meets_commit(broker: Rest
     assert done.returncode == 0, done.stderr[-2000:]
     assert "committed" in done.stdout
 
+
+def test_the_relays_publisher_commits_through_the_same_conditions(broker: RestartableBroker) -> None:
+    done = _run("publisher", broker)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "delivered 100" in done.stdout
