@@ -7,15 +7,21 @@ continued (SIGCONT) between two calls of the producer's. MODE says how the produ
 - `stepped`: commit_transaction() with a timeout that runs out (the EndTxn is sent: resumable), then again
   with one too short for its first phase, then nothing: librdkafka forgets that a commit is under way, takes
   the EndTxn's answer for an abort's, and aborts the process (CommittingTransaction -> AbortedNotAcked).
-- `resumed`: the control: the second call has a timeout its first phase meets; the commit completes.
+- `resumed`: the control: the second call has the relay's 5 s, which its first phase meets even starved (a
+  1 s call does not always: the starved thread can wait longer); the commit completes.
 - `publisher`: the relay's own publisher (KafkaEventPublisher), driven by collect() as the relay does, the
   broker stopped while it commits and continued between two collect() calls; prints `delivered N`.
 
-librdkafka logs to stderr (debug eos,protocol,broker; no logger callback, whose queue the abort would lose).
+During the call that is to miss its first phase, librdkafka's main thread is starved (_main_thread_starved),
+as on a loaded machine; without that the call is usually served in time and the abort is a race.
+
+In `stepped` and `resumed` librdkafka logs to stderr (debug eos,protocol,broker; no logger callback, whose
+queue the abort would lose). The publisher keeps its own logger: an abort leaves glibc's assertion message.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -31,9 +37,13 @@ from pin_identity.adapters.kafka.publisher import KafkaEventPublisher
 from pin_identity.operations.ports.outbox import PendingEvent
 
 DEBUG = "eos,protocol,broker"
+_RELAY_COMMIT_TIMEOUT_S = 5.0
+# Busy processes beside the starved thread: the more, the longer it waits for its turn.
+_BUSY = 4
 _IDS = range(1, 101)
-# After SIGCONT: long enough for the broker to answer the EndTxn that waited in its socket.
-_ANSWER_S = 3.0
+# After SIGCONT: long enough for the broker to answer the EndTxn that waited in its socket (about 0.5 s here;
+# a process that aborts does so the moment the answer comes, so this costs only the cases that do not).
+_ANSWER_S = 5.0
 
 
 def _stepped(bootstrap: str, topic: str, broker_pid: int, second_timeout_s: float) -> None:
@@ -64,8 +74,9 @@ def _main_thread_starved() -> Iterator[None]:
     cpus = sorted(os.sched_getaffinity(0))
     tasks = Path("/proc/self/task")
     (main,) = [int(t.name) for t in tasks.iterdir() if (t / "comm").read_text().strip() == "rdk:main"]
-    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
-    os.sched_setaffinity(busy.pid, {cpus[0]})
+    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(_BUSY)]
+    for process in busy:
+        os.sched_setaffinity(process.pid, {cpus[0]})
     os.sched_setaffinity(main, {cpus[0]})
     os.sched_setscheduler(main, os.SCHED_IDLE, os.sched_param(0))
     os.sched_setaffinity(0, set(cpus[1:]) or set(cpus))  # this (the calling) thread runs beside them
@@ -73,9 +84,11 @@ def _main_thread_starved() -> Iterator[None]:
     try:
         yield
     finally:
-        busy.kill()
-        busy.wait()
-        os.sched_setscheduler(main, os.SCHED_OTHER, os.sched_param(0))
+        for process in busy:
+            process.kill()
+            process.wait()
+        with contextlib.suppress(PermissionError):  # without CAP_SYS_NICE it stays idle: it has CPUs now
+            os.sched_setscheduler(main, os.SCHED_OTHER, os.sched_param(0))
         os.sched_setaffinity(main, set(cpus))
         os.sched_setaffinity(0, set(cpus))
 
@@ -93,7 +106,10 @@ def _commit_expecting_timeout(producer: Producer, timeout_s: float) -> None:
 
 def _publisher(bootstrap: str, topic: str, broker_pid: int) -> None:
     publisher = KafkaEventPublisher(
-        {"bootstrap.servers": bootstrap, "debug": DEBUG}, None, transactional_id="txn-abort-repro"
+        {"bootstrap.servers": bootstrap, "debug": DEBUG},
+        None,
+        transactional_id="txn-abort-repro",
+        clock=lambda: 0.0,  # a transaction never grows old: it is committed when collect() is given a wait
     )
     publisher.start()
     publisher.send([PendingEvent(n, topic, f"user-{n}", b"{}", "UserAccessChanged", "c", None) for n in _IDS])
@@ -124,7 +140,7 @@ def main(argv: list[str]) -> None:
     if mode == "publisher":
         _publisher(bootstrap, topic, broker_pid)
     else:
-        _stepped(bootstrap, topic, broker_pid, 0 if mode == "stepped" else 1.0)
+        _stepped(bootstrap, topic, broker_pid, 0 if mode == "stepped" else _RELAY_COMMIT_TIMEOUT_S)
 
 
 if __name__ == "__main__":
