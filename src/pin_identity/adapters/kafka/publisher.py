@@ -75,9 +75,9 @@ def producer_config(client_config: dict[str, str]) -> dict[str, Any]:
 
 # A transaction is due as soon as the relay waits for answers (it has nothing more to hand over: a lone
 # revocation goes at once), else once it holds this many events or is this old; it takes no more events then,
-# and is committed once all of it is answered. Each commit costs round trips
-# to the coordinator and a marker in every partition it wrote, during which nothing new is produced: under a
-# flood, thousands of events share one.
+# and is committed once all of it is answered. Each commit costs round trips to the coordinator and a marker
+# in every partition it wrote, during which nothing new is produced: under a flood, thousands of events share
+# one.
 TRANSACTION_EVENTS = 10_000
 TRANSACTION_AGE_S = 0.5
 # All three ask the transaction coordinator: a healthy one answers in milliseconds (the first time after a
@@ -85,8 +85,8 @@ TRANSACTION_AGE_S = 0.5
 # session between attempts (well within its session's silence limit). Never less than a second for a commit or
 # an abort: librdkafka 2.16 aborts the process when a commit whose first phase (a hand-over to its own main
 # thread) timed out is followed by the coordinator's answer before the next call, and it reports that timeout
-# as resumable all the same (docs/librdkafka-txn-abort.md). Within seconds the first phase cannot time out, so
-# a commit that times out is resumed, with the same timeout, past its first phase.
+# as resumable all the same (docs/librdkafka-txn-abort.md). A first phase given seconds times out only if that
+# thread stalls as long, so a commit that times out is resumed, with the same timeout, past its first phase.
 _INIT_TIMEOUT_S = 5.0
 _COMMIT_TIMEOUT_S = 5.0
 _ABORT_TIMEOUT_S = 5.0
