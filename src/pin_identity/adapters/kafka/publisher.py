@@ -73,19 +73,22 @@ def producer_config(client_config: dict[str, str]) -> dict[str, Any]:
     return with_client_log({**defaults, **client_config})
 
 
-# A transaction is committed as soon as the relay waits for answers (it has nothing more to hand over: a lone
-# revocation goes at once), else once it holds this many events or is this old. Each commit costs round trips
-# to the coordinator and a marker in every partition it wrote, during which nothing new is produced: under a
-# flood, thousands of events share one.
+# A transaction is due as soon as the relay waits for answers (it has nothing more to hand over: a lone
+# revocation goes at once), else once it holds this many events or is this old; it takes no more events then,
+# and is committed once all of it is answered. Each commit costs round trips to the coordinator and a marker
+# in every partition it wrote, during which nothing new is produced: under a flood, thousands of events share
+# one.
 TRANSACTION_EVENTS = 10_000
 TRANSACTION_AGE_S = 0.5
-# commit_transaction() waits this long (or as long as the relay would wait for answers), then returns and is
-# resumed by the next collect(): the relay goes on reading the outbox (and proving its session) meanwhile.
-_COMMIT_STEP_S = 0.005
-# Both ask the transaction coordinator: a healthy one answers in milliseconds (the first time after a broker
-# starts, or while it completes the transaction before, in about a second), and the relay proves its session
-# between attempts.
+# All three ask the transaction coordinator: a healthy one answers in milliseconds (the first time after a
+# broker starts, or while it completes the transaction before, in about a second), and the relay proves its
+# session between attempts (well within its session's silence limit). Never less than a second for a commit or
+# an abort: librdkafka 2.16 aborts the process when a commit whose first phase (a hand-over to its own main
+# thread) timed out is followed by the coordinator's answer before the next call, and it reports that timeout
+# as resumable all the same (docs/librdkafka-txn-abort.md). A first phase given seconds times out only if that
+# thread stalls as long, so a commit that times out is resumed, with the same timeout, past its first phase.
 _INIT_TIMEOUT_S = 5.0
+_COMMIT_TIMEOUT_S = 5.0
 _ABORT_TIMEOUT_S = 5.0
 
 
@@ -94,7 +97,8 @@ class _Transaction:
     started: float
     ids: list[int] = field(default_factory=list)  # produced in it: acknowledged only once it commits
     topics: Counter[str] = field(default_factory=Counter)
-    committing: bool = False  # commit_transaction() called: only it may be called until it returns
+    committing: bool = False  # due: takes no more events; committed once all of it is answered
+    commit_called: bool = False  # commit_transaction() called: only it may be called until it returns
 
 
 @dataclass(slots=True)
@@ -260,8 +264,11 @@ class KafkaEventPublisher:
         return self._producer
 
     def _outstanding(self) -> bool:
-        in_transaction = self._transaction is not None or bool(self._waiting)
-        return in_transaction or self._one_offs > 0 or any(topic.by_key for topic in self._topics.values())
+        return self._transaction is not None or bool(self._waiting) or self._unanswered()
+
+    def _unanswered(self) -> bool:
+        """Events handed to the producer whose delivery report has not been served yet."""
+        return self._one_offs > 0 or any(topic.by_key for topic in self._topics.values())
 
     def _delivery_handler(self, generation: int) -> Callable[[KafkaError | None, Message], None]:
         def on_delivery(error: KafkaError | None, msg: Message) -> None:
@@ -325,11 +332,10 @@ class KafkaEventPublisher:
         return failed_at_once
 
     def collect(self, timeout_s: float) -> PublishReport:
-        # A wait with a transaction open goes to its commit, which returns the moment it completes; poll()
-        # would wait it out, as a completed commit is no answer that wakes it.
-        committing = self._transaction is not None and (self._transaction.committing or timeout_s > 0)
+        # Answers are waited for with poll(), which any answer wakes: a transaction is committed only once
+        # all of it is answered (_settle_transaction), never by stepping a commit through the wait.
         if self._producer is not None and self._outstanding():
-            self._producer.poll(0 if committing else timeout_s)
+            self._producer.poll(timeout_s if self._unanswered() else 0)
             self._producer.poll(0)  # serve every answer already queued, not just the first
         elif timeout_s:
             time.sleep(timeout_s)
@@ -356,23 +362,26 @@ class KafkaEventPublisher:
         self._published.clear()
 
     def _settle_transaction(self, producer: Producer, answers: PublishReport, *, wait_s: float) -> None:
-        """Abort the open transaction if any of it failed, else commit it once due (a step at a time)."""
+        """Abort the open transaction if any of it failed, else commit it once due and all of it answered."""
         transaction = self._transaction
         assert transaction is not None
         # Once commit_transaction() was called, librdkafka takes no other transactional call until it
         # returns: it fails by itself (abortable) when an event of it failed, and is aborted then.
-        if (answers.retry or answers.rejected) and not transaction.committing:
+        if (answers.retry or answers.rejected) and not transaction.commit_called:
             self._abort(producer, answers)
             return
         full = len(transaction.ids) >= TRANSACTION_EVENTS
         due = wait_s > 0 or full or self._clock() - transaction.started >= TRANSACTION_AGE_S
         transaction.committing |= due
-        if not transaction.committing:
+        # Once every event of it is answered, a failure of the transaction's is known (aborted above), and the
+        # commit is one round trip to the coordinator.
+        if not transaction.committing or self._unanswered():
             return
+        transaction.commit_called = True
         try:
-            producer.commit_transaction(max(wait_s, _COMMIT_STEP_S))
+            producer.commit_transaction(_COMMIT_TIMEOUT_S)
         except KafkaException as exc:
-            if not exc.args[0].retriable():  # else still committing: the next collect() resumes it
+            if not exc.args[0].retriable():  # else the coordinator is away: the next collect() resumes it
                 self._commit_failed(producer, answers, exc)
             return
         answers.delivered.extend(transaction.ids)
@@ -394,6 +403,14 @@ class KafkaEventPublisher:
         answers.rejected.update(served.rejected)
         self._examine_failures(producer, answers)
         error = exc.args[0]
+        if error.code() == KafkaError._STATE:
+            # librdkafka lost track of its own calls (no other relay took over): nothing is known of the
+            # transaction, so all of it goes again, with a new producer that fences this one.
+            log.warning("kafka-transaction-state-lost", code=error.name())
+            self._drop_transaction(answers, error.name())
+            self._replace = True
+            self._forget_in_flight()
+            return
         if not error.txn_requires_abort():
             raise exc
         self._abort(producer, answers, because=error.name())
@@ -401,15 +418,7 @@ class KafkaEventPublisher:
     def _abort(self, producer: Producer, answers: PublishReport, because: str = "aborted") -> None:
         """Nothing of an aborted transaction is visible to a read_committed consumer: all of it (and what
         waited for it) is to be sent again, but for an event the broker refused for good."""
-        transaction = self._transaction
-        assert transaction is not None
-        # What failed gives its reason to all of the transaction (a delivery timeout, an unknown topic).
-        reason = next(iter(answers.retry.values()), because)
-        for outbox_id in [*transaction.ids, *(event.outbox_id for event in self._waiting)]:
-            if outbox_id not in answers.rejected:
-                answers.retry.setdefault(outbox_id, reason)
-        self._transaction = None
-        self._waiting = []
+        self._drop_transaction(answers, because)
         try:
             producer.abort_transaction(_ABORT_TIMEOUT_S)  # purges what is in flight
         except KafkaException as exc:
@@ -423,6 +432,18 @@ class KafkaEventPublisher:
             self._replace = True
         self._forget_in_flight()  # the purged events' answers are moot: all of them go again
         producer.poll(0)
+
+    def _drop_transaction(self, answers: PublishReport, because: str) -> None:
+        """All of the open transaction (and what waited for it) to be sent again, but for an event the broker
+        refused for good; what failed gives its reason to all of it (a delivery timeout, an unknown topic)."""
+        transaction = self._transaction
+        assert transaction is not None
+        reason = next(iter(answers.retry.values()), because)
+        for outbox_id in [*transaction.ids, *(event.outbox_id for event in self._waiting)]:
+            if outbox_id not in answers.rejected:
+                answers.retry.setdefault(outbox_id, reason)
+        self._transaction = None
+        self._waiting = []
 
     def _forget_in_flight(self) -> None:
         """A new generation: answers about what was handed out before are ignored when they come."""
