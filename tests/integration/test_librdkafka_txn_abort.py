@@ -37,8 +37,12 @@ def _run(mode: str, broker: RestartableBroker) -> subprocess.CompletedProcess[st
 def test_a_commit_resumed_with_a_timeout_its_first_phase_misses_aborts_the_process(
     broker: RestartableBroker,
 ) -> None:
-    """The reproduction itself: if librdkafka stops aborting here, the relay's discipline may be relaxed."""
-    done = _run("stepped", broker)
+    """The reproduction itself: if librdkafka stops aborting here, the relay's discipline may be relaxed. It
+    is a race made likely (the answer must land between two calls), not certain: three tries at the most."""
+    for _ in range(3):
+        done = _run("stepped", broker)
+        if done.returncode == -signal.SIGABRT:
+            break
     assert done.returncode == -signal.SIGABRT, done.stdout + done.stderr[-2000:]
     assert "CommittingTransaction -> AbortedNotAcked" in done.stderr
 
