@@ -41,7 +41,7 @@ EXPECTED_ALERTS = [
     # CONTRACTS.md 4a: outbox
     "OutboxDeadLetters",
     "OutboxOldestEventTooOld",
-    # issue 29: the admin API's tokens file (serve)
+    # serve: the admin API's tokens file (a file that does not load)
     "AdminTokensFileNotLoaded",
 ]
 
