@@ -5,26 +5,24 @@ second node is back."""
 
 from __future__ import annotations
 
-import signal
-import subprocess
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
-import httpx
 import pytest
 
-from pin_identity.adapters.kafka.embedded import free_port
 from pin_identity.composition import Container
 from pin_identity.config import Settings
 from pin_identity.domain.events import ACCESS_TOPIC
 from tests.support import seed
 from tests.support.brokers import start_transaction_coordinator
-from tests.support.cli import CLI
 from tests.support.cluster import KafkaCluster
-from tests.support.health import wait_for_healthz
-from tests.support.relay import change_permissions_inline, outbox_count, users_told_of_the_change
+from tests.support.relay import (
+    change_permissions_inline,
+    outbox_count,
+    readiness_warnings,
+    relay_worker,
+    users_told_of_the_change,
+)
 from tests.support.waiting import wait_until
 
 HOLDERS = 20
@@ -42,32 +40,6 @@ def env(subprocess_env: dict[str, str], cluster: KafkaCluster) -> dict[str, str]
     }
 
 
-@contextmanager
-def _relay_worker(env: dict[str, str], tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
-    """`worker --jobs outbox-relay` with its HTTP port: (its base URL, its process)."""
-    port, log = free_port(), tmp_path / "worker.log"
-    with log.open("wb") as stderr:
-        process = subprocess.Popen(
-            [*CLI, "worker", "--jobs", "outbox-relay"],
-            env={**env, "PIN_IDENTITY_WORKER_HTTP_PORT": str(port)},
-            stderr=stderr,
-        )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        wait_for_healthz(base, "worker --jobs outbox-relay")
-        yield base, process
-    finally:
-        process.send_signal(signal.SIGTERM)
-        assert process.wait(60) == 0
-
-
-def _warnings(base: str) -> list[str]:
-    ready = httpx.get(f"{base}/readyz", timeout=5)
-    assert ready.status_code == 200, "a broker that takes no write does not make the worker unready"
-    warnings: list[str] = ready.json()["warnings"]
-    return warnings
-
-
 @pytest.mark.slow  # a three-node cluster, two nodes stopped, one started again: 40-75 s on 2 cores
 def test_with_two_nodes_of_three_down_events_wait_readyz_says_why_and_all_go_out_once_one_is_back(
     env: dict[str, str], settings: Settings, cluster: KafkaCluster, database_url: str, tmp_path: Path
@@ -78,14 +50,16 @@ def test_with_two_nodes_of_three_down_events_wait_readyz_says_why_and_all_go_out
     container = Container(settings.model_copy(update={"kafka_bootstrap_servers": cluster.bootstrap}))
     _, role = seed.held_role(container.transactions, HOLDERS)
     began = time.monotonic()
-    with _relay_worker(env, tmp_path) as (base, worker):
+    with relay_worker(env, tmp_path) as (base, worker):
         wait_until(lambda: outbox_count(database_url) == 0, "the grants are published", timeout_s=60)
         cluster.wait_in_sync()
         cluster.stop(2)
         cluster.stop(3)
         change_permissions_inline(container, role, HOLDERS)
-        wait_until(lambda: _warnings(base) != [], "/readyz says why nothing is published", timeout_s=60)
-        [warning] = _warnings(base)
+        wait_until(
+            lambda: readiness_warnings(base) != [], "/readyz says why nothing is published", timeout_s=60
+        )
+        [warning] = readiness_warnings(base)
         assert warning.startswith(
             f"the outbox relay cannot publish: {ACCESS_TOPIC} has 1 of 3 replicas in sync"
             " (partitions 0, 1, 2) and needs 2 for a write (NOT_ENOUGH_REPLICAS)"
@@ -96,7 +70,7 @@ def test_with_two_nodes_of_three_down_events_wait_readyz_says_why_and_all_go_out
 
         cluster.start(2)
         wait_until(lambda: outbox_count(database_url) == 0, "the waiting events are published", timeout_s=90)
-        wait_until(lambda: _warnings(base) == [], "/readyz no longer warns")
+        wait_until(lambda: readiness_warnings(base) == [], "/readyz no longer warns")
         assert worker.poll() is None
     container.close()
     print(f"too few replicas, worker start to the end: {time.monotonic() - began:.1f} s")

@@ -2,19 +2,27 @@
 
 from __future__ import annotations
 
+import signal
+import subprocess
 import threading
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
+import httpx
 import psycopg
 
+from pin_identity.adapters.kafka.embedded import free_port
 from pin_identity.composition import Container
 from pin_identity.domain.events import ACCESS_TOPIC, OutboxMessage, envelope
 from pin_identity.domain.fanout import FanOutPolicy
 from pin_identity.jobs.outbox_relay_observer import HELD_AFTER_S, RelayObserver
 from pin_identity.operations import identity
+from tests.support.cli import CLI
+from tests.support.health import wait_for_healthz
 from tests.support.kafka_tap import EventTap
 
 
@@ -88,3 +96,29 @@ class RelaySignals(RelayObserver):
     def topic_recreated(self, topic: str) -> None:
         super().topic_recreated(topic)
         self.recreated.append(topic)
+
+
+@contextmanager
+def relay_worker(env: dict[str, str], tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """`worker --jobs outbox-relay` with its HTTP port: (its base URL, its process)."""
+    port, log = free_port(), tmp_path / "worker.log"
+    with log.open("wb") as stderr:
+        process = subprocess.Popen(
+            [*CLI, "worker", "--jobs", "outbox-relay"],
+            env={**env, "PIN_IDENTITY_WORKER_HTTP_PORT": str(port)},
+            stderr=stderr,
+        )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_for_healthz(base, "worker --jobs outbox-relay")
+        yield base, process
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(60) == 0
+
+
+def readiness_warnings(base: str) -> list[str]:
+    ready = httpx.get(f"{base}/readyz", timeout=5)
+    assert ready.status_code == 200, "a broker that takes no write does not make the worker unready"
+    warnings: list[str] = ready.json()["warnings"]
+    return warnings
