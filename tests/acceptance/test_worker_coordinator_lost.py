@@ -108,7 +108,7 @@ def test_killing_the_transaction_coordinator_node_mid_transaction_loses_nothing_
     total = outbox_count(database_url)  # the company's own event besides
     assert total >= expected
     victim = coordinator_node(cluster.bootstrap, PostgresOutboxQueue(container.database).transactional_id())
-    with relay_worker(env, tmp_path) as (base, worker):
+    with relay_worker(env, tmp_path) as (base, worker, _):
         wait_until(lambda: outbox_count(database_url) < total, "the relay commits its first transaction")
         in_flight = outbox_count(database_url)  # the next transaction is open: these rows go once it commits
         cluster.kill(victim)

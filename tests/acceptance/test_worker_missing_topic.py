@@ -5,25 +5,25 @@ log line, on /readyz and in a gauge, and publishes every one once an operator ru
 from __future__ import annotations
 
 import json
-import signal
-import subprocess
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from pin_identity.adapters.kafka.embedded import free_port
 from pin_identity.composition import Container
 from pin_identity.config import Settings
 from pin_identity.domain.events import ACCESS_TOPIC
 from tests.support import seed
 from tests.support.brokers import delete_topic
-from tests.support.cli import CLI, run_cli
-from tests.support.health import wait_for_healthz
-from tests.support.relay import change_permissions_inline, outbox_count, users_told_of_the_change
+from tests.support.cli import run_cli
+from tests.support.relay import (
+    change_permissions_inline,
+    outbox_count,
+    readiness_warnings,
+    relay_worker,
+    users_told_of_the_change,
+)
 from tests.support.waiting import wait_until
 
 HOLDERS = 20
@@ -40,32 +40,6 @@ def env(subprocess_env: dict[str, str], own_broker: str) -> dict[str, str]:
         "PIN_IDENTITY_KAFKA_CONFIG": SHORT_TIMEOUTS,
         "PIN_IDENTITY_OUTBOX_RELAY_CREATES_TOPICS": "false",
     }
-
-
-@contextmanager
-def _relay_worker(env: dict[str, str], tmp_path: Path) -> Iterator[tuple[str, Path]]:
-    """`worker --jobs outbox-relay` with its HTTP port: (its base URL, its log file)."""
-    port, log = free_port(), tmp_path / "worker.log"
-    with log.open("wb") as stderr:
-        process = subprocess.Popen(
-            [*CLI, "worker", "--jobs", "outbox-relay"],
-            env={**env, "PIN_IDENTITY_WORKER_HTTP_PORT": str(port)},
-            stderr=stderr,
-        )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        wait_for_healthz(base, "worker --jobs outbox-relay")
-        yield base, log
-    finally:
-        process.send_signal(signal.SIGTERM)
-        assert process.wait(60) == 0
-
-
-def _warnings(base: str) -> list[str]:
-    ready = httpx.get(f"{base}/readyz", timeout=5)
-    assert ready.status_code == 200, "holding a topic's events does not make the worker unready"
-    warnings: list[str] = ready.json()["warnings"]
-    return warnings
 
 
 def _gauge(base: str) -> str | None:
@@ -86,12 +60,12 @@ def test_a_relay_that_may_not_create_topics_holds_says_so_and_goes_on_after_kafk
     assert run_cli(env, "kafka", "ensure-topics").returncode == 0  # the admin job, before the relay starts
     container = Container(settings.model_copy(update={"kafka_bootstrap_servers": own_broker}))
     _, role = seed.held_role(container.transactions, HOLDERS)
-    with _relay_worker(env, tmp_path) as (base, log):
+    with relay_worker(env, tmp_path) as (base, _, log):
         wait_until(lambda: outbox_count(database_url) == 0, "the grants are published")
         delete_topic(own_broker, ACCESS_TOPIC)
         change_permissions_inline(container, role, HOLDERS)
-        wait_until(lambda: _warnings(base) != [], "/readyz warns of the held topic")
-        assert _warnings(base) == [
+        wait_until(lambda: readiness_warnings(base) != [], "/readyz warns of the held topic")
+        assert readiness_warnings(base) == [
             f"the outbox relay holds the events of {ACCESS_TOPIC}: the broker does not have the topic"
             " (the relay does not create topics)"
         ]
@@ -102,7 +76,7 @@ def test_a_relay_that_may_not_create_topics_holds_says_so_and_goes_on_after_kafk
         created = run_cli(env, "kafka", "ensure-topics")  # the operator
         assert created.returncode == 0, created.stderr
         wait_until(lambda: outbox_count(database_url) == 0, "the held events are published")
-        assert _warnings(base) == []
+        assert readiness_warnings(base) == []
         assert _gauge(base) == "0.0"
     container.close()
     assert outbox_count(database_url, "outbox_dead_letters") == 0

@@ -50,7 +50,7 @@ def test_with_two_nodes_of_three_down_events_wait_readyz_says_why_and_all_go_out
     container = Container(settings.model_copy(update={"kafka_bootstrap_servers": cluster.bootstrap}))
     _, role = seed.held_role(container.transactions, HOLDERS)
     began = time.monotonic()
-    with relay_worker(env, tmp_path) as (base, worker):
+    with relay_worker(env, tmp_path) as (base, worker, _):
         wait_until(lambda: outbox_count(database_url) == 0, "the grants are published", timeout_s=60)
         cluster.wait_in_sync()
         cluster.stop(2)

@@ -10,7 +10,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import httpx
 import psycopg
@@ -98,9 +98,15 @@ class RelaySignals(RelayObserver):
         self.recreated.append(topic)
 
 
+class RelayWorker(NamedTuple):
+    base: str  # its HTTP port's URL: /healthz, /readyz, /metrics
+    process: subprocess.Popen[bytes]
+    log: Path  # its stderr: one JSON object a line
+
+
 @contextmanager
-def relay_worker(env: dict[str, str], tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
-    """`worker --jobs outbox-relay` with its HTTP port: (its base URL, its process)."""
+def relay_worker(env: dict[str, str], tmp_path: Path) -> Iterator[RelayWorker]:
+    """`worker --jobs outbox-relay` with its HTTP port, stopped with SIGTERM (and exit 0) at the end."""
     port, log = free_port(), tmp_path / "worker.log"
     with log.open("wb") as stderr:
         process = subprocess.Popen(
@@ -111,7 +117,7 @@ def relay_worker(env: dict[str, str], tmp_path: Path) -> Iterator[tuple[str, sub
     base = f"http://127.0.0.1:{port}"
     try:
         wait_for_healthz(base, "worker --jobs outbox-relay")
-        yield base, process
+        yield RelayWorker(base, process, log)
     finally:
         process.send_signal(signal.SIGTERM)
         assert process.wait(60) == 0
@@ -119,6 +125,6 @@ def relay_worker(env: dict[str, str], tmp_path: Path) -> Iterator[tuple[str, sub
 
 def readiness_warnings(base: str) -> list[str]:
     ready = httpx.get(f"{base}/readyz", timeout=5)
-    assert ready.status_code == 200, "a broker that takes no write does not make the worker unready"
+    assert ready.status_code == 200, "what the relay warns of (a held topic, few replicas) is no unreadiness"
     warnings: list[str] = ready.json()["warnings"]
     return warnings
