@@ -1,8 +1,9 @@
 """The node that coordinates the relay's Kafka transactions is killed (SIGKILL, no controlled shutdown) while
 a transaction is open and thousands of events are in flight. Another node takes over the coordinator
 partition; the relay's worker stays up, every event arrives once (read_committed), each user's versions
-never go back, nothing is dead-lettered, and publishing resumes within 30 s of the kill. What the worker's
-/metrics and /readyz show meanwhile is printed: today neither says anything of the lost coordinator."""
+never go back, nothing is dead-lettered, and publishing resumes within 30 s of the kill; meanwhile the
+worker's /readyz and /metrics say how long the broker has acknowledged nothing. The relay meets a cold
+coordinator: no producer warms the fresh cluster's transaction log up before it."""
 
 from __future__ import annotations
 
@@ -20,8 +21,8 @@ from pin_identity.composition import Container
 from pin_identity.config import Settings
 from pin_identity.domain.events import ACCESS_TOPIC
 from pin_identity.domain.fanout import FanOutPolicy
+from pin_identity.jobs.outbox_relay_observer import SILENT_AFTER_S
 from tests.support import seed
-from tests.support.brokers import start_transaction_coordinator
 from tests.support.cluster import KafkaCluster
 from tests.support.kafka_tap import EventTap
 from tests.support.relay import outbox_count, readiness_warnings, relay_worker
@@ -31,6 +32,7 @@ HOLDERS = 1500
 CHANGES = 3  # each holder's versions: three events a user, in order
 RESUMED_WITHIN_S = 30.0
 TRANSACTION_STATE = "__transaction_state"
+SILENT_WARNING = r"the outbox relay has waited \d+ s for the broker to acknowledge its events"
 
 
 @pytest.fixture
@@ -71,11 +73,15 @@ class Outage:
 
     base: str
     retries: float = 0.0
+    unacknowledged_s: float = 0.0
     warnings: set[str] = field(default_factory=set)
 
     def look(self) -> None:
         scrape = httpx.get(f"{self.base}/metrics", timeout=5).text
         self.retries = max(self.retries, metric(scrape, "identity_outbox_publish_errors_total"))
+        self.unacknowledged_s = max(
+            self.unacknowledged_s, metric(scrape, "identity_outbox_unacknowledged_seconds")
+        )
         self.warnings.update(readiness_warnings(self.base))
 
 
@@ -95,7 +101,6 @@ def test_killing_the_transaction_coordinator_node_mid_transaction_loses_nothing_
     env: dict[str, str], settings: Settings, cluster: KafkaCluster, database_url: str, tmp_path: Path
 ) -> None:
     began = time.monotonic()
-    start_transaction_coordinator(cluster.bootstrap)
     container = Container(settings.model_copy(update={"kafka_bootstrap_servers": cluster.bootstrap}))
     company = seed.company(container.transactions)
     role = seed.role(container.transactions, company)
@@ -107,9 +112,12 @@ def test_killing_the_transaction_coordinator_node_mid_transaction_loses_nothing_
     expected = HOLDERS * CHANGES
     total = outbox_count(database_url)  # the company's own event besides
     assert total >= expected
-    victim = coordinator_node(cluster.bootstrap, PostgresOutboxQueue(container.database).transactional_id())
     with relay_worker(env, tmp_path) as (base, worker, _):
         wait_until(lambda: outbox_count(database_url) < total, "the relay commits its first transaction")
+        # Only now: the relay's first transactional producer made the cluster create its transaction log.
+        victim = coordinator_node(
+            cluster.bootstrap, PostgresOutboxQueue(container.database).transactional_id()
+        )
         in_flight = outbox_count(database_url)  # the next transaction is open: these rows go once it commits
         cluster.kill(victim)
         killed_at, outage = time.monotonic(), Outage(base)
@@ -125,8 +133,11 @@ def test_killing_the_transaction_coordinator_node_mid_transaction_loses_nothing_
         assert worker.poll() is None, "the worker stays up"
     print(
         f"node {victim} killed with {in_flight} events left; the next commit {resumed_s:.1f} s later;"
-        f" meanwhile publish errors {outage.retries:g}, /readyz warnings {sorted(outage.warnings)}"
+        f" meanwhile publish errors {outage.retries:g}, unacknowledged for {outage.unacknowledged_s:.1f} s,"
+        f" /readyz warnings {sorted(outage.warnings)}"
     )
+    assert outage.unacknowledged_s >= SILENT_AFTER_S
+    assert any(re.fullmatch(SILENT_WARNING, warning) for warning in outage.warnings), outage.warnings
     assert outbox_count(database_url, "outbox_dead_letters") == 0
     tap = EventTap(cluster.bootstrap, [ACCESS_TOPIC], from_beginning=True)
     try:

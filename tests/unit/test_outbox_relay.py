@@ -517,3 +517,43 @@ def test_a_delivery_after_failures_ends_the_too_few_replicas_warning() -> None:
     assert [log["event"] for log in logs if log["event"].startswith("outbox-replicas")] == [
         "outbox-replicas-in-sync"
     ]
+
+
+class LateBroker(ScriptedPublisher):
+    """Acknowledges nothing before `answers_at` on the relay's clock (a lost coordinator, a leader moving);
+    from then on, everything sent."""
+
+    def __init__(self, time: DrivenTime, answers_at: float):
+        super().__init__({}, time)
+        self._time_now, self._answers_at = time, answers_at
+
+    def collect(self, timeout_s: float) -> PublishReport:
+        if self._time_now.now < self._answers_at:
+            self._time_now.pass_time(timeout_s)
+            return PublishReport()
+        return super().collect(timeout_s)
+
+
+def test_a_broker_that_acknowledges_nothing_is_said_on_readiness_and_in_the_log_until_it_does() -> None:
+    time = DrivenTime(stop_at=12.0)
+    queue = MemoryQueue([_event(1), _event(2)])
+    readiness: list[tuple[float, str | None]] = []
+
+    class Watched(RelayObserver):
+        def unacknowledged(self, waited_s: float) -> None:
+            super().unacknowledged(waited_s)
+            readiness.append((time.now, self.readiness_warning()))
+
+    settings = RelaySettings(idle_wait_s=0.25)
+    with capture_logs() as logs:
+        _relay(queue, LateBroker(time, answers_at=8.0), time, Watched(), settings).run(time)
+
+    assert queue.rows == []
+    warned = [(at, warning) for at, warning in readiness if warning is not None]
+    assert warned[0] == (5.0, "the outbox relay has waited 5 s for the broker to acknowledge its events")
+    assert warned[-1][0] == 8.0 and readiness[-1] == (11.5, None)  # said until the broker acknowledged
+    assert REGISTRY.get_sample_value("identity_outbox_unacknowledged_seconds") == 0  # idle: nothing waits
+    said = [
+        (log["event"], log.get("waited_s", log.get("silent_s"))) for log in logs if "broker" in log["event"]
+    ]
+    assert said == [("outbox-broker-silent", 5.0), ("outbox-broker-acknowledges", 8.0)]

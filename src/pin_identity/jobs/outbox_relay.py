@@ -67,6 +67,28 @@ class _Cadence:
         self.due_at = -math.inf
 
 
+@dataclass
+class _Wait:
+    """Since when the relay has waited for the broker to acknowledge its events: from the first event handed
+    out while none waited, moved on by every acknowledgement, kept through failures and back-offs (the events
+    still wait), ended only when nothing is left to publish."""
+
+    since: float | None = None
+
+    def sent(self, now: float) -> None:
+        if self.since is None:
+            self.since = now
+
+    def acknowledged(self, now: float, *, more_waiting: bool) -> None:
+        self.since = now if more_waiting else None
+
+    def end(self) -> None:
+        self.since = None
+
+    def seconds(self, now: float) -> float:
+        return 0.0 if self.since is None else now - self.since
+
+
 class _KeyOrder:
     """What the relay read from the outbox and has not settled: at most one event of a key is in flight, and
     the later rows of that key are held, in outbox order, until it is answered."""
@@ -182,6 +204,7 @@ class OutboxRelay:
         # backs off (this is why) and reads again from the oldest row.
         self._retry_reason: str | None = None
         self._failures = 0  # in a row: the back-off grows with them
+        self._wait = _Wait()
 
     @property
     def in_flight(self) -> int:
@@ -228,6 +251,7 @@ class OutboxRelay:
         step when there is nothing to do (None while there is)."""
         role = self._queue.try_become_active()
         if role is RelayRole.STANDBY:
+            self._wait.end()  # the active relay says what it waits for
             return self._settings.standby_wait_s
         if role is RelayRole.TAKEN_OVER:
             # No grace period: starting its producer fences the old relay's at the broker (the publisher's
@@ -243,12 +267,16 @@ class OutboxRelay:
             reason, self._retry_reason = self._retry_reason, None
             self._order.rewind()  # what was to be tried again is read again, first of its key
             self._back_off(stop, reason=reason)
-        return self._settings.idle_wait_s if sent == 0 and not in_flight else None
+        if sent == 0 and not in_flight:
+            self._wait.end()
+            return self._settings.idle_wait_s
+        return None
 
     def _keep_alive(self) -> None:
         now = self._clock()
         if self._heartbeat.due(now):
             self._queue.heartbeat()
+            self._observer.unacknowledged(self._wait.seconds(now))
         if self._backlog.due(now):
             self._observer.backlog(self._queue.backlog())
 
@@ -269,6 +297,7 @@ class OutboxRelay:
         if not ready:
             return
         self._order.sent(ready)
+        self._wait.sent(self._clock())
         self._settle(self._publisher.send(ready))
 
     def _settle(self, report: PublishReport) -> None:
@@ -277,6 +306,8 @@ class OutboxRelay:
             self._queue.settle(report.delivered, report.rejected)
             self._order.answered(report.delivered)
             self._order.answered(report.rejected)
+        if report.delivered:
+            self._wait.acknowledged(self._clock(), more_waiting=bool(self._order.in_flight))
         if report.delivered and self._retry_reason is None:
             if self._failures:
                 self._observer.publishing_resumed()
@@ -317,6 +348,7 @@ class OutboxRelay:
         self._failures += 1
         if self._failures >= _ASK_WHY_AFTER:
             self._observer.replicas_short(self._publisher.replication_shortfall())
+        self._observer.unacknowledged(self._wait.seconds(self._clock()))  # the heartbeat's may not come
         delay = self._settings.backoff.delay(self._failures)
         self._observer.retrying(reason, self._failures, delay)
         stop.wait(delay)

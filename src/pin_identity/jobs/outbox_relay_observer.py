@@ -17,11 +17,16 @@ log = get_logger("outbox-relay")
 
 # A transaction that took an outbox id and runs this long is named in the log (a hung request of a writer).
 HELD_AFTER_S = 10.0
+# The broker acknowledges a healthy relay's transactions within a second: this long without an acknowledgement
+# while events wait is an outage (a lost coordinator or leader, a broker down), said before the alerts on age.
+SILENT_AFTER_S = 5.0
 
 
 class RelayObserver:
-    def __init__(self, *, held_after_s: float = HELD_AFTER_S) -> None:
+    def __init__(self, *, held_after_s: float = HELD_AFTER_S, silent_after_s: float = SILENT_AFTER_S) -> None:
         self._held_after_s = held_after_s
+        self._silent_after_s = silent_after_s
+        self._silent_for_s: float | None = None  # while the broker has been silent past silent_after_s
         self._held_by_reported: OutboxWriter | None = None  # the writer last named as holding publishing
         # Topics the broker does not have, whose events are held (topic -> why the relay did not recreate
         # it). Replaced, never changed in place: `/readyz` reads it from another thread.
@@ -126,10 +131,35 @@ class RelayObserver:
             self._replicas_short = None
             log.info("outbox-replicas-in-sync")
 
+    def unacknowledged(self, waited_s: float) -> None:
+        """Every heartbeat: how long the relay has waited for the broker to acknowledge its events (0 while
+        none wait). Past `silent_after_s`: said once, on `/readyz` while it lasts, and once more when the
+        broker acknowledges again."""
+        metrics.outbox_unacknowledged_seconds.set(waited_s)
+        silent_for = self._silent_for_s
+        if waited_s >= self._silent_after_s:
+            if silent_for is None:
+                log.warning(
+                    "outbox-broker-silent",
+                    waited_s=round(waited_s, 1),
+                    runbook="docs/runbooks.md#outbox-broker-silent",
+                )
+            self._silent_for_s = waited_s
+        elif silent_for is not None:
+            self._silent_for_s = None
+            log.info("outbox-broker-acknowledges", silent_s=round(silent_for, 1))
+
     def readiness_warning(self) -> str | None:
-        """What `/readyz` warns of: the topics whose events are held, too few replicas in sync; or None."""
-        short = self._replicas_short
-        warnings = [self.missing_topics(), f"the outbox relay cannot publish: {short}" if short else None]
+        """What `/readyz` warns of: the topics whose events are held, too few replicas in sync, a broker that
+        has acknowledged nothing for a while; or None."""
+        short, silent_for = self._replicas_short, self._silent_for_s
+        warnings = [
+            self.missing_topics(),
+            f"the outbox relay cannot publish: {short}" if short else None,
+            f"the outbox relay has waited {silent_for:.0f} s for the broker to acknowledge its events"
+            if silent_for is not None
+            else None,
+        ]
         return "; ".join(warning for warning in warnings if warning) or None
 
     def dead_lettered(self, rejected: Mapping[int, str]) -> None:

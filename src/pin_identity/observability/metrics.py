@@ -34,6 +34,10 @@ outbox_topic_missing = Gauge(
     "1 while the relay holds a topic's events because the broker does not have the topic",
     ["topic"],
 )
+outbox_unacknowledged_seconds = Gauge(
+    "identity_outbox_unacknowledged_seconds",
+    "How long the relay has waited for the broker to acknowledge its events (0 while none wait)",
+)
 outbox_id_resets_total = Counter(
     "identity_outbox_id_resets_total", "Times the outbox id sequence was found below what the relay had read"
 )
