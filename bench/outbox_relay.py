@@ -230,7 +230,11 @@ def fresh_broker(workdir: Path) -> Iterator[str]:
     """A broker started for one timing, with the topics the relay writes to (12 partitions): no timing
     shares a broker's log, page cache or cleaner with another."""
     with bench_broker(workdir) as broker:
-        ensure_topics({"bootstrap.servers": broker.bootstrap}, PUBLISHED_TOPICS, TopicLayout(12, 1))
+        ensure_topics(
+            {"bootstrap.servers": broker.bootstrap},
+            PUBLISHED_TOPICS,
+            TopicLayout(12, broker.replication_factor),
+        )
         _start_transaction_coordinator(broker.bootstrap)
         yield broker.bootstrap
 
