@@ -105,18 +105,19 @@ class RelayWorker(NamedTuple):
 
 
 @contextmanager
-def relay_worker(env: dict[str, str], tmp_path: Path) -> Iterator[RelayWorker]:
-    """`worker --jobs outbox-relay` with its HTTP port, stopped with SIGTERM (and exit 0) at the end."""
+def relay_worker(env: dict[str, str], tmp_path: Path, jobs: str = "outbox-relay") -> Iterator[RelayWorker]:
+    """`worker --jobs outbox-relay` (or the `jobs` given) with its HTTP port, stopped with SIGTERM (and exit
+    0) at the end."""
     port, log = free_port(), tmp_path / "worker.log"
     with log.open("wb") as stderr:
         process = subprocess.Popen(
-            [*CLI, "worker", "--jobs", "outbox-relay"],
+            [*CLI, "worker", "--jobs", jobs],
             env={**env, "PIN_IDENTITY_WORKER_HTTP_PORT": str(port)},
             stderr=stderr,
         )
     base = f"http://127.0.0.1:{port}"
     try:
-        wait_for_healthz(base, "worker --jobs outbox-relay")
+        wait_for_healthz(base, f"worker --jobs {jobs}")
         yield RelayWorker(base, process, log)
     finally:
         process.send_signal(signal.SIGTERM)

@@ -276,10 +276,10 @@ def stop_broker(pid: int, timeout_s: float = STOP_TIMEOUT_S) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout_s
-        while is_broker(pid) and time.monotonic() < deadline:
+        while _lives(pid) and time.monotonic() < deadline:
             _reap(pid)
             time.sleep(0.05)
-        if is_broker(pid):
+        if _lives(pid):
             os.kill(pid, signal.SIGKILL)
     _reap(pid)
 
@@ -289,7 +289,7 @@ def kill_broker(pid: int) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
     deadline = time.monotonic() + 10
-    while is_broker(pid) and time.monotonic() < deadline:
+    while _lives(pid) and time.monotonic() < deadline:
         _reap(pid)
         time.sleep(0.02)
     _reap(pid)
@@ -302,6 +302,20 @@ def is_broker(pid: int) -> bool:
     except OSError:
         return False
     return b"kafka.Kafka" in cmdline
+
+
+def _lives(pid: int) -> bool:
+    """The broker, or what is left of it still running: once the JVM's main thread has ended, its command line
+    reads empty and its main thread shows as a zombie, while its other threads may run the shutdown (the
+    controller's, the log's) for seconds more."""
+    if is_broker(pid):
+        return True
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+    return fields.get("State", "").strip().startswith("Z") and int(fields.get("Threads", "1")) > 1
 
 
 def _reap(pid: int) -> None:
