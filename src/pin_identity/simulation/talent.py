@@ -510,12 +510,14 @@ def create_talent_topics(
     *,
     tenants_topic: str = TENANTS_TOPIC,
     users_topic: str = USERS_TOPIC,
+    replicas: int = 1,
     timeout_s: float = 15.0,
 ) -> None:
-    """Both topics, compacted as Talent's are; a topic that already exists is left as it is."""
+    """Both topics, compacted as Talent's are, on `replicas` nodes each (3 on a replicated cluster); a topic
+    that already exists is left as it is."""
     admin = AdminClient({**client_config})
     topics = [
-        NewTopic(name, partitions, 1, config={"cleanup.policy": "compact"})
+        NewTopic(name, partitions, replicas, config={"cleanup.policy": "compact"})
         for name in (tenants_topic, users_topic)
     ]
     futures = admin.create_topics(topics, operation_timeout=timeout_s, request_timeout=timeout_s)

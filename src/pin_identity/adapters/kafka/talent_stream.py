@@ -93,7 +93,17 @@ class KafkaTalentStream:
 
     def lag(self) -> dict[tuple[str, int], int] | None:
         """Per assigned partition, its end less the group's committed offset: what is applied and committed,
-        not what is fetched (the console reads the same committed offsets, group_lag.py)."""
+        not what is fetched (the console reads the same committed offsets, group_lag.py). None while the
+        cluster does not say."""
+        try:
+            return self._lag()
+        except KafkaException as exc:
+            # The group's coordinator is away (its node lost, the coordinator moving): the lag is unknown for
+            # a while, which is no reason to stop consuming what the partitions' leaders still serve.
+            log.warning("talent-stream-lag-unavailable", error=str(exc))
+            return None
+
+    def _lag(self) -> dict[tuple[str, int], int] | None:
         assignment = self._consumer.assignment()
         if not assignment:
             # Nothing to wait for when Talent's topics do not exist (yet) in this cluster.

@@ -64,7 +64,8 @@ class TalentStream(Protocol):
         ...
 
     def lag(self) -> dict[tuple[str, int], int] | None:
-        """Records behind the end per assigned partition; None until the group assigned partitions."""
+        """Records behind the end per assigned partition; None until the group assigned partitions, and
+        while the broker cannot say (its group coordinator away)."""
         ...
 
     def close(self) -> None: ...
