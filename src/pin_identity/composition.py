@@ -69,6 +69,7 @@ from pin_identity.jobs.outbox_relay import OutboxRelay, RelaySettings
 from pin_identity.jobs.outbox_relay_observer import RelayObserver
 from pin_identity.jobs.talent_import import TalentImportJob
 from pin_identity.jobs.talent_sync import TalentSyncJob, TalentSyncSettings
+from pin_identity.jobs.talent_sync_observer import TalentSyncObserver
 from pin_identity.observability.logging import first_line
 from pin_identity.operations.access_audit import audit_access
 from pin_identity.operations.access_show import show_access
@@ -240,7 +241,9 @@ class Container:
             self.fanout_queue, PostgresTaskWakeups(self.database), self.fanout_settings, clock=now_utc
         )
 
-    def talent_sync(self, settings: TalentSyncSettings | None = None) -> TalentSyncJob:
+    def talent_sync(
+        self, settings: TalentSyncSettings | None = None, observer: TalentSyncObserver | None = None
+    ) -> TalentSyncJob:
         stream = KafkaTalentStream(
             self.kafka_client_config,
             tenants_topic=self.settings.talent_tenants_topic,
@@ -248,7 +251,11 @@ class Container:
             overrides={"group.id": self.settings.talent_sync_group},
         )
         return TalentSyncJob(
-            stream, self.replica_transactions, settings or TalentSyncSettings(), clock=now_utc
+            stream,
+            self.replica_transactions,
+            settings or TalentSyncSettings(),
+            clock=now_utc,
+            observer=observer,
         )
 
     @cached_property

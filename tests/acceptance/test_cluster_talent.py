@@ -6,8 +6,9 @@ through the same version guard, and its handover never moves the live group's of
 
 Either every node is stopped (SIGTERM) and started in turn, or the node coordinating the group is killed
 (SIGKILL). Every user and tenant ends at its latest version, the import completes, no process exits before its
-SIGTERM (then with 0), and the group's lag returns to 0. The pauses in applying are printed; what the workers'
-/readyz and /metrics showed while the coordinator was lost is printed too."""
+SIGTERM (then with 0), and the group's lag returns to 0. The pauses in applying are printed. While the
+coordinator is lost, /readyz warns that talent-sync cannot commit its offsets and a counter of /metrics counts
+the failed commits."""
 
 from __future__ import annotations
 
@@ -54,6 +55,7 @@ USERS = 20_000
 # Talent's steady writes while nodes go: a tick of this many newer user versions (and one tenant's) a second.
 UPDATES_A_TICK = 150
 PAUSE_TARGET_S = 30.0
+COMMIT_WARNING = "talent-sync cannot commit its offsets: "
 SAMPLE_EVERY_S = 0.25
 
 
@@ -246,6 +248,15 @@ def _look(worker: SyncWorker) -> Seen:
     except httpx.HTTPError as exc:
         return Seen(at, f"no answer ({type(exc).__name__})", None)
     return Seen(at, f"{ready.status_code} {ready.text.strip()}", metric(scrape, "talent_sync_consumer_lag"))
+
+
+def assert_outage_said(watch: Watch, workers: list[SyncWorker], begin: float, end: float) -> None:
+    """Some worker's /readyz warned, while the coordinator was lost, that its offsets were not committed;
+    /metrics counts the failed commits."""
+    answers = [each.readyz for seen in watch.seen.values() for each in seen if begin <= each.at <= end]
+    assert any(COMMIT_WARNING in answer for answer in answers), f"/readyz said: {set(answers)}"
+    scrapes = [httpx.get(f"{worker.base}/metrics", timeout=5).text for worker in workers]
+    assert sum(metric(scrape, "talent_sync_offset_commit_failures_total") for scrape in scrapes) >= 1
 
 
 def at_most_every(seconds: float, condition: Callable[[], bool]) -> Callable[[], bool]:
@@ -548,6 +559,7 @@ def test_the_groups_coordinator_node_killed_pauses_applying_at_most_30_s_and_los
         for worker in workers:
             logged_meanwhile = dict(warnings_logged(worker.log, killed_at, recovered_at))
             print(f"{worker.name} meanwhile: {said[worker.name]}; logged {logged_meanwhile}")
+        assert_outage_said(running.watch, workers, killed_at, recovered_at)
         result = settle(scene, running)
         assert_import_completed(result)
         assert_replica_equals_source(scene, running)

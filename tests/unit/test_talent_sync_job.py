@@ -8,6 +8,8 @@ import uuid
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 
+from prometheus_client import REGISTRY
+
 from pin_identity.domain.talent import SyncErrorCode
 from pin_identity.jobs.talent_sync import TalentSyncJob, TalentSyncSettings
 from pin_identity.jobs.talent_sync_observer import TalentSyncObserver
@@ -198,3 +200,34 @@ def test_the_observer_hears_an_offset_commit_that_failed_after_the_batch_applied
     job.step()
 
     assert observer.calls == ["offsets not committed: the group rebalanced", "applied 1 of 1"]
+
+
+def test_readiness_warns_of_offsets_the_coordinator_did_not_take_until_a_commit_succeeds() -> None:
+    class _CoordinatorAway(MemoryStream):
+        away = True
+
+        def commit(self, records: Sequence[TalentRecord]) -> None:
+            if self.away:
+                raise RuntimeError("KafkaError{code=COORDINATOR_NOT_AVAILABLE}")
+            super().commit(records)
+
+    stream, replica, observer = _CoordinatorAway(), MemoryReplica(), TalentSyncObserver()
+    job = TalentSyncJob(
+        stream, replica, TalentSyncSettings(batch_size=10), clock=ManualClock(START), observer=observer
+    )
+    failures = REGISTRY.get_sample_value("talent_sync_offset_commit_failures_total") or 0.0
+    assert observer.readiness_warning() is None
+
+    stream.publish(tenant_item())
+    job.step()
+    warned = observer.readiness_warning()
+    stream.away = False
+    stream.publish(tenant_item())
+    job.step()
+
+    assert (
+        warned
+        == "talent-sync cannot commit its offsets: RuntimeError: KafkaError{code=COORDINATOR_NOT_AVAILABLE}"
+    )
+    assert observer.readiness_warning() is None and stream.committed  # the second batch's offsets went
+    assert REGISTRY.get_sample_value("talent_sync_offset_commit_failures_total") == failures + 1

@@ -6,6 +6,7 @@ import functools
 import signal
 import threading
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from http.server import ThreadingHTTPServer
 
 from pin_identity.composition import Container
@@ -13,23 +14,37 @@ from pin_identity.entrypoints.probes import ReadinessCheck
 from pin_identity.entrypoints.worker_http import bind_worker_http, start_serving
 from pin_identity.jobs.outbox_relay import OutboxRelay
 from pin_identity.jobs.outbox_relay_observer import RelayObserver
+from pin_identity.jobs.talent_sync_observer import TalentSyncObserver
 from pin_identity.observability.logging import get_logger
 from pin_identity.operations.ports.worker import Job
 
 log = get_logger("worker")
 
 
-def _outbox_relay(container: Container, observer: RelayObserver | None = None) -> OutboxRelay:
+@dataclass(frozen=True)
+class JobObservers:
+    """The observers of the jobs whose warnings `/readyz` carries: the relay's (a topic missing, too few
+    replicas in sync, a broker that acknowledges nothing) and talent-sync's (offsets it cannot commit)."""
+
+    relay: RelayObserver = field(default_factory=RelayObserver)
+    talent_sync: TalentSyncObserver = field(default_factory=TalentSyncObserver)
+
+    def readiness_warning(self) -> str | None:
+        warnings = [self.relay.readiness_warning(), self.talent_sync.readiness_warning()]
+        return "; ".join(warning for warning in warnings if warning) or None
+
+
+def _outbox_relay(container: Container, observers: JobObservers) -> OutboxRelay:
     if container.settings.outbox_relay_creates_topics:
         container.ensure_topics()
-    return container.outbox_relay(observer=observer)
+    return container.outbox_relay(observer=observers.relay)
 
 
-JOB_FACTORIES: dict[str, Callable[[Container], Job]] = {
-    "access-fanout": Container.access_fanout,
+JOB_FACTORIES: dict[str, Callable[[Container, JobObservers], Job]] = {
+    "access-fanout": lambda container, _: container.access_fanout(),
     "outbox-relay": _outbox_relay,
-    "talent-sync": Container.talent_sync,
-    "talent-import": Container.talent_import,
+    "talent-sync": lambda container, observers: container.talent_sync(observer=observers.talent_sync),
+    "talent-import": lambda container, _: container.talent_import(),
 }
 ALL_JOBS: tuple[str, ...] = tuple(JOB_FACTORIES)
 # The jobs that cannot start without the broker (talent-import needs it only to orchestrate a TopicReplay
@@ -47,10 +62,10 @@ def run_worker(container: Container, jobs: Sequence[str], *, once: bool) -> int:
         signal.signal(signum, lambda *_: stop.set())
     crashed: list[str] = []
     threads: list[threading.Thread] = []
-    relay_observer = RelayObserver()  # /readyz warns of held topics and of too few replicas in sync
-    http = _bind_http(container, threads, once=once, warning=relay_observer.readiness_warning)
+    observers = JobObservers()
+    http = _bind_http(container, threads, once=once, warning=observers.readiness_warning)
     try:
-        threads.extend(_job_threads(container, jobs, stop, crashed, once=once, relay_observer=relay_observer))
+        threads.extend(_job_threads(container, jobs, stop, crashed, once=once, observers=observers))
     except BaseException:
         if http is not None:
             http.server_close()
@@ -77,9 +92,9 @@ def _job_threads(
     crashed: list[str],
     *,
     once: bool,
-    relay_observer: RelayObserver,
+    observers: JobObservers,
 ) -> list[threading.Thread]:
-    runners = {name: JOB_FACTORIES[name](container) for name in jobs if name != "outbox-relay"}
+    runners = {name: JOB_FACTORIES[name](container, observers) for name in jobs if name != "outbox-relay"}
     writers = [
         _thread(name, functools.partial(job.run, stop, once=once), stop, crashed)
         for name, job in runners.items()
@@ -88,7 +103,7 @@ def _job_threads(
         return writers
     # With --once the relay publishes what the process's other jobs write: it ends only once they all
     # ended and no committed row is left in the outbox.
-    relay = _outbox_relay(container, relay_observer)
+    relay = _outbox_relay(container, observers)
     run = functools.partial(relay.run, stop, once=once, until=functools.partial(_all_ended, writers))
     return [*writers, _thread("outbox-relay", run, stop, crashed)]
 

@@ -21,6 +21,8 @@ class TalentSyncObserver:
     # The partitions whose lag this process reported: one moved to another member is removed from the gauge,
     # not left at its last value (a sum over the group's workers would count it twice).
     _reported: frozenset[tuple[str, int]] = frozenset()
+    # Why the last offset commit failed, until one succeeds: `/readyz` reads it from another thread.
+    _commit_failing: str | None = None
 
     def started(self, batch_size: int) -> None:
         log.info("talent-sync-started", batch_size=batch_size)
@@ -48,8 +50,22 @@ class TalentSyncObserver:
             failed=batch.failed,
         )
 
+    def offsets_committed(self) -> None:
+        if self._commit_failing is not None:
+            self._commit_failing = None
+            log.info("talent-sync-offsets-committed-again")
+
     def offset_commit_failed(self, exc: Exception) -> None:
-        log.warning("talent-sync-offset-commit-failed", error=describe_error(exc))
+        """The group's coordinator did not take a batch's offsets (its node lost, the coordinator moving, a
+        rebalance): consuming goes on, and a restart would read the batch again. On `/readyz` until a commit
+        succeeds."""
+        metrics.talent_sync_offset_commit_failures_total.inc()
+        self._commit_failing = describe_error(exc)
+        log.warning("talent-sync-offset-commit-failed", error=self._commit_failing)
+
+    def readiness_warning(self) -> str | None:
+        failing = self._commit_failing
+        return f"talent-sync cannot commit its offsets: {failing}" if failing else None
 
     def batch_failed(self, exc: Exception, failures: int) -> None:
         """A polled batch rolled back: it is read again after a back-off."""

@@ -91,6 +91,10 @@ talent_sync_stale_events_total = Counter(
 talent_sync_conflicts_total = Counter(
     "talent_sync_conflicts_total", "Talent users quarantined because their phone belongs to another user (R6)"
 )
+talent_sync_offset_commit_failures_total = Counter(
+    "talent_sync_offset_commit_failures_total",
+    "Applied batches whose offsets the group's coordinator did not take (read again after a restart)",
+)
 talent_sync_consumer_lag = Gauge(
     "talent_sync_consumer_lag",
     "Records the continuous consumer is behind, per partition",
