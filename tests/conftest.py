@@ -82,6 +82,16 @@ def cluster(tmp_path: Path) -> Iterator[KafkaCluster]:
 
 
 @pytest.fixture
+def cluster_env(subprocess_env: dict[str, str], cluster: KafkaCluster) -> dict[str, str]:
+    """A subprocess's environment on the test's three-node cluster, its topics on three replicas."""
+    return {
+        **subprocess_env,
+        "PIN_IDENTITY_KAFKA_BOOTSTRAP_SERVERS": cluster.bootstrap,
+        "PIN_IDENTITY_KAFKA_REPLICATION_FACTOR": "3",
+    }
+
+
+@pytest.fixture
 def settings(database_url: str, broker: str, tmp_path: Path) -> Settings:
     return Settings(
         database_url=database_url,

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import re
 import threading
 import time
 from collections import defaultdict
@@ -29,6 +28,7 @@ from pin_identity.domain.fanout import FanOutPolicy
 from tests.support import seed
 from tests.support.cli import run_cli
 from tests.support.cluster import NODES, KafkaCluster
+from tests.support.health import metric
 from tests.support.kafka_tap import EventTap
 from tests.support.relay import RelayWorker, outbox_count, relay_worker
 from tests.support.waiting import wait_until
@@ -42,15 +42,12 @@ BACKLOG = 10_000
 PAUSE_TARGET_S = 10.0
 # How often the published count is read from the worker's /metrics: the pauses' resolution.
 SAMPLE_EVERY_S = 0.1
-PUBLISHED = re.compile(r"^identity_outbox_published_total(?:\{[^}]*\})? (\S+)$", re.MULTILINE)
 
 
 @pytest.fixture
-def env(subprocess_env: dict[str, str], cluster: KafkaCluster) -> dict[str, str]:
+def env(cluster_env: dict[str, str]) -> dict[str, str]:
     return {
-        **subprocess_env,
-        "PIN_IDENTITY_KAFKA_BOOTSTRAP_SERVERS": cluster.bootstrap,
-        "PIN_IDENTITY_KAFKA_REPLICATION_FACTOR": "3",
+        **cluster_env,
         "PIN_IDENTITY_FANOUT_BATCH_SIZE": "2000",
         "PIN_IDENTITY_FANOUT_POLLING_INTERVAL_S": "0.5",
     }
@@ -77,7 +74,7 @@ class Publishing:
                 scrape = httpx.get(f"{self._worker.base}/metrics", timeout=5).text
             except httpx.TransportError:  # a busy worker answers the next scrape; an exit shows above
                 continue
-            now = sum(float(sample) for sample in PUBLISHED.findall(scrape))
+            now = metric(scrape, "identity_outbox_published_total")
             if now > published:
                 published = now
                 self.grew_at.append(time.monotonic())

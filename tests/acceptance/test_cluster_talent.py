@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import re
 import signal
 import subprocess
 import threading
@@ -45,7 +44,7 @@ from pin_identity.simulation.talent import (
 from tests.support import talent
 from tests.support.cli import CLI, unconfigured_environment
 from tests.support.cluster import KafkaCluster
-from tests.support.health import wait_for_healthz
+from tests.support.health import metric, wait_for_healthz
 from tests.support.talent import TalentTopics
 from tests.support.waiting import wait_until
 
@@ -150,11 +149,6 @@ class Talent(threading.Thread):
 def _newer(snapshot: dict[str, Any], renamed: str) -> dict[str, Any]:
     version = snapshot["version"] + 1
     return {**snapshot, "version": version, renamed: f"{snapshot[renamed].split(' #')[0]} #{version}"}
-
-
-def metric(text: str, name: str) -> float:
-    """The sum of a metric's samples (every label) in a Prometheus scrape."""
-    return sum(float(m) for m in re.findall(rf"^{name}(?:{{[^}}]*}})? (\S+)$", text, re.MULTILINE))
 
 
 def logged(path: Path) -> Iterator[dict[str, Any]]:

@@ -24,6 +24,7 @@ from pin_identity.domain.fanout import FanOutPolicy
 from pin_identity.jobs.outbox_relay_observer import SILENT_AFTER_S
 from tests.support import seed
 from tests.support.cluster import KafkaCluster
+from tests.support.health import metric
 from tests.support.kafka_tap import EventTap
 from tests.support.relay import outbox_count, readiness_warnings, relay_worker
 from tests.support.waiting import wait_until
@@ -33,15 +34,6 @@ CHANGES = 3  # each holder's versions: three events a user, in order
 RESUMED_WITHIN_S = 30.0
 TRANSACTION_STATE = "__transaction_state"
 SILENT_WARNING = r"the outbox relay has waited \d+ s for the broker to acknowledge its events"
-
-
-@pytest.fixture
-def env(subprocess_env: dict[str, str], cluster: KafkaCluster) -> dict[str, str]:
-    return {
-        **subprocess_env,
-        "PIN_IDENTITY_KAFKA_BOOTSTRAP_SERVERS": cluster.bootstrap,
-        "PIN_IDENTITY_KAFKA_REPLICATION_FACTOR": "3",
-    }
 
 
 def java_hash(text: str) -> int:
@@ -60,11 +52,6 @@ def coordinator_node(bootstrap: str, transactional_id: str) -> int:
     partitions = topic.topics[TRANSACTION_STATE].partitions
     leader: int = partitions[(java_hash(transactional_id) & 0x7FFFFFFF) % len(partitions)].leader
     return leader
-
-
-def metric(text: str, name: str) -> float:
-    """The sum of a metric's samples (every label) in a Prometheus scrape."""
-    return sum(float(m) for m in re.findall(rf"^{name}(?:{{[^}}]*}})? (\S+)$", text, re.MULTILINE))
 
 
 @dataclass
@@ -98,7 +85,7 @@ def _versions_in_order(events: list[tuple[str, int]]) -> list[str]:
 
 @pytest.mark.slow  # a three-node cluster, one node killed and started again: about 60 s on 2 cores
 def test_killing_the_transaction_coordinator_node_mid_transaction_loses_nothing_and_publishing_resumes(
-    env: dict[str, str], settings: Settings, cluster: KafkaCluster, database_url: str, tmp_path: Path
+    cluster_env: dict[str, str], settings: Settings, cluster: KafkaCluster, database_url: str, tmp_path: Path
 ) -> None:
     began = time.monotonic()
     container = Container(settings.model_copy(update={"kafka_bootstrap_servers": cluster.bootstrap}))
@@ -112,7 +99,7 @@ def test_killing_the_transaction_coordinator_node_mid_transaction_loses_nothing_
     expected = HOLDERS * CHANGES
     total = outbox_count(database_url)  # the company's own event besides
     assert total >= expected
-    with relay_worker(env, tmp_path) as (base, worker, _):
+    with relay_worker(cluster_env, tmp_path) as (base, worker, _):
         wait_until(lambda: outbox_count(database_url) < total, "the relay commits its first transaction")
         # Only now: the relay's first transactional producer made the cluster create its transaction log.
         victim = coordinator_node(

@@ -31,11 +31,9 @@ SHORT_TIMEOUTS = '{"message.timeout.ms": "5000"}'
 
 
 @pytest.fixture
-def env(subprocess_env: dict[str, str], cluster: KafkaCluster) -> dict[str, str]:
+def env(cluster_env: dict[str, str]) -> dict[str, str]:
     return {
-        **subprocess_env,
-        "PIN_IDENTITY_KAFKA_BOOTSTRAP_SERVERS": cluster.bootstrap,
-        "PIN_IDENTITY_KAFKA_REPLICATION_FACTOR": "3",
+        **cluster_env,
         "PIN_IDENTITY_KAFKA_CONFIG": SHORT_TIMEOUTS,
     }
 

@@ -1,10 +1,16 @@
-"""Waiting for a process started by a test to serve its health endpoint."""
+"""Waiting for a process started by a test to serve its health endpoint; reading its metrics."""
 
 from __future__ import annotations
 
+import re
 import time
 
 import httpx
+
+
+def metric(scrape: str, name: str) -> float:
+    """The sum of a metric's samples (every label) in a Prometheus scrape."""
+    return sum(float(m) for m in re.findall(rf"^{name}(?:{{[^}}]*}})? (\S+)$", scrape, re.MULTILINE))
 
 
 def wait_for_healthz(base: str, who: str, timeout_s: float = 30) -> httpx.Response:
