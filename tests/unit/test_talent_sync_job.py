@@ -231,3 +231,13 @@ def test_readiness_warns_of_offsets_the_coordinator_did_not_take_until_a_commit_
     )
     assert observer.readiness_warning() is None and stream.committed  # the second batch's offsets went
     assert REGISTRY.get_sample_value("talent_sync_offset_commit_failures_total") == failures + 1
+
+
+def test_an_idle_stream_stops_warning_once_the_committed_offsets_are_read_again() -> None:
+    observer = TalentSyncObserver()
+    observer.offset_commit_failed(RuntimeError("KafkaError{code=NOT_COORDINATOR}"))
+    assert observer.readiness_warning() is not None
+
+    observer.lag_measured({("talent.users", 0): 3})
+
+    assert observer.readiness_warning() is None

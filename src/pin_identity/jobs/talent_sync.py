@@ -101,7 +101,7 @@ class TalentSyncJob:
         except Exception as exc:  # the batch is applied; a replay would be skipped by the version guard
             self._observer.offset_commit_failed(exc)
         else:
-            self._observer.offsets_committed()
+            self._observer.coordinator_answers()
         self._observer.batch_applied(len(records), batch)
         return True
 

@@ -21,7 +21,8 @@ class TalentSyncObserver:
     # The partitions whose lag this process reported: one moved to another member is removed from the gauge,
     # not left at its last value (a sum over the group's workers would count it twice).
     _reported: frozenset[tuple[str, int]] = frozenset()
-    # Why the last offset commit failed, until one succeeds: `/readyz` reads it from another thread.
+    # Why the last offset commit failed, until the group's coordinator answers again (a commit, or a read of
+    # the committed offsets for the lag): `/readyz` reads it from another thread.
     _commit_failing: str | None = None
 
     def started(self, batch_size: int) -> None:
@@ -32,7 +33,9 @@ class TalentSyncObserver:
 
     def lag_measured(self, lag: Mapping[tuple[str, int], int]) -> None:
         """How far the group's committed offset of each partition assigned here is behind its end (0:
-        caught up); partitions no longer assigned here leave the gauge."""
+        caught up); partitions no longer assigned here leave the gauge. The committed offsets came from the
+        group's coordinator: it answers."""
+        self.coordinator_answers()
         for topic, partition in self._reported - lag.keys():
             metrics.talent_sync_consumer_lag.remove(topic, str(partition))
         for (topic, partition), behind in lag.items():
@@ -50,15 +53,17 @@ class TalentSyncObserver:
             failed=batch.failed,
         )
 
-    def offsets_committed(self) -> None:
+    def coordinator_answers(self) -> None:
+        """An offset commit succeeded, or the committed offsets were read: a warning of offsets not committed
+        ends (an idle stream commits nothing, and must not warn for ever of its last failed commit)."""
         if self._commit_failing is not None:
             self._commit_failing = None
-            log.info("talent-sync-offsets-committed-again")
+            log.info("talent-sync-coordinator-answers")
 
     def offset_commit_failed(self, exc: Exception) -> None:
         """The group's coordinator did not take a batch's offsets (its node lost, the coordinator moving, a
-        rebalance): consuming goes on, and a restart would read the batch again. On `/readyz` until a commit
-        succeeds."""
+        rebalance): consuming goes on, and a restart would read the batch again. On `/readyz` until the
+        coordinator answers."""
         metrics.talent_sync_offset_commit_failures_total.inc()
         self._commit_failing = describe_error(exc)
         log.warning("talent-sync-offset-commit-failed", error=self._commit_failing)
