@@ -88,7 +88,7 @@ alerts:
 # Two processes (pytest-xdist), each with its own PostgreSQL and broker: most of the suite waits on servers
 # and subprocesses, so two halve its time on two cores. The long fault tests go first (tests/conftest.py).
 test: $(STAMP) tools kafka deploy-tools lint
-	$(BIN)/pytest -p no:cacheprovider -n 2 --durations=15
+	$(BIN)/pytest -p no:cacheprovider -n 2 --dist loadgroup --durations=15
 
 bench: $(STAMP) kafka
 	$(BIN)/python bench/outbox_relay.py

@@ -27,11 +27,20 @@ from tests.support.kafka_tap import EventTap
 from tests.support.talent import TalentTopics
 from tests.support.talent_import import TalentWorld
 
+# Tests that load the machine most (three-node clusters, a 200,000-user fan-out) or that time how fast a
+# command fails: with `pytest -n 2 --dist loadgroup` they run one after another in one process, so a command's
+# 15 s bound never measures a cluster's load on the other process.
+ONE_AT_A_TIME = pytest.mark.xdist_group("brokers-one-at-a-time")
+_ONE_AT_A_TIME_FILES = {"test_broker_crash.py", "test_error_surface.py"}
+
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The long fault and load tests first: spread over the processes of `pytest -n`, they start at once
     instead of one of them running alone at the end."""
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    for item in items:
+        if "cluster" in getattr(item, "fixturenames", ()) or item.path.name in _ONE_AT_A_TIME_FILES:
+            item.add_marker(ONE_AT_A_TIME)
 
 
 @pytest.fixture(scope="session")
