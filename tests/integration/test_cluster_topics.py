@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource, ResourceType
 
 from pin_identity.adapters.kafka.publisher import producer_config
@@ -23,13 +24,30 @@ def _topic_setting(bootstrap: str, topic: str, name: str) -> tuple[str, bool]:
     return entry.value, entry.source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
 
 
+def _settled_setting(bootstrap: str, topic: str, name: str) -> tuple[str, bool]:
+    """`_topic_setting` once the node asked knows the topic: each node learns of a new topic on its own."""
+    found: list[tuple[str, bool]] = []
+
+    def read() -> bool:
+        try:
+            found.append(_topic_setting(bootstrap, topic, name))
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
+                raise
+            return False
+        return True
+
+    wait_until(read, f"the node asked knows {topic}", timeout_s=30)
+    return found[-1]
+
+
 def test_topics_created_with_three_replicas_keep_two_in_sync_and_the_relay_waits_for_all(
     cluster: KafkaCluster,
 ) -> None:
     ensure_topics({"bootstrap.servers": cluster.bootstrap}, PUBLISHED_TOPICS, TopicLayout(3, 3))
     for topic in PUBLISHED_TOPICS:
-        assert _topic_setting(cluster.bootstrap, topic, "min.insync.replicas") == ("2", True), topic
-        assert _topic_setting(cluster.bootstrap, topic, "cleanup.policy") == ("compact", True), topic
+        assert _settled_setting(cluster.bootstrap, topic, "min.insync.replicas") == ("2", True), topic
+        assert _settled_setting(cluster.bootstrap, topic, "cleanup.policy") == ("compact", True), topic
     cluster.wait_in_sync()
     topics = AdminClient({"bootstrap.servers": cluster.bootstrap}).list_topics(timeout=10).topics
     assert {
@@ -56,4 +74,7 @@ def test_a_killed_node_leaves_replicas_out_of_sync_until_it_is_started_again(clu
     cluster.start(3)
     cluster.wait_in_sync()
     print(f"node 3 started and every replica in sync in {time.monotonic() - began:.1f} s")
-    assert out_of_sync(admin) == []
+    # Each node updates its metadata on its own: the client that saw the kill asks whichever node it likes.
+    wait_until(
+        lambda: out_of_sync(admin) == [], "every node's metadata says all replicas are in sync", timeout_s=30
+    )
