@@ -268,9 +268,14 @@ class OutboxRelay:
             self._order.rewind()  # what was to be tried again is read again, first of its key
             self._back_off(stop, reason=reason)
         if sent == 0 and not in_flight:
-            self._wait.end()
+            self._wait_ended()
             return self._settings.idle_wait_s
         return None
+
+    def _wait_ended(self) -> None:
+        if self._wait.since is not None:
+            self._wait.end()
+            self._observer.unacknowledged(0.0)
 
     def _keep_alive(self) -> None:
         now = self._clock()
@@ -308,6 +313,7 @@ class OutboxRelay:
             self._order.answered(report.rejected)
         if report.delivered:
             self._wait.acknowledged(self._clock(), more_waiting=bool(self._order.in_flight))
+            self._observer.unacknowledged(0.0)  # a silence ends with the answer, not a beat later
         if report.delivered and self._retry_reason is None:
             if self._failures:
                 self._observer.publishing_resumed()
