@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from confluent_kafka import Producer
+from confluent_kafka import Producer, TopicPartition
 
 from pin_identity.composition import Container
 from pin_identity.operations.ports.talent import TalentRecord
@@ -76,6 +76,9 @@ class _DiesBeforeOffsetCommit:
 
     def rewind(self, records: Sequence[TalentRecord]) -> None:
         self._inner.rewind(records)
+
+    def recommit(self) -> int | None:
+        return None  # dead before it could
 
     def lag(self) -> dict[tuple[str, int], int] | None:
         return self._inner.lag()
@@ -169,3 +172,32 @@ def test_poison_records_on_the_topic_are_quarantined_and_the_partition_moves_on(
         _rows(container, "SELECT external_id::text, error_code FROM identity.talent_import_failed_items")
     )
     assert quarantined == dict.fromkeys(poison, "IDENTITY_SYNC_INVALID_PAYLOAD")
+
+
+def test_offsets_a_commit_lost_are_committed_again_by_the_stream(
+    container: Container, talent_topics: TalentTopics
+) -> None:
+    company = talent.tenant()
+    talent.produce(container, talent_topics, TalentDataset([company], [talent.user(company["tenantId"])]))
+    stream = talent.talent_stream(container, talent_topics)
+    try:
+        records: list[TalentRecord] = []
+
+        def both_read() -> bool:
+            records.extend(stream.poll(10, 0.5))
+            return len(records) == 2
+
+        wait_until(both_read, "both records are read")
+        assert stream.recommit() is None  # nothing applied yet: nothing to ask
+        stream.commit(records)
+        assert stream.recommit() == 0  # the group has what was applied
+        # What a commit lost while the coordinator moved leaves: the group's offsets behind what was applied.
+        stream._consumer.commit(  # the loss itself cannot be had on one broker
+            offsets=[TopicPartition(r.topic, r.partition, r.offset) for r in records], asynchronous=False
+        )
+        assert sum((stream.lag() or {}).values()) == 2
+
+        assert stream.recommit() == 2
+        assert sum((stream.lag() or {}).values()) == 0
+    finally:
+        stream.close()

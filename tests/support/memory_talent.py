@@ -572,6 +572,9 @@ class MemoryStream:
         self.rewound += 1
         self.records = [*records, *self.records]
 
+    def recommit(self) -> int | None:
+        return None  # its commits are never lost
+
     def lag(self) -> dict[tuple[str, int], int] | None:
         return {("talent", 0): len(self.records)}
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 import uuid
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from prometheus_client import REGISTRY
@@ -135,6 +136,9 @@ class RecordingObserver(TalentSyncObserver):
     def retry_failed(self, exc: Exception) -> None:
         self.calls.append(f"retry failed: {exc}")
 
+    def offsets_recommitted(self, partitions: int) -> None:
+        self.calls.append(f"offsets recommitted: {partitions}")
+
 
 def _observed(
     stream: MemoryStream, replica: MemoryReplica, clock: ManualClock
@@ -231,6 +235,33 @@ def test_readiness_warns_of_offsets_the_coordinator_did_not_take_until_a_commit_
     )
     assert observer.readiness_warning() is None and stream.committed  # the second batch's offsets went
     assert REGISTRY.get_sample_value("talent_sync_offset_commit_failures_total") == failures + 1
+
+
+def test_offsets_whose_commit_was_lost_are_committed_again_though_no_newer_record_comes() -> None:
+    @dataclass
+    class _LosesTheFirstCommit(MemoryStream):
+        """Its first commit answers but is lost (the coordinator moved meanwhile)."""
+
+        applied: list[int] = field(default_factory=list)
+
+        def commit(self, records: Sequence[TalentRecord]) -> None:
+            if self.applied:
+                super().commit(records)
+            self.applied = [record.offset for record in records]
+
+        def recommit(self) -> int | None:
+            behind = [offset for offset in self.applied if offset not in self.committed]
+            self.committed.extend(behind)
+            return 1 if behind else 0  # partitions: all of it is partition 0
+
+    stream, replica = _LosesTheFirstCommit(), MemoryReplica()
+    stream.publish(tenant_item(), tenant_item())
+    job, observer = _observed(stream, replica, ManualClock(START))
+
+    job.run(threading.Event(), once=True)
+
+    assert stream.committed == [0, 1]
+    assert "offsets recommitted: 1" in observer.calls
 
 
 def test_an_idle_stream_stops_warning_once_the_committed_offsets_are_read_again() -> None:

@@ -67,6 +67,7 @@ class TalentSyncJob:
             while not stop.is_set():
                 busy = self.step()
                 if time.monotonic() >= next_lag_report:  # the lag gauge, also when nobody asks for `once`
+                    self._recommit()
                     self._caught_up()
                     next_lag_report = time.monotonic() + _LAG_REPORT_S
                 if self._failures:
@@ -83,6 +84,15 @@ class TalentSyncJob:
         consumed = self._consume(records) if records else False
         retried = self._retry_deferred()
         return consumed or retried
+
+    def _recommit(self) -> None:
+        try:
+            partitions = self._stream.recommit()
+        except Exception as exc:  # the coordinator still away: the next report tries again
+            self._observer.offset_commit_failed(exc)
+        else:
+            if partitions is not None:
+                self._observer.offsets_recommitted(partitions)
 
     def _caught_up(self) -> bool:
         lag = self._stream.lag()

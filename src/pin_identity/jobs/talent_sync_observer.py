@@ -60,6 +60,13 @@ class TalentSyncObserver:
             self._commit_failing = None
             log.info("talent-sync-coordinator-answers")
 
+    def offsets_recommitted(self, partitions: int) -> None:
+        """The periodic check of the committed offsets answered; `partitions` were behind what was applied
+        and are committed now."""
+        if partitions:
+            log.info("talent-sync-offsets-recommitted", partitions=partitions)
+        self.coordinator_answers()
+
     def offset_commit_failed(self, exc: Exception) -> None:
         """The group's coordinator did not take a batch's offsets (its node lost, the coordinator moving, a
         rebalance): consuming goes on, and a restart would read the batch again. On `/readyz` until the

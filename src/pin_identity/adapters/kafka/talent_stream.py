@@ -68,6 +68,8 @@ class KafkaTalentStream:
         self._stages = {tenants_topic: ImportStage.TENANTS, users_topic: ImportStage.USERS}
         self._topics = list(self._stages)
         self._consumer.subscribe(self._topics)
+        # Per partition, the offset after the last record applied to the replica: what its commit said.
+        self._applied: dict[tuple[str, int], int] = {}
 
     def poll(self, max_records: int, timeout_s: float) -> list[TalentRecord]:
         records = []
@@ -82,7 +84,21 @@ class KafkaTalentStream:
         return records
 
     def commit(self, records: Sequence[TalentRecord]) -> None:
-        self._consumer.commit(offsets=_edges(records, last=True), asynchronous=False)
+        edges = _edges(records, last=True)
+        self._applied.update(((edge.topic, edge.partition), edge.offset) for edge in edges)
+        self._consumer.commit(offsets=edges, asynchronous=False)
+
+    def recommit(self) -> int | None:
+        assigned = {(tp.topic, tp.partition) for tp in self._consumer.assignment()}
+        # Only this member's partitions: another member may own the rest and have committed further.
+        owed = [TopicPartition(*where, at) for where, at in self._applied.items() if where in assigned]
+        if not owed:
+            return None
+        committed = {(tp.topic, tp.partition): tp.offset for tp in self._consumer.committed(owed, timeout=5)}
+        behind = [tp for tp in owed if committed.get((tp.topic, tp.partition), -1) < tp.offset]
+        if behind:
+            self._consumer.commit(offsets=behind, asynchronous=False)
+        return len(behind)
 
     def rewind(self, records: Sequence[TalentRecord]) -> None:
         for partition in _edges(records, last=False):

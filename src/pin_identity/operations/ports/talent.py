@@ -63,6 +63,13 @@ class TalentStream(Protocol):
         """Read these records again: their transaction rolled back."""
         ...
 
+    def recommit(self) -> int | None:
+        """Commit again, for each assigned partition, the offset after the last record applied where the
+        group's committed offset is behind it (a commit that failed or was lost while the coordinator moved,
+        and no newer record came to carry it). How many partitions it committed; None when this member has
+        applied nothing of its partitions, so nothing was asked."""
+        ...
+
     def lag(self) -> dict[tuple[str, int], int] | None:
         """Records behind the end per assigned partition; None until the group assigned partitions, and
         while the broker cannot say (its group coordinator away)."""
