@@ -398,14 +398,16 @@ def embedded_servers(settings: Settings) -> tuple[EmbeddedServer, EmbeddedServer
 
 
 def fetch_embedded_kafka(settings: Settings) -> KafkaRuntime | None:
-    """Fetch the embedded broker's release into the cache (`embedded fetch`); None when a broker of one's
-    own is configured and nothing needs fetching."""
+    """Fetch the embedded broker's release into the cache and prepare its starts (`embedded fetch`); None
+    when a broker of one's own is configured and nothing needs fetching."""
     if settings.kafka_bootstrap_servers:
         return None
     try:
-        return kafka_runtime()
+        runtime = kafka_runtime()
     except KafkaRuntimeUnavailableError as exc:
         raise _no_embedded_kafka(exc) from None
+    embedded_kafka.prepare_starts(runtime)
+    return runtime
 
 
 def _no_embedded_kafka(exc: KafkaRuntimeUnavailableError) -> ConfigurationError:

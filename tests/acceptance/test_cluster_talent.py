@@ -35,6 +35,7 @@ from pin_identity.adapters.kafka.group_lag import consumer_group_lag
 from pin_identity.composition import Container
 from pin_identity.config import Settings
 from pin_identity.domain.errors import ConsumerLagUnavailableError
+from pin_identity.jobs.talent_sync_observer import STALL_WARNING_S
 from pin_identity.simulation.talent import (
     TalentDataset,
     create_talent_topics,
@@ -55,6 +56,7 @@ USERS = 20_000
 UPDATES_A_TICK = 150
 PAUSE_TARGET_S = 30.0
 COMMIT_WARNING = "talent-sync cannot commit its offsets: "
+STALL_WARNING = "talent-sync has read nothing for "
 SAMPLE_EVERY_S = 0.25
 
 
@@ -244,12 +246,26 @@ def _look(worker: SyncWorker) -> Seen:
     return Seen(at, f"{ready.status_code} {ready.text.strip()}", metric(scrape, "talent_sync_consumer_lag"))
 
 
+def assert_stall_said(watch: Watch, workers: list[SyncWorker], begin: float, end: float) -> None:
+    """A worker that read nothing of a partition with records left for STALL_WARNING_S said so once
+    (`talent-sync-stalled`) and on /readyz while it lasted. When no batch at all was applied for two seconds
+    more than that, some worker said it."""
+    stalled = {w.name: warnings_logged(w.log, begin, end)["talent-sync-stalled"] for w in workers}
+    if longest_stall(workers, begin, end) >= STALL_WARNING_S + 2.0:
+        assert sum(stalled.values()) > 0, "no batch for longer than the stall warning, and nothing said"
+    for worker in workers:
+        if stalled[worker.name]:
+            answers = [each.readyz for each in watch.seen[worker.name] if begin <= each.at]
+            assert any(STALL_WARNING in answer for answer in answers), f"/readyz said: {set(answers)}"
+
+
 def assert_outage_said(watch: Watch, workers: list[SyncWorker], begin: float, end: float) -> float:
     """Where a worker met the lost coordinator (an offset commit failed meanwhile), /metrics counted the
     failures, and /readyz warned that its offsets were not committed for as long as the coordinator did not
     answer: a warning of a second or more is in the watch's looks (every quarter second). A group whose
     members asked the coordinator nothing until its successor answered met nothing to say. Returns the longest
     warning, in seconds (0 when none was due)."""
+    assert_stall_said(watch, workers, begin, end)
     spans = [span for worker in workers for span in commit_failing(worker.log, begin)]
     if not spans:
         return 0.0
@@ -426,6 +442,8 @@ def settle(scene: Scene, running: Running) -> dict[str, Any]:
         "each worker's lag gauge reads 0",
         timeout_s=30,
     )
+    scrapes = [httpx.get(f"{worker.base}/metrics", timeout=5).text for worker in scene.workers]
+    assert [metric(scrape, "talent_sync_stalled_seconds") for scrape in scrapes] == [0.0, 0.0]
     result: dict[str, Any] = json.loads(out)
     return result
 

@@ -83,6 +83,9 @@ class _DiesBeforeOffsetCommit:
     def lag(self) -> dict[tuple[str, int], int] | None:
         return self._inner.lag()
 
+    def positions(self) -> dict[tuple[str, int], tuple[int, int]]:
+        return self._inner.positions()
+
     def close(self) -> None:
         self._inner.close()
 
@@ -133,6 +136,34 @@ def test_a_user_before_its_tenant_is_retried_with_backoff(
 
     assert [str(r[0]) for r in _replica(container)] == [manager["userId"]]
     assert _rows(container, "SELECT count(*) FROM identity.talent_import_failed_items") == [(0,)]
+
+
+def test_a_deletion_after_a_user_deferred_for_its_tenant_waits_and_the_user_ends_blocked(
+    container: Container, talent_topics: TalentTopics
+) -> None:
+    """The user's snapshot (version 1) comes before its tenant, its deletion (version 2) after it: in
+    version order the user is created, then blocked, as an import of the same snapshots leaves it."""
+    clock = ManualClock()
+    company = talent.tenant()
+    manager = talent.user(company["tenantId"])
+    deleted = {**manager, "version": 2, "isDeleted": True}
+    talent.produce(container, talent_topics, TalentDataset([], [manager, deleted]))
+    talent.run_until_caught_up(talent.sync_job(container, talent_topics, clock=clock))
+    waiting = (
+        "SELECT error_code, (payload->>'version')::int FROM identity.talent_import_failed_items ORDER BY 2"
+    )
+    assert _rows(container, waiting) == [
+        ("IDENTITY_SYNC_COMPANY_NOT_FOUND", 1),
+        ("IDENTITY_SYNC_COMPANY_NOT_FOUND", 2),
+    ]
+
+    talent.produce(container, talent_topics, TalentDataset([company], []))
+    talent.run_until_caught_up(talent.sync_job(container, talent_topics, clock=clock))
+    clock.advance(1)
+    talent.run_until_caught_up(talent.sync_job(container, talent_topics, clock=clock))
+
+    assert [(str(r[0]), r[1], r[4]) for r in _replica(container)] == [(manager["userId"], "Blocked", 2)]
+    assert _rows(container, waiting) == []
 
 
 def _deferral(container: Container) -> tuple[str, int, datetime]:

@@ -155,6 +155,15 @@ class MemoryReplicaTransaction:
     def deleted_versions(self, stage: str, talent_ids: Sequence[UUID]) -> dict[UUID, int]:
         return {t: self.state.deleted[(stage, t)] for t in talent_ids if (stage, t) in self.state.deleted}
 
+    def waiting_versions(self, stage: str, talent_ids: Sequence[UUID]) -> dict[UUID, int]:
+        waiting: dict[UUID, int] = {}
+        for entry in self.state.quarantine.values():
+            version = entry.payload.get("version") if isinstance(entry.payload, dict) else None
+            deferred = entry.run_id is None and entry.next_attempt_at is not None and entry.stage == stage
+            if deferred and entry.external_id in talent_ids and isinstance(version, int):
+                waiting[entry.external_id] = min(version, waiting.get(entry.external_id, version))
+        return waiting
+
     def remember_deletions(self, stage: str, versions: Mapping[UUID, int]) -> None:
         self.state.deleted.update({(stage, t): v for t, v in versions.items()})
 
@@ -577,6 +586,10 @@ class MemoryStream:
 
     def lag(self) -> dict[tuple[str, int], int] | None:
         return {("talent", 0): len(self.records)}
+
+    def positions(self) -> dict[tuple[str, int], tuple[int, int]]:
+        following = self.records[0].offset if self.records else len(self.committed)
+        return {("talent", 0): (following, len(self.records))}
 
     def close(self) -> None:
         self.closed = True

@@ -182,3 +182,27 @@ def test_replaying_the_quarantine_applies_what_now_can_and_refuses_unknown_ids()
 
     assert [o.result for o in batch.outcomes] == [ItemResult.APPLIED]
     assert replica.state.quarantine == {} and len(replica.state.users) == 1
+
+
+def test_a_deletion_behind_a_user_deferred_for_its_tenant_waits_so_the_user_is_created_then_blocked() -> None:
+    replica, tenant, user = MemoryReplica(), uuid.uuid4(), uuid.uuid4()
+    options = ApplyOptions(retry_at=lambda attempt: NOW + timedelta(seconds=attempt))
+
+    early = _apply(replica, user_item(tenant, user, version=3), options=options)
+    deleted = _apply(replica, user_item(tenant, user, version=4, isDeleted=True), options=options)
+    _apply(replica, tenant_item(tenant))
+    with replica() as tx:
+        again = apply_snapshots(
+            tx, tx.due_quarantined(NOW + timedelta(seconds=1), 10), Context(uuid.uuid4(), NOW), options
+        )
+        tx.commit()
+
+    assert _results(early) + _results(deleted) == [
+        (ImportStage.USERS, ItemResult.FAILED, SyncErrorCode.COMPANY_NOT_FOUND),
+        (ImportStage.USERS, ItemResult.FAILED, SyncErrorCode.COMPANY_NOT_FOUND),
+    ]
+    assert _results(again) == [
+        (ImportStage.USERS, ItemResult.APPLIED, Change.CREATED),
+        (ImportStage.USERS, ItemResult.APPLIED, Change.BLOCKED),
+    ]
+    assert replica.state.quarantine == {} and replica.state.users[user].status == "Blocked"  # type: ignore[index]

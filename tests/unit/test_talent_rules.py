@@ -270,3 +270,19 @@ def test_a_deletion_seen_while_absent_guards_against_older_snapshots() -> None:
     assert decide_tenant(parse_tenant(_tenant(version=3)), None, uuid.uuid4, deleted_version=3) == Skip(
         stale=True
     )
+
+
+def test_a_deletion_of_an_absent_user_waits_behind_an_older_snapshot_that_awaits_its_tenant() -> None:
+    deletion = parse_user(_user(version=4, isDeleted=True))
+    tombstone = parse_user((str(USER_ID), None))
+    waiting = UserContext(None, None, None, waiting_version=3)
+
+    assert decide_user(deletion, waiting, uuid.uuid4) == Quarantine(
+        SyncErrorCode.COMPANY_NOT_FOUND, "an older snapshot of the user awaits its tenant"
+    )
+    assert decide_user(tombstone, waiting, uuid.uuid4) == Skip(stale=False)
+    assert decide_user(deletion, UserContext(None, None, None, waiting_version=4), uuid.uuid4) == Skip(
+        stale=False
+    )
+    blocked = decide_user(deletion, UserContext(_replica_user(), None, None, waiting_version=3), uuid.uuid4)
+    assert isinstance(blocked, UserChange) and blocked.change is Change.BLOCKED

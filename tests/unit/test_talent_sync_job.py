@@ -272,3 +272,47 @@ def test_an_idle_stream_stops_warning_once_the_committed_offsets_are_read_again(
     observer.lag_measured({("talent.users", 0): 3})
 
     assert observer.readiness_warning() is None
+
+
+def test_a_partition_that_reads_nothing_while_records_wait_is_said_to_stall_until_it_moves() -> None:
+    @dataclass
+    class _LeaderLost(MemoryStream):
+        """Its partition's leader is lost: its records are known to be there, none can be read."""
+
+        lost: bool = True
+
+        def poll(self, max_records: int, timeout_s: float) -> list[TalentRecord]:
+            return [] if self.lost else super().poll(max_records, timeout_s)
+
+    stream, clock = _LeaderLost(), ManualClock(START)
+    stream.publish(tenant_item(), tenant_item())
+    job, observer = _observed(stream, MemoryReplica(), clock)
+
+    job.step()
+    clock.advance(4)
+    job.step()
+    early = (observer.readiness_warning(), REGISTRY.get_sample_value("talent_sync_stalled_seconds"))
+    clock.advance(2)
+    job.step()
+    stalled = (observer.readiness_warning(), REGISTRY.get_sample_value("talent_sync_stalled_seconds"))
+    stream.lost = False
+    job.step()
+
+    assert early == (None, 4.0)
+    assert stalled == ("talent-sync has read nothing for 6 s of a partition with records left", 6.0)
+    assert (observer.readiness_warning(), REGISTRY.get_sample_value("talent_sync_stalled_seconds")) == (
+        None,
+        0.0,
+    )
+
+
+def test_a_partition_read_to_its_end_never_stalls_however_long_it_waits() -> None:
+    stream, clock = MemoryStream(), ManualClock(START)
+    stream.publish(tenant_item())
+    job = _job(stream, MemoryReplica(), clock)
+
+    job.step()
+    clock.advance(3600)
+    job.step()
+
+    assert REGISTRY.get_sample_value("talent_sync_stalled_seconds") == 0.0

@@ -231,6 +231,7 @@ class UserContext:
     company_id: UUID | None  # the replica company of the snapshot's tenant, None if absent
     phone_owner: UUID | None  # the user holding the snapshot's phone, None if free
     deleted_version: int | None = None  # a deletion seen while the user was absent (see _guard)
+    waiting_version: int | None = None  # the oldest snapshot of the user deferred until its tenant arrives
 
 
 def decide_user(snapshot: UserSnapshot, context: UserContext, new_id: Callable[[], UUID]) -> UserDecision:
@@ -240,10 +241,23 @@ def decide_user(snapshot: UserSnapshot, context: UserContext, new_id: Callable[[
     ):
         return Skip(stale=True)
     if snapshot.is_deleted:
+        if _behind_a_waiting_snapshot(snapshot, context):
+            return Quarantine(
+                SyncErrorCode.COMPANY_NOT_FOUND, "an older snapshot of the user awaits its tenant"
+            )
         return _delete_user(snapshot, current)
     if context.company_id is None:
         return Quarantine(SyncErrorCode.COMPANY_NOT_FOUND, "the user's tenant is not in the replica")
     return _upsert_user(snapshot, context, context.company_id, new_id)
+
+
+def _behind_a_waiting_snapshot(snapshot: UserSnapshot, context: UserContext) -> bool:
+    """A versioned deletion of an absent user whose older snapshot waits for its tenant waits too: applied
+    now it would find nobody to block and make the older one stale, so the user would never exist, where
+    the same snapshots in version order create the user and then block it. A tombstone does not wait: it
+    is the key's last record and drops what waits (talent_users._forget_absent)."""
+    waiting, version = context.waiting_version, snapshot.version
+    return context.current is None and waiting is not None and version is not None and waiting < version
 
 
 def _upsert_user(

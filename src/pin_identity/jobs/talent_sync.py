@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -58,6 +58,7 @@ class TalentSyncJob:
         self._stream, self._transactions, self._settings, self._clock = stream, transactions, settings, clock
         self._observer = observer or TalentSyncObserver()
         self._failures = 0
+        self._stalls = _PartitionStalls()
 
     def run(self, stop: StopSignal, *, once: bool = False) -> None:
         """With `once`: until every assigned partition is read to its end and no deferred item is due."""
@@ -79,9 +80,11 @@ class TalentSyncJob:
             self._observer.stopped()
 
     def step(self) -> bool:
-        """One poll and one round of due retries; True when there was something to do."""
+        """One poll (and whether its partitions move) and one round of due retries; True when there was
+        something to do."""
         records = self._stream.poll(self._settings.batch_size, self._settings.poll_timeout_s)
         consumed = self._consume(records) if records else False
+        self._observer.stall_measured(self._stalls.longest(self._stream.positions(), self._clock()))
         retried = self._retry_deferred()
         return consumed or retried
 
@@ -153,3 +156,22 @@ class TalentSyncJob:
             return now + timedelta(seconds=settings.retry_backoff.delay(attempt))
 
         return ApplyOptions(run_id=None, retry_at=retry_at)
+
+
+class _PartitionStalls:
+    """Since when each assigned partition with records left to read has not moved: one whose leader was
+    lost and is not replaced yet reads nothing while the others go on (a broker is declared dead only after
+    its session times out, 9 s by default), so a stall shows per partition, not in the batches."""
+
+    def __init__(self) -> None:
+        self._still: dict[tuple[str, int], tuple[int, datetime]] = {}
+
+    def longest(self, positions: Mapping[tuple[str, int], tuple[int, int]], now: datetime) -> float:
+        """Seconds the longest-stalled partition has not moved; 0 when every one moves or has read all."""
+        still = {}
+        for where, (offset, left) in positions.items():
+            seen = self._still.get(where)
+            waiting = seen is not None and seen[0] == offset and left > 0
+            still[where] = (offset, seen[1] if waiting and seen is not None else now)
+        self._still = still
+        return max(((now - since).total_seconds() for _, since in still.values()), default=0.0)

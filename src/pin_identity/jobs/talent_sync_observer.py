@@ -16,6 +16,10 @@ from pin_identity.operations.talent_replica import BatchOutcome
 
 log = get_logger("talent-sync")
 
+# A partition that reads nothing this long while records wait on it is said to stall (a healthy one moves
+# with every batch); a lost leader's partitions stall until the cluster declares the broker dead (9 s).
+STALL_WARNING_S = 5.0
+
 
 class TalentSyncObserver:
     # The partitions whose lag this process reported: one moved to another member is removed from the gauge,
@@ -24,6 +28,8 @@ class TalentSyncObserver:
     # Why the last offset commit failed, until the group's coordinator answers again (a commit, or a read of
     # the committed offsets for the lag): `/readyz` reads it from another thread.
     _commit_failing: str | None = None
+    # How long a partition with records left has read nothing, once that reached STALL_WARNING_S (`/readyz`).
+    _stalled_s: float | None = None
 
     def started(self, batch_size: int) -> None:
         log.info("talent-sync-started", batch_size=batch_size)
@@ -75,9 +81,26 @@ class TalentSyncObserver:
         self._commit_failing = describe_error(exc)
         log.warning("talent-sync-offset-commit-failed", error=self._commit_failing)
 
+    def stall_measured(self, seconds: float) -> None:
+        """How long the longest-stalled partition (records left, none read) has read nothing: said once it
+        reaches STALL_WARNING_S, and once it moves again."""
+        metrics.talent_sync_stalled_seconds.set(seconds)
+        if seconds >= STALL_WARNING_S:
+            if self._stalled_s is None:
+                log.warning("talent-sync-stalled", seconds=round(seconds, 1))
+            self._stalled_s = seconds
+        elif self._stalled_s is not None:
+            log.info("talent-sync-flowing", stalled_s=round(self._stalled_s, 1))
+            self._stalled_s = None
+
     def readiness_warning(self) -> str | None:
-        failing = self._commit_failing
-        return f"talent-sync cannot commit its offsets: {failing}" if failing else None
+        failing, stalled_s = self._commit_failing, self._stalled_s
+        said = [f"talent-sync cannot commit its offsets: {failing}"] if failing else []
+        if stalled_s is not None:
+            said.append(
+                f"talent-sync has read nothing for {stalled_s:.0f} s of a partition with records left"
+            )
+        return "; ".join(said) or None
 
     def batch_failed(self, exc: Exception, failures: int) -> None:
         """A polled batch rolled back: it is read again after a back-off."""

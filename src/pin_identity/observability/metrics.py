@@ -95,6 +95,10 @@ talent_sync_offset_commit_failures_total = Counter(
     "talent_sync_offset_commit_failures_total",
     "Applied batches whose offsets the group's coordinator did not take (read again after a restart)",
 )
+talent_sync_stalled_seconds = Gauge(
+    "talent_sync_stalled_seconds",
+    "How long the continuous consumer has read nothing of a partition that has records left to read",
+)
 talent_sync_consumer_lag = Gauge(
     "talent_sync_consumer_lag",
     "Records the continuous consumer is behind, per partition",

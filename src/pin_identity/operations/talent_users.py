@@ -111,10 +111,13 @@ class _UserReplica:
         users: dict[UUID, UserState],
         companies: dict[UUID, UUID],
         owners: dict[str, UUID],
-        deleted: dict[UUID, int],
+        absent_versions: tuple[dict[UUID, int], dict[UUID, int]],
         blocked_companies: set[UUID],
     ):
-        self._users, self._companies, self._owners, self._deleted = users, companies, owners, deleted
+        """`absent_versions`: of users the replica lacks, the versions of their deletions seen and of their
+        snapshots deferred until their tenant arrives."""
+        self._users, self._companies, self._owners = users, companies, owners
+        self._deleted, self._waiting = absent_versions
         self.blocked_companies = blocked_companies
 
     @classmethod
@@ -128,18 +131,23 @@ class _UserReplica:
         companies, blocked = _companies(tx.companies_by_tenant(tenant_ids, shared=writes))
         phones = sorted({s.phone for s in snapshots if s.phone})
         owners = tx.phone_owners(phones)
-        deleted = tx.deleted_versions(this_round.stage, [u for u in user_ids if u not in users])
+        absent = [u for u in user_ids if u not in users]
+        deleted = tx.deleted_versions(this_round.stage, absent)
+        # Only the consumer defers (an import's barrier has every tenant in before its users).
+        deferring = this_round.options.retry_at is not None
+        waiting = tx.waiting_versions(this_round.stage, absent) if deferring else {}
         if this_round.options.memory is not None:
             _add_dry_run(this_round.options.memory, (tenant_ids, phones), companies, owners)
-        return cls(users, companies, owners, deleted, blocked)
+        return cls(users, companies, owners, (deleted, waiting), blocked)
 
     def context(self, snapshot: UserSnapshot) -> UserContext:
         company = self._companies.get(snapshot.tenant_id) if snapshot.tenant_id is not None else None
         owner = self._owners.get(snapshot.phone)
         if owner == stand_in(snapshot.user_id):
             owner = None  # a dry run's earlier page gave this very user the phone
+        user_id = snapshot.user_id
         return UserContext(
-            self._users.get(snapshot.user_id), company, owner, self._deleted.get(snapshot.user_id)
+            self._users.get(user_id), company, owner, self._deleted.get(user_id), self._waiting.get(user_id)
         )
 
     def record(self, decision: UserChange) -> None:

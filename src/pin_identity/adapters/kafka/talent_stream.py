@@ -136,6 +136,17 @@ class KafkaTalentStream:
             )
         return lag
 
+    def positions(self) -> dict[tuple[str, int], tuple[int, int]]:
+        known = {}
+        for partition in self._consumer.position(self._consumer.assignment()):
+            _, high = self._consumer.get_watermark_offsets(partition, cached=True)
+            if partition.offset >= 0 and high >= 0:  # read from, and fetched from, already
+                known[(partition.topic, partition.partition)] = (
+                    partition.offset,
+                    max(high - partition.offset, 0),
+                )
+        return known
+
     def _topics_exist(self) -> bool:
         known = self._consumer.list_topics(timeout=5).topics
         return any(topic in known for topic in self._topics)

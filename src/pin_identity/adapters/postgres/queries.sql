@@ -396,6 +396,15 @@ WHERE code = %(code)s AND company_id IS NULL;
 SELECT external_id, version FROM identity.talent_deletions
 WHERE stage = %(stage)s AND external_id = ANY(%(talent_ids)s::uuid[]);
 
+-- name: talent_waiting_versions
+-- The consumer's deferred snapshots (run_id null, a next try set) of these entities: their oldest version.
+SELECT external_id, min((payload ->> 'version')::bigint)
+FROM identity.talent_import_failed_items
+WHERE run_id IS NULL AND next_attempt_at IS NOT NULL AND stage = %(stage)s
+  AND external_id = ANY(%(talent_ids)s::uuid[]) AND error_code = 'IDENTITY_SYNC_COMPANY_NOT_FOUND'
+  AND payload ->> 'version' ~ '^[0-9]{1,18}$'
+GROUP BY external_id;
+
 -- name: remember_talent_deletions
 INSERT INTO identity.talent_deletions (stage, external_id, version)
 SELECT %(stage)s, d.external_id, d.version
@@ -499,11 +508,13 @@ WHERE run_id IS NULL AND next_attempt_at IS NOT NULL AND stage = %(stage)s
   AND external_id = ANY(%(talent_ids)s::uuid[]);
 
 -- name: due_quarantined
--- The consumer's deferred items (a user that arrived before its tenant) whose next try is due.
+-- The consumer's deferred items (a user that arrived before its tenant) whose next try is due; snapshots of
+-- one entity deferred together come back in version order (a deletion waits behind an older snapshot).
 SELECT id, stage, external_id, error_code, payload, attempt_count, next_attempt_at
 FROM identity.talent_import_failed_items
 WHERE run_id IS NULL AND next_attempt_at <= %(now)s
-ORDER BY next_attempt_at
+ORDER BY next_attempt_at, created_at,
+         CASE WHEN payload ->> 'version' ~ '^[0-9]{1,18}$' THEN (payload ->> 'version')::bigint END
 LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED;
 

@@ -228,6 +228,13 @@ class PostgresReplicaTransaction(PostgresAccessEvents):
             self._execute("talent_deleted_versions", {"stage": stage, "talent_ids": list(talent_ids)})
         )
 
+    def waiting_versions(self, stage: str, talent_ids: Sequence[UUID]) -> dict[UUID, int]:
+        if not talent_ids:
+            return {}
+        return dict(
+            self._execute("talent_waiting_versions", {"stage": stage, "talent_ids": list(talent_ids)})
+        )
+
     def remember_deletions(self, stage: str, versions: Mapping[UUID, int]) -> None:
         if versions:
             params = {"stage": stage, "talent_ids": list(versions), "versions": list(versions.values())}

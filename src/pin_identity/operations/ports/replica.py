@@ -96,6 +96,10 @@ class ReplicaTransaction(AccessEventWriter, Transaction, Protocol):
 
     def remember_deletions(self, stage: str, versions: Mapping[UUID, int]) -> None: ...
 
+    def waiting_versions(self, stage: str, talent_ids: Sequence[UUID]) -> dict[UUID, int]:
+        """The oldest version of each entity's snapshots the consumer deferred until their tenant arrives."""
+        ...
+
     def save_companies(
         self, created: Sequence[CompanyState], updated: Sequence[CompanyState], synced_at: datetime
     ) -> None: ...

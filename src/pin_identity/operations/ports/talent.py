@@ -75,4 +75,9 @@ class TalentStream(Protocol):
         while the broker cannot say (its group coordinator away)."""
         ...
 
+    def positions(self) -> dict[tuple[str, int], tuple[int, int]]:
+        """Per assigned partition read from already: the next offset to read, and how many records follow
+        it up to the partition's end as last fetched. Known locally: asks no broker (a lost one neither)."""
+        ...
+
     def close(self) -> None: ...
