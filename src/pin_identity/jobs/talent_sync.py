@@ -171,7 +171,6 @@ class _PartitionStalls:
         still = {}
         for where, (offset, left) in positions.items():
             seen = self._still.get(where)
-            waiting = seen is not None and seen[0] == offset and left > 0
-            still[where] = (offset, seen[1] if waiting and seen is not None else now)
+            still[where] = (offset, seen[1] if seen is not None and seen[0] == offset and left > 0 else now)
         self._still = still
         return max(((now - since).total_seconds() for _, since in still.values()), default=0.0)
