@@ -24,6 +24,7 @@ from tests.support.cli import unconfigured_environment
 from tests.support.cluster import KafkaCluster, kafka_cluster
 from tests.support.databases import create_template, scratch_database
 from tests.support.kafka_tap import EventTap
+from tests.support.secured_kafka import SecuredKafka, secured_kafka
 from tests.support.talent import TalentTopics
 from tests.support.talent_import import TalentWorld
 
@@ -71,6 +72,13 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     start_transaction_coordinator(process.bootstrap_servers)
     yield process.bootstrap_servers
     stop_broker(process.pid)
+
+
+@pytest.fixture(scope="session")
+def secured_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecuredKafka]:
+    """The least-privilege tests' broker: SASL_SSL, SCRAM, ACLs only; each test has principals of its own."""
+    with secured_kafka(tmp_path_factory.mktemp("secured-kafka")) as started:
+        yield started
 
 
 @pytest.fixture

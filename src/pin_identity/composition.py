@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -11,15 +11,18 @@ from typing import Any
 from uuid import UUID
 
 import psycopg
+from psycopg.conninfo import make_conninfo
 
 from pin_identity.adapters.embedded_state import (
     EmbeddedServer,
     embedded_broker_state,
     embedded_postgres_state,
 )
+from pin_identity.adapters.kafka import acls
 from pin_identity.adapters.kafka import embedded as embedded_kafka
 from pin_identity.adapters.kafka.access_log import KafkaAccessLog
 from pin_identity.adapters.kafka.access_lookup import KafkaUserAccessLog
+from pin_identity.adapters.kafka.denials import is_denial
 from pin_identity.adapters.kafka.distribution import KafkaRuntime, KafkaRuntimeUnavailableError, kafka_runtime
 from pin_identity.adapters.kafka.group_lag import KafkaConsumerLag
 from pin_identity.adapters.kafka.partitioning import UnsupportedPartitionerError
@@ -84,6 +87,8 @@ from pin_identity.operations.read_models import UserAccess
 from pin_identity.operations.retention import RetentionAdmin
 from pin_identity.operations.roles import RoleAdmin
 
+# The jobs the Kafka ACL table grants rights to, each its own principal (`kafka acls`).
+KAFKA_JOBS = acls.JOBS
 # A command that needs the broker waits this long for it at start (a healthy one answers in milliseconds).
 BROKER_START_TIMEOUT_S = 5.0
 
@@ -120,6 +125,13 @@ class Container:
             raise _missing_extra("PIN_IDENTITY_DATABASE_URL") from None
 
     @property
+    def _database_conninfo(self) -> str:
+        """The URL with the password from PIN_IDENTITY_DATABASE_PASSWORD_FILE, for libpq alone: what is
+        shown or logged is `database_url`, which holds none."""
+        password = self.settings.database_password
+        return make_conninfo(self.database_url, password=password) if password else self.database_url
+
+    @property
     def kafka_is_embedded(self) -> bool:
         return not self.settings.kafka_bootstrap_servers
 
@@ -146,7 +158,7 @@ class Container:
         limits = ConnectionLimits(
             self.settings.db_statement_timeout_ms, self.settings.db_idle_in_transaction_timeout_ms
         )
-        database = Database(self.database_url, limits=limits, max_size=self.settings.db_pool_max_size)
+        database = Database(self._database_conninfo, limits=limits, max_size=self.settings.db_pool_max_size)
         try:
             database.open()
         except Exception as exc:
@@ -170,7 +182,7 @@ class Container:
         # Through the pool first: an unreachable database is then the same one line as for every other
         # command, not a traceback from inside Alembic.
         self.require_database()
-        migrate.upgrade(self.database_url)
+        migrate.upgrade(self._database_conninfo)
 
     def require_database(self) -> None:
         """Raise ConfigurationError naming PIN_IDENTITY_DATABASE_URL unless the database answers."""
@@ -193,6 +205,15 @@ class Container:
 
     def ensure_topics(self) -> list[str]:
         return ensure_topics(self.kafka_client_config, PUBLISHED_TOPICS, self.topic_layout)
+
+    def kafka_acl_script(self, principals: Mapping[str, str]) -> list[str]:
+        """The `kafka-acls.sh` commands that grant each job exactly what it uses (deploy/README.md), for
+        this configuration's Talent names; `principals` overrides the default principal of a job."""
+        settings = self.settings
+        talent = acls.TalentNames(
+            settings.talent_tenants_topic, settings.talent_users_topic, settings.talent_sync_group
+        )
+        return acls.acl_script(acls.job_grants(talent), {**acls.default_principals(), **principals})
 
     def broker_reachable(self) -> bool:
         return broker_reachable(self.kafka_client_config)
@@ -377,7 +398,8 @@ class Container:
         try:
             return show_access(log, PostgresAccessTruth(self.database), user_id)
         except AccessLogUnavailableError as exc:
-            raise BrokerUnreachableError(_BROKER_FAILURES[BrokerFailure.UNREACHABLE].format(exc)) from None
+            failure = BrokerFailure.REFUSED if is_denial(str(exc)) else BrokerFailure.UNREACHABLE
+            raise BrokerUnreachableError(_BROKER_FAILURES[failure].format(exc)) from None
 
     def close(self) -> None:
         for close in reversed(self._closers):

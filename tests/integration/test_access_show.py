@@ -93,7 +93,9 @@ def test_a_changed_scope_behind_the_services_back_is_drift_of_that_assignment(
     assert shown.difference == AssignmentDifference(changed=(str(assignment),))
 
 
-def test_an_assignment_without_any_event_is_missing(container: Container, database_url: str) -> None:
+def test_an_assignment_without_any_event_is_missing(
+    container: Container, database_url: str, broker: str
+) -> None:
     company = seed.company(container.transactions)
     role = seed.role(container.transactions, company)
     user = seed.user(container.transactions, company)
@@ -108,6 +110,11 @@ def test_an_assignment_without_any_event_is_missing(container: Container, databa
         company,
     )
     publish_outbox(container)  # the company's and the user's own events: none on the access topic
+    # Another user's event in the user's partition: the lookup reads it and finds none of the user's.
+    producer = Producer(producer_config({"bootstrap.servers": broker}))
+    partition = key_partition(str(user).encode(), 3)
+    producer.produce(ACCESS_TOPIC, b"{}", str(uuid.uuid4()).encode(), partition=partition)
+    assert producer.flush(10) == 0
     shown = container.access_show(user)
     assert shown.verdict is Verdict.MISSING
     assert shown.search.last_event is None and shown.search.records_read > 0

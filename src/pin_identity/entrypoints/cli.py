@@ -13,7 +13,7 @@ import typer
 from rich.console import Console
 
 from pin_identity import __version__
-from pin_identity.composition import stop_embedded_servers
+from pin_identity.composition import KAFKA_JOBS, stop_embedded_servers
 from pin_identity.config import Settings, load_settings
 from pin_identity.entrypoints import worker as worker_entry
 from pin_identity.entrypoints.access_cli import access_app
@@ -100,6 +100,29 @@ def kafka_ensure_topics(as_json: JsonOption = False) -> None:
         typer.echo(json.dumps({"created": created}))
     else:
         typer.echo(f"created {', '.join(created)}" if created else "every topic exists")
+
+
+@kafka_app.command("acls")
+def kafka_acls(
+    principals: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--principal",
+            help=f"JOB=PRINCIPAL, e.g. outbox-relay=User:relay-prod (jobs: {', '.join(KAFKA_JOBS)}); "
+            "default User:pin-identity-JOB.",
+        ),
+    ] = None,
+) -> None:
+    """Print the kafka-acls.sh commands that grant each job exactly what it uses, and nothing more."""
+    chosen: dict[str, str] = {}
+    for pair in principals or []:
+        job, _, principal = pair.partition("=")
+        if job not in KAFKA_JOBS or not principal.startswith("User:") or len(principal) <= len("User:"):
+            expected = f"JOB=User:NAME with JOB one of {', '.join(KAFKA_JOBS)}"
+            raise typer.BadParameter(f"{pair!r} is not {expected}", param_hint="--principal")
+        chosen[job] = principal
+    with container_from_env() as container:
+        typer.echo("\n".join(container.kafka_acl_script(chosen)))
 
 
 @app.command("worker")

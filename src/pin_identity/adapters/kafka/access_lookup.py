@@ -19,6 +19,7 @@ from uuid import UUID
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from pin_identity.adapters.kafka.consumers import new_consumer
+from pin_identity.adapters.kafka.denials import DenialLog, denial
 from pin_identity.adapters.kafka.offsets import end_reached, watermarks
 from pin_identity.adapters.kafka.partitioning import key_partition, partitioner_of
 from pin_identity.domain.errors import AccessLogUnavailableError
@@ -64,13 +65,14 @@ class KafkaUserAccessLog:
             "logger": _librdkafka_log,
         }
         self._topic, self._first_window, self._timeout_s = topic, first_window, timeout_s
+        self._denials = DenialLog("access-show")
 
     def last_event(self, user_id: UUID) -> AccessLogSearch:
         key = str(user_id).encode()
         try:
             consumer = new_consumer(self._client_config, self._settings)
         except KafkaException as exc:
-            raise AccessLogUnavailableError(str(exc)) from None
+            raise AccessLogUnavailableError(self._reason(exc)) from None
         try:
             partitions = self._partition_count(consumer)
             if partitions is None:  # no topic, no event
@@ -79,13 +81,26 @@ class KafkaUserAccessLog:
             found, read = self._search(consumer, partition, key)
             return AccessLogSearch(partition, read, _last_event(found) if found is not None else None)
         except KafkaException as exc:
-            raise AccessLogUnavailableError(str(exc)) from None
+            raise AccessLogUnavailableError(self._reason(exc)) from None
         finally:
             consumer.close()
+
+    def _reason(self, exc: KafkaException) -> str:
+        """The lookup reads one partition of the topic and names a group it never joins, whose coordinator
+        librdkafka looks for all the same."""
+        group_refused = exc.args[0].code() == KafkaError.GROUP_AUTHORIZATION_FAILED
+        if group_refused:
+            refused = denial(exc, "Describe", str(self._settings["group.id"]))
+        else:
+            refused = denial(exc, "Read", self._topic)
+        return str(self._denials.say(refused) or exc)
 
     def _partition_count(self, consumer: Consumer) -> int | None:
         metadata = consumer.list_topics(self._topic, timeout=self._timeout_s)
         topic = metadata.topics.get(self._topic)
+        # A topic this principal may not read is no topic without events: the user would show as missing.
+        if topic is not None and topic.error is not None and denial(topic.error, "Read", self._topic):
+            raise KafkaException(topic.error)
         if topic is None or topic.error is not None or not topic.partitions:
             return None
         return len(topic.partitions)

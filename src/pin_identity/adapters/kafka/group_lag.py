@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from pin_identity.adapters.kafka.consumers import new_consumer
+from pin_identity.adapters.kafka.denials import DenialLog, denial, group_denial
 from pin_identity.adapters.kafka.offsets import watermarks
 from pin_identity.adapters.kafka.topics import failure_reason
 from pin_identity.domain.errors import ConsumerLagUnavailableError
@@ -20,6 +21,7 @@ from pin_identity.operations.read_models import PartitionLag
 _quiet = logging.getLogger("pin_identity.kafka.group_lag")
 _quiet.addHandler(logging.NullHandler())
 _quiet.propagate = False
+_denials = DenialLog("serve")
 
 
 class KafkaConsumerLag:
@@ -46,7 +48,8 @@ def consumer_group_lag(
         committed = consumer.committed(partitions, timeout=timeout_s)
         return [_lag(consumer, stored, timeout_s) for stored in committed]
     except KafkaException as exc:
-        raise ConsumerLagUnavailableError(failure_reason(exc)) from None
+        refused = denial(exc, "Describe", group) or group_denial(consumer, "Describe", group)
+        raise ConsumerLagUnavailableError(str(_denials.say(refused) or failure_reason(exc))) from None
     finally:
         consumer.close()
 

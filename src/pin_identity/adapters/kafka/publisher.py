@@ -24,6 +24,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from pin_identity.adapters.kafka.client_log import with_client_log
+from pin_identity.adapters.kafka.denials import DenialLog, denial
 from pin_identity.domain.events import CONTRACT_VERSION
 from pin_identity.observability import metrics
 from pin_identity.observability.logging import get_logger
@@ -217,6 +218,7 @@ class KafkaEventPublisher:
         if transactional_id is not None:
             self._config["transactional.id"] = transactional_id
         self._transactional = transactional_id is not None
+        self._denials = DenialLog("outbox-relay")
         self._clock = clock
         self._transaction: _Transaction | None = None
         self._waiting: list[PendingEvent] = []  # handed over while a transaction commits: the next one's
@@ -257,7 +259,11 @@ class KafkaEventPublisher:
         if self._producer is None:
             producer = Producer({**self._config, "error_cb": self._error_handler(self._generation)})
             if self._transactional:
-                producer.init_transactions(_INIT_TIMEOUT_S)  # aborts and fences what the last relay left
+                try:
+                    producer.init_transactions(_INIT_TIMEOUT_S)  # aborts and fences what the last relay left
+                except KafkaException as exc:
+                    self._denials.say(denial(exc, "Write", self._config["transactional.id"]))
+                    raise
             self._producer = producer
             self._on_delivery = self._delivery_handler(self._generation)
             self._replace = False
@@ -484,6 +490,7 @@ class KafkaEventPublisher:
             return
 
     def _classify(self, outbox_id: int, topic: str, error: KafkaError, report: PublishReport) -> None:
+        self._denials.say(denial(error, "Write", topic))  # retried below: held until the ACL is granted
         if error.code() in _PERMANENT:
             report.rejected[outbox_id] = f"{error.name()}: {error.str()}"
         else:

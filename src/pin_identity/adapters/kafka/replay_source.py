@@ -27,6 +27,7 @@ from confluent_kafka.admin._config import ConfigResource
 
 from pin_identity.adapters.kafka.client_log import with_client_log
 from pin_identity.adapters.kafka.consumers import new_consumer
+from pin_identity.adapters.kafka.denials import Denial, DenialLog, denial, group_denial
 from pin_identity.adapters.kafka.offsets import end_reached, watermarks
 from pin_identity.adapters.kafka.talent_stream import TALENT_SYNC_GROUP
 from pin_identity.adapters.talent_wire import topic_item
@@ -39,6 +40,8 @@ log = get_logger("talent-replay")
 
 _READ_TIMEOUT_S = 60.0
 _CLIENT_GROUP = "pin-identity-talent-import"  # never joined: partitions are assigned
+# One for the process: an import's sources come and go with its pages, a denial lasts across them.
+_denials = DenialLog("talent-import")
 
 # How the reader fetches (BENCHMARKS.md, "TopicReplay"):
 # - fetch.wait.max.ms: a fetch waits for new data only at the end of a partition, but librdkafka keeps one
@@ -120,6 +123,9 @@ class TopicReplaySource:
     def _partitions(self, topic: str) -> list[int]:
         metadata = self._lookup().list_topics(topic, timeout=10)
         described = metadata.topics.get(topic)
+        refused = _denials.say(denial(described.error if described else None, "Describe", topic))
+        if refused is not None:
+            raise SourceUnavailableError(str(refused))
         if described is None or described.error is not None or not described.partitions:
             raise SourceUnavailableError(f"topic {topic} does not exist")
         return sorted(described.partitions)
@@ -146,7 +152,9 @@ class TopicReplaySource:
                 if policy is None or "compact" not in str(policy.value):
                     raise SourceUnavailableError(f"topic {resource.name} is not compacted: use api-pull")
         except KafkaException as exc:
-            raise SourceUnavailableError(f"topic configuration cannot be read: {exc}") from None
+            refused = _denials.say(denial(exc, "DescribeConfigs", self._topics.values()))
+            reason = str(refused) if refused else f"topic configuration cannot be read: {exc}"
+            raise SourceUnavailableError(reason) from None
 
     def count_companies(self, tenant_filter: UUID | None) -> int | None:
         """An upper bound (compaction leaves gaps, tombstones count): the guard only catches a source that is
@@ -210,7 +218,7 @@ class TopicReplaySource:
             for index, message in enumerate(messages):
                 if not _belongs(message, page, next_offset):
                     continue
-                if _within(message, page.end):
+                if _within(message, page):
                     items.append(topic_item(stage, message.key(), message.value()))
                     next_offset = (message.offset() or 0) + 1
                 elif end_reached(message, page.end):  # past the range, or its partition's end: kept
@@ -248,6 +256,7 @@ class TopicReplaySource:
                 group.commit(offsets=ahead, asynchronous=False)
             log.info("import-handover", group=self._group_id, partitions_moved=len(ahead))
         except KafkaException as exc:
+            _denials.say(denial(exc, "Read", self._group_id) or group_denial(group, "Read", self._group_id))
             log.info("import-handover-skipped", group=self._group_id, reason=str(exc.args[0]))
         finally:
             group.close()
@@ -271,12 +280,21 @@ def _belongs(message: Message, page: _Range, next_offset: int) -> bool:
     return error is not None or (message.offset() or 0) >= next_offset
 
 
-def _within(message: Message, end: int) -> bool:
+def _within(message: Message, page: _Range) -> bool:
     """A record below the range's end; an end of partition is not (offsets.py says whether it ends the
     range); any other error fails the page."""
     error = message.error()
     if error is not None:
         if error.code() == KafkaError._PARTITION_EOF:
             return False
-        raise SourceUnavailableError(f"reading a topic-replay page failed: {error.str()}")
-    return (message.offset() or 0) < end
+        refused = _denials.say(_page_denial(error, page))
+        raise SourceUnavailableError(str(refused or f"reading a topic-replay page failed: {error.str()}"))
+    return (message.offset() or 0) < page.end
+
+
+def _page_denial(error: KafkaError, page: _Range) -> Denial | None:
+    """The reader names a group it never joins, and librdkafka still looks for that group's coordinator:
+    Describe on the group, beside Read on the page's topic."""
+    if error.code() == KafkaError.GROUP_AUTHORIZATION_FAILED:
+        return denial(error, "Describe", _CLIENT_GROUP)
+    return denial(error, "Read", page.topic)

@@ -8,6 +8,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
 from pin_identity.adapters.kafka.consumers import new_consumer
+from pin_identity.adapters.kafka.denials import DenialLog, denial
 from pin_identity.adapters.talent_wire import topic_item
 from pin_identity.domain.talent import TENANTS_TOPIC, USERS_TOPIC, ImportStage
 from pin_identity.observability.logging import get_logger
@@ -32,6 +33,10 @@ _CONSUMER_DEFAULTS = {
     "group.protocol": "classic",
     "session.timeout.ms": 10_000,
     "heartbeat.interval.ms": 2_000,
+    # A subscribed topic the principal may not read (or that does not exist yet) is looked for again at each
+    # metadata refresh: every 15 s rather than librdkafka's 5 min, so the consumer takes it up within
+    # seconds of the ACL being granted.
+    "topic.metadata.refresh.interval.ms": 15_000,
 }
 
 
@@ -68,6 +73,8 @@ class KafkaTalentStream:
         self._stages = {tenants_topic: ImportStage.TENANTS, users_topic: ImportStage.USERS}
         self._topics = list(self._stages)
         self._consumer.subscribe(self._topics)
+        self._group = str((overrides or {}).get("group.id", _CONSUMER_DEFAULTS["group.id"]))
+        self._denials = DenialLog("talent-sync")
         # Per partition, the offset after the last record applied to the replica: what its commit said.
         self._applied: dict[tuple[str, int], int] = {}
 
@@ -81,7 +88,13 @@ class KafkaTalentStream:
                 raise KafkaException(error)
             elif error.code() != KafkaError._PARTITION_EOF:
                 log.warning("talent-stream-error", error=error.str())
+                self._say_denied(error)
         return records
+
+    def _say_denied(self, error: KafkaError) -> None:
+        """Reading its topics and committing in its group are what talent-sync's principal needs."""
+        names = [self._group] if error.code() == KafkaError.GROUP_AUTHORIZATION_FAILED else self._topics
+        self._denials.say(denial(error, "Read", names))
 
     def commit(self, records: Sequence[TalentRecord]) -> None:
         edges = _edges(records, last=True)

@@ -17,6 +17,7 @@ from confluent_kafka.cimpl import NewTopic
 
 from pin_identity.adapters.kafka.client_log import with_client_log
 from pin_identity.adapters.kafka.consumers import new_consumer
+from pin_identity.adapters.kafka.denials import DenialLog, denial
 from pin_identity.adapters.kafka.publisher import producer_config
 from pin_identity.observability.logging import first_line
 
@@ -73,6 +74,9 @@ def ensure_topics(
             future.result()
             created.append(name)
         except KafkaException as exc:
+            refused = DenialLog("ensure-topics").say(denial(exc, "Create", name))
+            if refused is not None:
+                raise KafkaException(KafkaError(exc.args[0].code(), str(refused))) from None
             if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                 raise
     return created
@@ -89,7 +93,10 @@ def replication_shortfall(
     try:
         short = _partitions_out_of_sync(admin, names, timeout_s)
         needed = _min_insync(admin, short, timeout_s) if short else {}
-    except (KafkaException, TimeoutError, KeyError, ValueError):
+    except KafkaException as exc:
+        DenialLog("outbox-relay").say(denial(exc, "DescribeConfigs", names))
+        return None
+    except (TimeoutError, KeyError, ValueError):
         return None
     lines = [
         _shortfall_line(name, partitions, needed[name])
