@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 
+from tests.support.certificates import ServerCertificate
+
 # The majors CONTRACTS supports below the embedded server's, oldest first.
 MAJORS = (15, 16, 17)
 # Debian's supported major (15 on bookworm, 17 on trixie), server and client.
@@ -39,30 +41,46 @@ def older_postgres_bin() -> Path:
     pytest.fail(missing)
 
 
+def _tls_options(workdir: Path, tls: ServerCertificate) -> str:
+    """The certificate and its key copied where the server's user reads them (the key 0600, its own)."""
+    for source, name in ((tls.certificate, "server.crt"), (tls.key, "server.key")):
+        shutil.copy(source, workdir / name)
+        (workdir / name).chmod(0o600)
+        if os.geteuid() == 0:
+            shutil.chown(workdir / name, OS_USER, OS_USER)
+    return f"-c ssl=on -c ssl_cert_file={workdir / 'server.crt'} -c ssl_key_file={workdir / 'server.key'}"
+
+
 def _as_server_user() -> dict[str, Any]:
     return {"user": OS_USER, "group": OS_USER, "extra_groups": []} if os.geteuid() == 0 else {}
 
 
 @contextmanager
-def older_postgres(bindir: Path) -> Iterator[str]:
-    """A fresh server on a Unix socket only, stopped and removed after the block; yields its admin URL."""
+def older_postgres(bindir: Path, *, tls: ServerCertificate | None = None, port: int = 0) -> Iterator[str]:
+    """A fresh server on a Unix socket, stopped and removed after the block; yields its admin URL (the
+    socket, trusted). With `tls`, it also listens on 127.0.0.1:`port` for TLS with that certificate, where
+    a password is asked (scram-sha-256), as a production server does."""
     # Under /tmp, not pytest's tmp_path: the server's user must reach it, and root's pytest folders are 0700.
     workdir = Path(tempfile.mkdtemp(prefix="pin-identity-older-pg-"))
     if os.geteuid() == 0:
         shutil.chown(workdir, OS_USER, OS_USER)
     pgdata, user = workdir / "data", _as_server_user()
     settings = "-c fsync=off -c synchronous_commit=off -c full_page_writes=off"  # as the embedded test server
+    listen = f"-h '' -k {workdir}"
+    if tls is not None:
+        listen = f"-h 127.0.0.1 -p {port} -k {workdir} {_tls_options(workdir, tls)}"
     try:
         subprocess.run(
-            [bindir / "initdb", "-D", pgdata, "--auth=trust", "-U", "postgres", "-E", "UTF8", "-N"],
+            [bindir / "initdb", "-D", pgdata, "--auth-local=trust", "--auth-host=scram-sha-256",
+             "-U", "postgres", "-E", "UTF8", "-N"],
             check=True, capture_output=True, cwd=workdir, **user,
         )  # fmt: skip
         subprocess.run(
             [bindir / "pg_ctl", "-D", pgdata, "-w", "-l", workdir / "log", "start",
-             "-o", f"-h '' -k {workdir} {settings}"],
+             "-o", f"{listen} {settings}"],
             check=True, capture_output=True, cwd=workdir, **user,
         )  # fmt: skip
-        yield f"postgresql://postgres@/postgres?host={workdir}"
+        yield f"postgresql://postgres@/postgres?host={workdir}&port={port or 5432}"
     finally:
         if (pgdata / "postmaster.pid").exists():
             subprocess.run(
