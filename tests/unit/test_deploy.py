@@ -21,13 +21,15 @@ from typing import Any
 import pytest
 import yaml  # type: ignore[import-untyped]
 
+from pin_identity.composition import KAFKA_JOBS
 from pin_identity.config import ENV_PREFIX, Settings
 from pin_identity.entrypoints.worker import ALL_JOBS
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "deploy" / "container" / "Dockerfile"
 KUBERNETES = ROOT / "deploy" / "kubernetes"
-KUSTOMIZATIONS = (KUBERNETES, KUBERNETES / "jobs" / "db-upgrade", KUBERNETES / "jobs" / "bootstrap")
+JOBS = ("db-upgrade", "ensure-topics", "bootstrap")
+KUSTOMIZATIONS = (KUBERNETES, *(KUBERNETES / "jobs" / job for job in JOBS))
 README = ROOT / "README.md"  # its configuration table names every variable (CONTRACTS section 1 and ours)
 LINT_BIN = ROOT / ".venv" / "deploy-lint" / "bin"
 
@@ -37,9 +39,14 @@ KUBERNETES_VERSIONS = ("1.31.0", "1.37.0")
 # Prometheus Operator kinds: the validator has no schema for them (it says WARN and passes them).
 CUSTOM_KINDS = frozenset({"PodMonitor", "PrometheusRule"})
 # The secrets the manifests reference and deploy/README.md tells how to create; none is in the repository.
-SECRETS = frozenset(
+SHARED_SECRETS = frozenset(
     {"pin-identity-database", "pin-identity-kafka", "pin-identity-talent", "pin-identity-admin-tokens"}
 )
+# One Kafka login per principal of the ACL table that runs in a pod (access-reader's is an operator's, for
+# `access audit` and `access show`), and one for access-fanout, which only logs in (/readyz).
+IN_PODS = [job for job in KAFKA_JOBS if job != "access-reader"]
+KAFKA_LOGINS = {f"pin-identity-kafka-{job}": job for job in (*IN_PODS, "access-fanout")}
+SECRETS = SHARED_SECRETS | set(KAFKA_LOGINS)
 # Each checkov finding left as it is, with its reason in the skip annotation beside it (deploy/README.md).
 JUSTIFIED_SKIPS = frozenset({"CKV_DOCKER_2", "CKV_K8S_11", "CKV_K8S_15", "CKV_K8S_35", "CKV_K8S_43"})
 
@@ -203,7 +210,7 @@ def test_one_deployment_per_job_and_the_relay_with_a_standby() -> None:
     jobs_run = sorted(
         " ".join(doc["spec"]["template"]["spec"]["containers"][0]["args"]) for doc in _of_kind("Job")
     )
-    assert jobs_run == ["db upgrade", "talent-import run --mode api-pull --json"]
+    assert jobs_run == ["db upgrade", "kafka ensure-topics", "talent-import run --mode api-pull --json"]
 
 
 def test_every_deployment_has_a_disruption_budget_and_serve_a_service() -> None:
@@ -278,7 +285,25 @@ def test_secrets_are_referenced_never_included_and_every_variable_is_a_setting()
     assert referenced == SECRETS
     assert set(_configmap("pin-identity")) <= known
     readme = (ROOT / "deploy" / "README.md").read_text(encoding="utf-8")
-    assert all(f"`{secret}`" in readme for secret in SECRETS), "deploy/README.md tells how to create each"
+    told = all(f"`{secret}`" in readme for secret in SHARED_SECRETS)
+    assert told, "deploy/README.md tells how to create each"
+    assert "`pin-identity-kafka-<job>`" in readme
+
+
+def test_each_pod_that_reaches_kafka_logs_in_as_its_own_jobs_principal_from_files() -> None:
+    for name, spec in _pod_specs():
+        (container,) = spec["containers"]
+        variables = {variable["name"]: variable for variable in container["env"]}
+        if "PIN_IDENTITY_KAFKA_BOOTSTRAP_SERVERS" not in variables:
+            continue
+        assert "PIN_IDENTITY_KAFKA_CONFIG" not in variables, f"{name}: a login in a variable"
+        config = Path(variables["PIN_IDENTITY_KAFKA_CONFIG_FILE"]["value"])
+        (mount,) = [m for m in container["volumeMounts"] if Path(m["mountPath"]) == config.parent]
+        (volume,) = [v for v in spec["volumes"] if v["name"] == mount["name"]]
+        component = name.removeprefix("pin-identity-").replace("bootstrap", "talent-import")
+        job = "topic-admin" if component == "ensure-topics" else component
+        assert KAFKA_LOGINS[volume["secret"]["secretName"]] == job, name
+        assert volume["secret"]["defaultMode"] == 0o440 and spec["securityContext"]["fsGroup"] == 10001
 
 
 def test_the_tokens_file_is_the_whole_secret_mounted_so_that_edits_reach_it() -> None:
