@@ -67,35 +67,24 @@ def test_verify_full_against_the_servers_ca_works_with_the_password_from_a_file(
         container.close()
 
 
-def test_a_server_the_ca_did_not_sign_is_refused_in_one_line_without_the_password(
-    tls_server: tuple[str, ServerCertificate], tmp_path: Path
-) -> None:
-    admin_url, _ = tls_server
-    stranger = make_server_certificate(tmp_path / "another-ca")  # its CA signed nothing the server has
-    password_file = tmp_path / "database-password"
-    password_file.write_text(PASSWORD)
-    settings = Settings(
-        database_url=_url(admin_url, stranger.ca), database_password_file=password_file, data_dir=tmp_path
-    )
-    with pytest.raises(ConfigurationError) as refused:
-        Container(settings).require_database()
-    message = str(refused.value)
-    assert message.startswith("PIN_IDENTITY_DATABASE_URL: ") and "certificate verify failed" in message
-    assert "\n" not in message and PASSWORD not in message
+WRONG_PASSWORD = "not-the-password-93b2"
 
 
-def test_a_wrong_password_is_refused_in_one_line_without_it(
-    tls_server: tuple[str, ServerCertificate], tmp_path: Path
+@pytest.mark.parametrize(
+    ("fault", "said"),
+    [("another CA", "certificate verify failed"), ("wrong password", "password authentication failed")],
+)
+def test_a_failing_login_is_refused_in_one_line_without_the_password(
+    tls_server: tuple[str, ServerCertificate], tmp_path: Path, fault: str, said: str
 ) -> None:
     admin_url, certificate = tls_server
-    wrong = "not-the-password-93b2"
+    ca = make_server_certificate(tmp_path / "another-ca").ca if fault == "another CA" else certificate.ca
     password_file = tmp_path / "database-password"
-    password_file.write_text(wrong)
-    settings = Settings(
-        database_url=_url(admin_url, certificate.ca), database_password_file=password_file, data_dir=tmp_path
-    )
+    password_file.write_text(WRONG_PASSWORD if fault == "wrong password" else PASSWORD)
+    url = _url(admin_url, ca)
+    settings = Settings(database_url=url, database_password_file=password_file, data_dir=tmp_path)
     with pytest.raises(ConfigurationError) as refused:
         Container(settings).require_database()
     message = str(refused.value)
-    assert message.startswith("PIN_IDENTITY_DATABASE_URL: ") and "password authentication failed" in message
-    assert "\n" not in message and wrong not in message and PASSWORD not in message
+    assert message.startswith("PIN_IDENTITY_DATABASE_URL: ") and said in message
+    assert "\n" not in message and PASSWORD not in message and WRONG_PASSWORD not in message
