@@ -126,8 +126,8 @@ class Settings(BaseSettings):
     @property
     def kafka_properties(self) -> dict[str, str]:
         """librdkafka properties (security.protocol, sasl.*, ...): the file's, then the variable's over them,
-        each `${file:...}` value read from its file. Read at every use, so a rotated secret is taken by the
-        next client built."""
+        each `${file:...}` value read from its file when asked (a process asks once, at its start: a rotated
+        password is taken by the pod's restart)."""
         from_file = _read_properties_file(self.kafka_config_file) if self.kafka_config_file else {}
         return {**from_file, **_parse_kafka_properties(self.kafka_config)}
 
