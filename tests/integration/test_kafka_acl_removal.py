@@ -100,7 +100,7 @@ def _said_the_row(case: Case) -> None:
         and (name.startswith(row.name) if row.prefixed else name == row.name)
         for operation, resource, name in said
     ), said
-    assert all(row.job and str(line["message"]).startswith("Kafka denied ") for line in case.denied())
+    assert all(str(line["message"]).startswith("Kafka denied ") for line in case.denied())
 
 
 def test_a_job_without_one_acl_says_which_loses_nothing_and_goes_on_once_granted(case: Case) -> None:
@@ -138,7 +138,9 @@ def _outbox_relay(case: Case) -> None:
         stop.set()
         relay.join(30)
     case.grant()
-    publish_outbox(Container(case.settings))
+    again = Container(case.settings)  # a relay started again: the stopped one let go of its producer
+    publish_outbox(again)
+    again.close()
     assert (outbox_count(case.database_url), outbox_count(case.database_url, "outbox_dead_letters")) == (0, 0)
 
 
