@@ -40,6 +40,8 @@ ONE_AT_A_TIME = pytest.mark.xdist_group("brokers-one-at-a-time")
 _ONE_AT_A_TIME_FILES = {"test_broker_crash.py", "test_error_surface.py"}
 
 
+# tryfirst: pytest-xdist tags a grouped test in its own hook of this name, which must see the mark.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The long fault and load tests first: spread over the processes of `pytest -n`, they start at once
     instead of one of them running alone at the end."""
