@@ -11,7 +11,8 @@ from typing import Any
 from uuid import UUID
 
 import psycopg
-from psycopg.conninfo import make_conninfo
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from pin_identity.adapters.embedded_state import (
     EmbeddedServer,
@@ -43,7 +44,7 @@ from pin_identity.adapters.kafka.topics import (
     replication_shortfall,
 )
 from pin_identity.adapters.postgres import embedded as embedded_postgres
-from pin_identity.adapters.postgres import migrate
+from pin_identity.adapters.postgres import grants, migrate
 from pin_identity.adapters.postgres.access_truth import PostgresAccessTruth
 from pin_identity.adapters.postgres.admin_reads import PostgresAdminReads
 from pin_identity.adapters.postgres.database import ConnectionLimits, Database, SilenceLimit
@@ -89,6 +90,8 @@ from pin_identity.operations.roles import RoleAdmin
 
 # The jobs the Kafka ACL table grants rights to, each its own principal (`kafka acls`).
 KAFKA_JOBS = acls.JOBS
+# The jobs the database grants give a role of its own (`db grants`), the schema's owner first.
+DATABASE_JOBS = (grants.OWNER, *grants.JOBS)
 # A command that needs the broker waits this long for it at start (a healthy one answers in milliseconds).
 BROKER_START_TIMEOUT_S = 5.0
 
@@ -214,6 +217,41 @@ class Container:
             settings.talent_tenants_topic, settings.talent_users_topic, settings.talent_sync_group
         )
         return acls.acl_script(acls.job_grants(talent), {**acls.default_principals(), **principals})
+
+    def database_grant_script(self, roles: Mapping[str, str], *, administrator: bool) -> list[str]:
+        """The SQL that gives each job's role exactly what it uses (deploy/README.md): the schema owner's
+        part, or the administrator's (`roles` overrides the default role of a job)."""
+        return [statement.as_string(None) for statement in self._grant_statements(roles, administrator)]
+
+    def apply_database_grants(self, roles: Mapping[str, str], *, administrator: bool) -> grants.Applied:
+        try:
+            return grants.apply(self._database_conninfo, self._grant_statements(roles, administrator))
+        except psycopg.errors.InsufficientPrivilege as exc:
+            who = "an administrator" if administrator else "the schema's owner"
+            raise ConfigurationError(
+                f"PIN_IDENTITY_DATABASE_URL: {first_line(exc)}; apply as {who}"
+            ) from None
+
+    def _grant_statements(self, roles: Mapping[str, str], administrator: bool) -> list[sql.Composed]:
+        chosen = {**grants.default_roles(), **roles}
+        if not administrator:
+            return grants.owner_script(grants.job_grants(), chosen)
+        # Printing needs no server: the configured URL's name, else the embedded server's.
+        url = self.settings.database_url
+        database = str(conninfo_to_dict(url).get("dbname", "")) if url else embedded_postgres.DATABASE_NAME
+        timeout_ms = self.settings.db_idle_in_transaction_timeout_ms
+        return grants.administrator_script(chosen, database, timeout_ms)
+
+    def check_database_grants(self, jobs: Iterable[str]) -> None:
+        """Raise ConfigurationError naming the first privilege of `jobs`' rows (grants.py) that the database
+        role lacks: a job started without one would fail at its first statement that needs it, maybe hours
+        later."""
+        wanted = [row for row in grants.job_grants() if row.job in set(jobs)]
+        with self.database.connection() as conn:
+            missing = grants.missing_grants(conn, wanted)
+        if missing:
+            others = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
+            raise ConfigurationError(_DATABASE_REFUSED.format(f"{missing[0]}{others}"))
 
     def broker_reachable(self) -> bool:
         return broker_reachable(self.kafka_client_config)
@@ -452,6 +490,7 @@ def stop_embedded_servers(data_dir: Path) -> tuple[bool, bool]:
 # ---------------------------------------------------------------- failures that name a variable
 
 _DATABASE_UNREACHABLE = "PIN_IDENTITY_DATABASE_URL: database unreachable ({})"
+_DATABASE_REFUSED = "PIN_IDENTITY_DATABASE_URL: {} (`pin-identity db grants` says what each job needs)"
 _BROKER_FAILURES = {
     BrokerFailure.UNREACHABLE: "PIN_IDENTITY_KAFKA_BOOTSTRAP_SERVERS: broker unreachable ({})",
     BrokerFailure.REFUSED: "PIN_IDENTITY_KAFKA_CONFIG: the broker refused the client ({})",
@@ -471,6 +510,8 @@ def dependency_error(exc: BaseException) -> ConfigurationError | None:
         if failure is not None:
             kind, reason = failure
             return ConfigurationError(_BROKER_FAILURES[kind].format(reason))
+        if isinstance(cause, psycopg.errors.InsufficientPrivilege):
+            return ConfigurationError(_DATABASE_REFUSED.format(first_line(cause)))
         if isinstance(cause, psycopg.OperationalError) and (
             cause.sqlstate is None or cause.sqlstate.startswith(_CONNECTION_SQLSTATES)
         ):

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import yaml  # type: ignore[import-untyped]
 
-from pin_identity.composition import KAFKA_JOBS
+from pin_identity.composition import DATABASE_JOBS, KAFKA_JOBS
 from pin_identity.config import ENV_PREFIX, Settings
 from pin_identity.entrypoints.worker import ALL_JOBS
 
@@ -39,14 +39,14 @@ KUBERNETES_VERSIONS = ("1.31.0", "1.37.0")
 # Prometheus Operator kinds: the validator has no schema for them (it says WARN and passes them).
 CUSTOM_KINDS = frozenset({"PodMonitor", "PrometheusRule"})
 # The secrets the manifests reference and deploy/README.md tells how to create; none is in the repository.
-SHARED_SECRETS = frozenset(
-    {"pin-identity-database", "pin-identity-kafka", "pin-identity-talent", "pin-identity-admin-tokens"}
-)
+SHARED_SECRETS = frozenset({"pin-identity-kafka", "pin-identity-talent", "pin-identity-admin-tokens"})
+# One database login per role of the grant table, the schema owner's for the db-upgrade Job.
+DATABASE_LOGINS = {f"pin-identity-database-{job}": job for job in DATABASE_JOBS}
 # One Kafka login per principal of the ACL table that runs in a pod (access-reader's is an operator's, for
 # `access audit` and `access show`), and one for access-fanout, which only logs in (/readyz).
 IN_PODS = [job for job in KAFKA_JOBS if job != "access-reader"]
 KAFKA_LOGINS = {f"pin-identity-kafka-{job}": job for job in (*IN_PODS, "access-fanout")}
-SECRETS = SHARED_SECRETS | set(KAFKA_LOGINS)
+SECRETS = SHARED_SECRETS | set(KAFKA_LOGINS) | set(DATABASE_LOGINS)
 # Each checkov finding left as it is, with its reason in the skip annotation beside it (deploy/README.md).
 JUSTIFIED_SKIPS = frozenset({"CKV_DOCKER_2", "CKV_K8S_11", "CKV_K8S_15", "CKV_K8S_35", "CKV_K8S_43"})
 
@@ -89,6 +89,11 @@ def _of_kind(kind: str) -> list[dict[str, Any]]:
 def _pod_specs() -> Iterator[tuple[str, dict[str, Any]]]:
     for doc in _of_kind("Deployment") + _of_kind("Job"):
         yield doc["metadata"]["name"], doc["spec"]["template"]["spec"]
+
+
+def _containers(spec: dict[str, Any]) -> list[dict[str, Any]]:
+    """A pod's containers in the order they run: its init containers first."""
+    return [*spec.get("initContainers", []), *spec["containers"]]
 
 
 def _package_version() -> str:
@@ -208,7 +213,7 @@ def test_one_deployment_per_job_and_the_relay_with_a_standby() -> None:
     relay = next(d for d in _of_kind("Deployment") if d["metadata"]["name"] == "pin-identity-outbox-relay")
     assert relay["spec"]["replicas"] >= 2, "one active relay and a standby"
     jobs_run = sorted(
-        " ".join(doc["spec"]["template"]["spec"]["containers"][0]["args"]) for doc in _of_kind("Job")
+        " ".join(_containers(doc["spec"]["template"]["spec"])[0]["args"]) for doc in _of_kind("Job")
     )
     assert jobs_run == ["db upgrade", "kafka ensure-topics", "talent-import run --mode api-pull --json"]
 
@@ -257,7 +262,7 @@ def test_every_pod_runs_locked_down_from_this_image(name: str) -> None:
     assert pod["runAsNonRoot"] is True
     assert pod["runAsUser"] == pod["runAsGroup"] == _image_uid()
     assert pod["seccompProfile"] == {"type": "RuntimeDefault"}
-    for container in spec["containers"]:
+    for container in _containers(spec):
         assert container["image"] == f"pin-identity:{_package_version()}"
         assert container["securityContext"] == {
             "runAsNonRoot": True,
@@ -276,7 +281,7 @@ def test_secrets_are_referenced_never_included_and_every_variable_is_a_setting()
     known |= set(re.findall(r"^\| `(PIN_IDENTITY_[A-Z_]+)`", README.read_text(encoding="utf-8"), re.M))
     referenced: set[str] = set()
     for name, spec in _pod_specs():
-        for container in spec["containers"]:
+        for container in _containers(spec):
             for variable in container["env"]:
                 assert variable["name"] in known, f"{name}: {variable['name']} is no setting"
                 if "valueFrom" in variable:
@@ -287,7 +292,7 @@ def test_secrets_are_referenced_never_included_and_every_variable_is_a_setting()
     readme = (ROOT / "deploy" / "README.md").read_text(encoding="utf-8")
     told = all(f"`{secret}`" in readme for secret in SHARED_SECRETS)
     assert told, "deploy/README.md tells how to create each"
-    assert "`pin-identity-kafka-<job>`" in readme
+    assert "`pin-identity-kafka-<job>`" in readme and "`pin-identity-database-<job>`" in readme
 
 
 def test_each_pod_that_reaches_kafka_logs_in_as_its_own_jobs_principal_from_files() -> None:
@@ -304,6 +309,29 @@ def test_each_pod_that_reaches_kafka_logs_in_as_its_own_jobs_principal_from_file
         job = "topic-admin" if component == "ensure-topics" else component
         assert KAFKA_LOGINS[volume["secret"]["secretName"]] == job, name
         assert volume["secret"]["defaultMode"] == 0o440 and spec["securityContext"]["fsGroup"] == 10001
+
+
+def test_each_pod_connects_to_the_database_as_its_own_jobs_role_with_the_password_from_a_file() -> None:
+    for name, spec in _pod_specs():
+        for container in _containers(spec):
+            variables = {variable["name"]: variable for variable in container["env"]}
+            if "PIN_IDENTITY_DATABASE_URL" not in variables:
+                continue
+            login = variables["PIN_IDENTITY_DATABASE_URL"]["valueFrom"]["secretKeyRef"]["name"]
+            component = name.removeprefix("pin-identity-").replace("bootstrap", "talent-import")
+            assert DATABASE_LOGINS[login] == ("migrations" if component == "db-upgrade" else component), name
+            password = Path(variables["PIN_IDENTITY_DATABASE_PASSWORD_FILE"]["value"])
+            (mount,) = [m for m in container["volumeMounts"] if Path(m["mountPath"]) == password.parent]
+            (volume,) = [v for v in spec["volumes"] if v["name"] == mount["name"]]
+            assert volume["secret"]["secretName"] == login, name
+            assert volume["secret"]["items"] == [{"key": "password", "path": password.name}], name
+            assert volume["secret"]["defaultMode"] == 0o440 and spec["securityContext"]["fsGroup"] == 10001
+
+
+def test_the_schema_owners_job_applies_the_grants_after_the_migrations() -> None:
+    (spec,) = [spec for name, spec in _pod_specs() if name == "pin-identity-db-upgrade"]
+    steps = [container["args"] for container in _containers(spec)]
+    assert steps == [["db", "upgrade"], ["db", "grants", "--apply"]]
 
 
 def test_the_tokens_file_is_the_whole_secret_mounted_so_that_edits_reach_it() -> None:

@@ -7,13 +7,14 @@ from __future__ import annotations
 import json
 import logging
 import sys
+from collections.abc import Callable, Sequence
 from typing import Annotated
 
 import typer
 from rich.console import Console
 
 from pin_identity import __version__
-from pin_identity.composition import KAFKA_JOBS, stop_embedded_servers
+from pin_identity.composition import DATABASE_JOBS, KAFKA_JOBS, stop_embedded_servers
 from pin_identity.config import Settings, load_settings
 from pin_identity.entrypoints import worker as worker_entry
 from pin_identity.entrypoints.access_cli import access_app
@@ -108,21 +109,72 @@ def kafka_acls(
         list[str] | None,
         typer.Option(
             "--principal",
+            metavar="JOB=PRINCIPAL",
             help=f"JOB=PRINCIPAL, e.g. outbox-relay=User:relay-prod (jobs: {', '.join(KAFKA_JOBS)}); "
             "default User:pin-identity-JOB.",
         ),
     ] = None,
 ) -> None:
     """Print the kafka-acls.sh commands that grant each job exactly what it uses, and nothing more."""
-    chosen: dict[str, str] = {}
-    for pair in principals or []:
-        job, _, principal = pair.partition("=")
-        if job not in KAFKA_JOBS or not principal.startswith("User:") or len(principal) <= len("User:"):
-            expected = f"JOB=User:NAME with JOB one of {', '.join(KAFKA_JOBS)}"
-            raise typer.BadParameter(f"{pair!r} is not {expected}", param_hint="--principal")
-        chosen[job] = principal
+    chosen = _per_job(
+        principals, KAFKA_JOBS, "--principal", "User:NAME", lambda name: name.startswith("User:")
+    )
     with container_from_env() as container:
         typer.echo("\n".join(container.kafka_acl_script(chosen)))
+
+
+def _per_job(
+    pairs: list[str] | None, jobs: Sequence[str], option: str, shape: str, valid: Callable[[str], bool]
+) -> dict[str, str]:
+    """JOB=VALUE options as a mapping; a pair of an unknown job or an invalid value is a usage error."""
+    chosen: dict[str, str] = {}
+    for pair in pairs or []:
+        job, _, value = pair.partition("=")
+        if job not in jobs or not valid(value) or value.endswith(":"):
+            expected = f"JOB={shape} with JOB one of {', '.join(jobs)}"
+            raise typer.BadParameter(f"{pair!r} is not {expected}", param_hint=option)
+        chosen[job] = value
+    return chosen
+
+
+@db_app.command("grants")
+def db_grants(
+    roles: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--role",
+            metavar="JOB=ROLE",
+            help=f"JOB=ROLE, e.g. outbox-relay=relay_prod (jobs: {', '.join(DATABASE_JOBS)}); "
+            "default pin_identity_JOB.",
+        ),
+    ] = None,
+    administrator: Annotated[
+        bool,
+        typer.Option(
+            "--administrator",
+            help="The administrator's part, run once: login roles, the writers' timeout, pg_read_all_stats.",
+        ),
+    ] = False,
+    apply: Annotated[
+        bool, typer.Option("--apply", help="Run it on the database instead of printing it.")
+    ] = False,
+) -> None:
+    """Print (or apply) the SQL that gives each job's database role exactly what it uses: by default the
+    schema owner's part, to apply after every `db upgrade`."""
+    chosen = _per_job(roles, DATABASE_JOBS, "--role", "ROLE", lambda name: name.isidentifier())
+    with container_from_env() as container:
+        if not apply:
+            typer.echo(
+                "\n".join(
+                    f"{line};"
+                    for line in container.database_grant_script(chosen, administrator=administrator)
+                )
+            )
+            return
+        applied = container.apply_database_grants(chosen, administrator=administrator)
+    for statement in applied.existing_roles:
+        typer.echo(f"kept: {statement} (the role exists)")
+    typer.echo(f"applied {applied.statements} statements")
 
 
 @app.command("worker")

@@ -113,6 +113,7 @@ def run_import(container: Container, request: ImportRequest, *, as_json: bool, l
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):  # from the start: a SIGTERM never kills a half-made run
         signal.signal(signum, lambda *_: stop.set())
+    container.check_database_grants(["talent-import"])
     show_progress = _progress_or_logs(container, log_json)
     run, lock = container.imports.run(request, who=operator())
     final = _drive(container, lock, run, stop, show_progress=show_progress)

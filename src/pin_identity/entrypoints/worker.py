@@ -54,9 +54,10 @@ BROKER_JOBS = frozenset({"outbox-relay", "talent-sync"})
 
 def run_worker(container: Container, jobs: Sequence[str], *, once: bool) -> int:
     # What the operator must fix (the broker, a taken port) fails here, as one line naming its variable,
-    # before any job exists; the database fails the same way as the jobs are built.
+    # before any job exists; so does the database, or a role without a grant one of the jobs uses.
     if BROKER_JOBS.intersection(jobs):
         container.require_broker()
+    container.check_database_grants(jobs)
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
