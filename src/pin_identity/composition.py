@@ -204,7 +204,7 @@ class Container:
         try:
             probe_broker(self.kafka_client_config, timeout_s=BROKER_START_TIMEOUT_S)
         except BrokerUnavailableError as exc:  # or refused: `failure` says which
-            raise ConfigurationError(_BROKER_FAILURES[exc.failure].format(exc)) from None
+            raise ConfigurationError(self._broker_failure(exc.failure, exc)) from None
 
     def ensure_topics(self) -> list[str]:
         return ensure_topics(self.kafka_client_config, PUBLISHED_TOPICS, self.topic_layout)
@@ -437,7 +437,14 @@ class Container:
             return show_access(log, PostgresAccessTruth(self.database), user_id)
         except AccessLogUnavailableError as exc:
             failure = BrokerFailure.REFUSED if is_denial(str(exc)) else BrokerFailure.UNREACHABLE
-            raise BrokerUnreachableError(_BROKER_FAILURES[failure].format(exc)) from None
+            raise BrokerUnreachableError(self._broker_failure(failure, exc)) from None
+
+    def _broker_failure(self, failure: BrokerFailure, reason: object) -> str:
+        """The table's line; a refused login names the file it came from when the login is one."""
+        line = _BROKER_FAILURES[failure].format(reason)
+        if failure is BrokerFailure.REFUSED and self.settings.kafka_config_file:
+            return line.replace("PIN_IDENTITY_KAFKA_CONFIG:", "PIN_IDENTITY_KAFKA_CONFIG_FILE:", 1)
+        return line
 
     def close(self) -> None:
         for close in reversed(self._closers):
