@@ -10,8 +10,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 import pytest
 
+from pin_identity.adapters.kafka.embedded import free_port
 from pin_identity.adapters.kafka.topics import TopicLayout, ensure_topics
 from pin_identity.composition import Container
 from pin_identity.config import Settings
@@ -19,7 +21,8 @@ from pin_identity.domain.events import PUBLISHED_TOPICS
 from pin_identity.domain.fanout import FanOutPolicy
 from tests.support import seed
 from tests.support.certificates import make_server_certificate
-from tests.support.cli import run_cli
+from tests.support.cli import CLI, run_cli
+from tests.support.health import wait_for_healthz
 from tests.support.relay import outbox_count, relay_worker
 from tests.support.secured_kafka import JobLogins, SecuredKafka, talent_topics_of_their_own
 from tests.support.waiting import wait_until
@@ -108,6 +111,39 @@ def test_a_failing_login_is_one_line_without_the_secret(
     refused = "error: PIN_IDENTITY_KAFKA_CONFIG_FILE: the broker refused the client ("
     assert lines[0].startswith(refused), lines  # the variable the login came from
     _no_secret([done.stdout, done.stderr], [*secrets, wrong])
+
+
+# What the console loads and asks for (its page, its script and style, the API routes of its sections), and
+# what a scraper or a client of the API sees.
+CONSOLE_AND_API = (
+    "/ui/", "/ui/console.js", "/ui/console.css", "/admin/v1/whoami", "/admin/v1/health/summary",
+    "/admin/v1/roles", "/admin/v1/access-fanout/tasks", "/admin/v1/talent-import/runs",
+    "/admin/v1/talent-sync/failed-items", "/openapi.json", "/metrics", "/readyz", "/healthz",
+)  # fmt: skip
+
+
+def test_no_secret_in_what_the_console_and_the_admin_api_serve(
+    secret_env: tuple[dict[str, str], list[str]], tmp_path: Path
+) -> None:
+    env, secrets = secret_env
+    port = free_port()
+    log = tmp_path / "serve.log"
+    with log.open("w") as output:
+        server = subprocess.Popen([*CLI, "serve", "--port", str(port)], env=env, stdout=output, stderr=output)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        wait_for_healthz(base, "serve")
+        operator = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+        with httpx.Client(base_url=base, timeout=30, headers=operator) as api:
+            answers = {path: api.get(path) for path in CONSOLE_AND_API}
+        seen = [_process_text(server.pid)]
+    finally:
+        server.terminate()
+        server.wait(30)
+    assert {path for path, answer in answers.items() if answer.status_code != 200} <= {"/readyz"}, {
+        path: answer.status_code for path, answer in answers.items()
+    }
+    _no_secret([*seen, *(answer.text for answer in answers.values()), log.read_text()], secrets)
 
 
 def _no_secret(seen: list[str], secrets: list[str]) -> None:
