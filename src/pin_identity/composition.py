@@ -226,11 +226,12 @@ class Container:
     def apply_database_grants(self, roles: Mapping[str, str], *, administrator: bool) -> grants.Applied:
         try:
             return grants.apply(self._database_conninfo, self._grant_statements(roles, administrator))
+        except psycopg.errors.UndefinedObject as exc:  # a role not made yet
+            advice = "apply the administrator's part first (`db grants --administrator`)"
+            raise ConfigurationError(_DATABASE_APPLY.format(first_line(exc), advice)) from None
         except psycopg.errors.InsufficientPrivilege as exc:
-            who = "an administrator" if administrator else "the schema's owner"
-            raise ConfigurationError(
-                f"PIN_IDENTITY_DATABASE_URL: {first_line(exc)}; apply as {who}"
-            ) from None
+            advice = "apply it as an administrator" if administrator else "apply it as the schema's owner"
+            raise ConfigurationError(_DATABASE_APPLY.format(first_line(exc), advice)) from None
 
     def _grant_statements(self, roles: Mapping[str, str], administrator: bool) -> list[sql.Composed]:
         chosen = {**grants.default_roles(), **roles}
@@ -497,6 +498,7 @@ def stop_embedded_servers(data_dir: Path) -> tuple[bool, bool]:
 # ---------------------------------------------------------------- failures that name a variable
 
 _DATABASE_UNREACHABLE = "PIN_IDENTITY_DATABASE_URL: database unreachable ({})"
+_DATABASE_APPLY = "PIN_IDENTITY_DATABASE_URL: {}; {}"
 _DATABASE_REFUSED = "PIN_IDENTITY_DATABASE_URL: {} (`pin-identity db grants` says what each job needs)"
 _BROKER_FAILURES = {
     BrokerFailure.UNREACHABLE: "PIN_IDENTITY_KAFKA_BOOTSTRAP_SERVERS: broker unreachable ({})",

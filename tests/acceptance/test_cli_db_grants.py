@@ -72,8 +72,15 @@ def test_a_job_whose_role_lacks_a_row_exits_2_naming_it_and_the_owner_restores_i
     not_the_owner = run_cli(relay, "db", "grants", "--apply", *renamed)
     assert not_the_owner.returncode == 2
     (line,) = not_the_owner.stderr.splitlines()
-    assert line.startswith("error: PIN_IDENTITY_DATABASE_URL: ") and "apply as the schema's owner" in line
+    assert line.startswith("error: PIN_IDENTITY_DATABASE_URL: permission denied for table ")
+    assert line.endswith("; apply it as the schema's owner")
     owner = {**subprocess_env, "PIN_IDENTITY_DATABASE_URL": roles.url("migrations")}
+    no_such_role = run_cli(owner, "db", "grants", "--apply", *renamed, "--role=serve=nobody_here")
+    assert no_such_role.returncode == 2
+    assert no_such_role.stderr.splitlines() == [
+        'error: PIN_IDENTITY_DATABASE_URL: role "nobody_here" does not exist; '
+        "apply the administrator's part first (`db grants --administrator`)"
+    ]
     applied = run_cli(owner, "db", "grants", "--apply", *renamed)
     assert applied.returncode == 0 and applied.stdout.startswith("applied "), applied.stderr
     assert run_cli(fanout, "worker", "--jobs", "access-fanout", "--once").returncode == 0
