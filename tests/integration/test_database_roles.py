@@ -134,13 +134,17 @@ def test_an_import_runs_as_its_role_and_serve_replays_what_it_quarantined(
 def test_talent_sync_consumes_as_its_role(
     containers: dict[str, Container], talent_topics: TalentTopics
 ) -> None:
-    produce(containers["talent-sync"], talent_topics, generate_dataset(2, USERS))
+    def replica_users() -> int:
+        return len(replica_state(containers["migrations"])["users"])
+
+    before = replica_users()  # an import of this module's may have filled the replica already
+    produce(containers["talent-sync"], talent_topics, generate_dataset(2, USERS, seed=11))
     job = sync_job(containers["talent-sync"], talent_topics)
     stop = threading.Event()
     consumer = threading.Thread(target=job.run, args=(stop,), daemon=True)
     consumer.start()
     try:
-        wait_until(lambda: len(replica_state(containers["migrations"])["users"]) >= USERS, "all users in")
+        wait_until(lambda: replica_users() == before + USERS, "all users in")
     finally:
         stop.set()
         consumer.join(30)
