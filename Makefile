@@ -87,7 +87,10 @@ alerts:
 
 # Two processes (pytest-xdist), each with its own PostgreSQL and broker: most of the suite waits on servers
 # and subprocesses, so two halve its time on two cores. The long fault tests go first (tests/conftest.py).
+# The package's bytecode is written first: where PYTHONDONTWRITEBYTECODE is set, every `pin-identity` process
+# the tests start would compile the package again, 0.2-0.3 s of CPU each (BENCHMARKS.md, "Test suite").
 test: $(STAMP) tools kafka deploy-tools lint
+	$(BIN)/python -m compileall -q src
 	$(BIN)/pytest -p no:cacheprovider -n 2 --dist loadgroup --durations=15
 
 bench: $(STAMP) kafka
