@@ -164,12 +164,8 @@ def db_grants(
     chosen = _per_job(roles, DATABASE_JOBS, "--role", "ROLE", lambda name: name.isidentifier())
     with container_from_env() as container:
         if not apply:
-            typer.echo(
-                "\n".join(
-                    f"{line};"
-                    for line in container.database_grant_script(chosen, administrator=administrator)
-                )
-            )
+            script = container.database_grant_script(chosen, administrator=administrator)
+            typer.echo("\n".join(f"{statement};" for statement in script))
             return
         applied = container.apply_database_grants(chosen, administrator=administrator)
     for statement in applied.existing_roles:
