@@ -85,8 +85,9 @@ alerts:
 	@mv build/prometheus/alerts.yml.tmp build/prometheus/alerts.yml
 	@echo "wrote build/prometheus/alerts.yml"
 
-# Two processes (pytest-xdist), each with its own PostgreSQL and broker: most of the suite waits on servers
-# and subprocesses, so two halve its time on two cores. The long fault tests go first (tests/conftest.py).
+# Two processes (pytest-xdist), each with its own PostgreSQL and broker: the suite is bound by CPU, and a third
+# process gained 3% on two cores (BENCHMARKS.md, "Test suite"). The long fault tests go first, the heaviest of
+# them one after another in one process (tests/conftest.py).
 # The package's bytecode is written first: where PYTHONDONTWRITEBYTECODE is set, every `pin-identity` process
 # the tests start would compile the package again, 0.2-0.3 s of CPU each (BENCHMARKS.md, "Test suite").
 test: $(STAMP) tools kafka deploy-tools lint
