@@ -151,11 +151,13 @@ def test_talent_sync_consumes_as_its_role(
 
 
 @pytest.fixture
-def without(request: pytest.FixtureRequest, roles: DatabaseRoles) -> Iterator[grants.TableGrant]:
+def without(
+    request: pytest.FixtureRequest, roles: DatabaseRoles, settings: Settings
+) -> Iterator[grants.TableGrant]:
     row: grants.TableGrant = request.param
     roles.revoke(row)
     yield row
-    owner = Container(roles.settings(Settings(), "migrations"))
+    owner = Container(roles.settings(settings, "migrations"))
     try:
         owner.apply_database_grants(roles.names, administrator=False)
     finally:

@@ -116,9 +116,7 @@ def kafka_acls(
     ] = None,
 ) -> None:
     """Print the kafka-acls.sh commands that grant each job exactly what it uses, and nothing more."""
-    chosen = _per_job(
-        principals, KAFKA_JOBS, "--principal", "User:NAME", lambda name: name.startswith("User:")
-    )
+    chosen = _per_job(principals, KAFKA_JOBS, "--principal", "User:NAME", _is_kafka_principal)
     with container_from_env() as container:
         typer.echo("\n".join(container.kafka_acl_script(chosen)))
 
@@ -130,11 +128,15 @@ def _per_job(
     chosen: dict[str, str] = {}
     for pair in pairs or []:
         job, _, value = pair.partition("=")
-        if job not in jobs or not valid(value) or value.endswith(":"):
+        if job not in jobs or not valid(value):
             expected = f"JOB={shape} with JOB one of {', '.join(jobs)}"
             raise typer.BadParameter(f"{pair!r} is not {expected}", param_hint=option)
         chosen[job] = value
     return chosen
+
+
+def _is_kafka_principal(name: str) -> bool:
+    return name.startswith("User:") and len(name) > len("User:")
 
 
 @db_app.command("grants")
