@@ -8,6 +8,10 @@ processes (a permission change fanned out by `worker --jobs access-fanout`, publ
 outbox-relay`). Then it runs `pin-identity access audit --json` as a subprocess `--runs` times and reports
 each run's wall time, the audit's peak RSS (from the kernel's rusage of that child) and its verdict, and the
 medians. Target on Kafka: 1,000,000 users in <= 30 s and <= 250 MB peak RSS.
+
+`--profile FILE` attaches `py-spy record --idle` to each audit once it runs (collapsed stacks, the waits
+included, 100 Hz, into FILE.<run>): where the audit's time goes. Its figures are then the profiled process's,
+not for the table.
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ def publish_access_events(url: str, bootstrap: str, workdir: Path, users: int, s
         workers.stop()
 
 
-def run_audit(url: str, bootstrap: str) -> dict[str, float | str]:
+def run_audit(url: str, bootstrap: str, profile: str | None) -> dict[str, float | str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PIN_IDENTITY_")}
     env.update(
         {
@@ -53,7 +57,10 @@ def run_audit(url: str, bootstrap: str) -> dict[str, float | str]:
     command = [sys.executable, "-m", "pin_identity.entrypoints.cli", "access", "audit", "--json"]
     started = time.perf_counter()
     child = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    spy = _profile(child.pid, profile) if profile else None
     stdout, stderr = child.communicate()
+    if spy is not None:
+        spy.wait()
     seconds = time.perf_counter() - started
     if child.returncode not in (0, 1):
         raise RuntimeError(f"audit exited {child.returncode}: {stderr.decode()[-2000:]}")
@@ -64,17 +71,32 @@ def run_audit(url: str, bootstrap: str) -> dict[str, float | str]:
     return {"seconds": seconds, "verdict": verdict}
 
 
-def timed_audit(url: str, bootstrap: str) -> dict[str, float | str]:
+def _profile(pid: int, output: str) -> subprocess.Popen[bytes]:
+    """py-spy attached to the audit (its own lines kept out of the audit's JSON)."""
+    spy = str(Path(sys.executable).with_name("py-spy"))
+    command = [spy, "record", "--pid", str(pid), "--idle", "--rate", "100", "--format", "raw"]
+    command += ["--output", output]
+    return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def timed_audit(url: str, bootstrap: str, profile: str | None) -> dict[str, float | str]:
     """One audit in a fresh child of its own, so that its peak RSS is not any earlier child's."""
-    command = [sys.executable, __file__, "--one-audit", url, bootstrap]
+    command = [
+        sys.executable,
+        __file__,
+        "--one-audit",
+        url,
+        bootstrap,
+        *(["--profile", profile] if profile else []),
+    ]
     done = subprocess.run(command, capture_output=True, text=True, check=True)
     return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
-def one_audit(url: str, bootstrap: str) -> None:
+def one_audit(url: str, bootstrap: str, profile: str | None) -> None:
     import resource
 
-    figures = run_audit(url, bootstrap)
+    figures = run_audit(url, bootstrap, profile)
     figures["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     print(json.dumps(figures))
 
@@ -84,6 +106,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--users", type=int, default=1_000_000)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--seed", type=SeedShape, choices=list(SeedShape), default=SeedShape.SIMPLE)
+    parser.add_argument(
+        "--profile", metavar="FILE", help="py-spy each audit into FILE.<run> (collapsed stacks)"
+    )
     parser.add_argument("--one-audit", nargs=2, metavar=("URL", "BOOTSTRAP"), help=argparse.SUPPRESS)
     return parser.parse_args()
 
@@ -91,7 +116,7 @@ def parse_args() -> argparse.Namespace:
 def main() -> None:
     args = parse_args()
     if args.one_audit:
-        one_audit(*args.one_audit)
+        one_audit(*args.one_audit, args.profile)
         return
     with scratch_dir("bench-audit-") as workdir:
         admin_url = ensure_embedded_postgres(workdir, database="postgres")
@@ -110,7 +135,8 @@ def main() -> None:
             checkpoint(url)
             runs = []
             for run in range(args.runs):
-                runs.append(timed_audit(url, broker.bootstrap))
+                profile = f"{args.profile}.{run + 1}" if args.profile else None
+                runs.append(timed_audit(url, broker.bootstrap, profile))
                 figures = runs[-1]
                 rss = f"peak RSS {figures['peak_rss_mb']:.0f} MB"
                 print(f"run {run + 1}: {figures['seconds']:.1f} s, {rss}, {figures['verdict']}")

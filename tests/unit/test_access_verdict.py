@@ -3,6 +3,7 @@ by the same rule."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from typing import Any
 
@@ -71,3 +72,18 @@ def test_the_audit_counts_by_the_same_rule() -> None:
     report = compare(sorted(last_events.items()), sorted(truths), frozenset({pending}))
     assert (report.users, report.matching, report.drifted, report.missing, report.pending) == (5, 2, 1, 1, 1)
     assert sorted(report.examples) == sorted(str(uuid.UUID(bytes=u)) for u in (drifted, missing))
+
+
+def test_a_fingerprint_ignores_how_the_list_was_written_and_nothing_else() -> None:
+    written_otherwise = json.loads(
+        '[{"expiresAt":null,  "roleCode": "sales-manager","assignmentId":"a"},'
+        ' {"roleCode":"sales-manager","assignmentId":"b","expiresAt":null}]'
+    )
+    assert fingerprint(written_otherwise) == fingerprint(HELD)
+    assert fingerprint([_assignment("a"), _assignment("b", roleCode="sales-manager ")]) != fingerprint(HELD)
+    assert fingerprint([_assignment("a", expiresAt=1)]) != fingerprint([_assignment("a", expiresAt=1.0)])
+
+
+@pytest.mark.parametrize("unreadable", [None, {"assignmentId": "a"}, "[]", [_assignment("a", n=2**64)]])
+def test_what_is_no_list_or_cannot_be_written_matches_no_truth(unreadable: object) -> None:
+    assert fingerprint(unreadable) == UNREADABLE
