@@ -138,8 +138,8 @@ def _last_event(message: Message) -> LastEvent | None:
 
 
 def _user_key(key: str | bytes | None) -> UserKey | None:
-    """The 16 bytes of a key in the relay's form (a uuid's canonical text), without a UUID object a record:
-    a million of them were a twentieth of the audit. Any other form falls back to uuid's own parse."""
+    """The user's 16 bytes from a key in the relay's form (a uuid's canonical text) with no UUID object made
+    (a million of them were a twentieth of the audit); any other form is read by uuid's own parse."""
     if isinstance(key, bytes) and len(key) == _UUID_TEXT and key.count(b"-") == 4:
         try:
             packed = bytes.fromhex(key.replace(b"-", b"").decode("ascii"))

@@ -16,13 +16,12 @@ from psycopg.rows import kwargs_row, scalar_row
 from psycopg.types.array import ListBinaryDumper
 
 from pin_identity.adapters.postgres.catalogue import query
-from pin_identity.adapters.postgres.database import Database, read
+from pin_identity.adapters.postgres.database import NIL_UUID, Database, read
 from pin_identity.domain.access_audit import Fingerprint, LastEvent, UserKey, fingerprint
 from pin_identity.domain.events import ACCESS_TOPIC
 from pin_identity.domain.model import RenderedAccessSnapshot
 from pin_identity.operations.read_models import QueuedAccessEvent, UserAccessState
 
-NIL_UUID = UUID(int=0)  # before every user id
 _COPY_NULL = "\\N"
 
 
@@ -46,8 +45,9 @@ class PostgresTruthSnapshot:
 
     def truths(self) -> Iterator[tuple[UserKey, Fingerprint]]:
         # A chunk of users at a time, each rendered as the fan-out renders its pages (so the audit compares
-        # events with exactly what the fan-out would write). The next chunk's rendering is queued before this
-        # one is fingerprinted, so that the server works on it meanwhile (the snapshot is a pipeline).
+        # events with exactly what the fan-out would write). The snapshot is a pipeline: the next chunk's
+        # rendering is queued before this one is fingerprinted, so the server works on it meanwhile (each was
+        # about half of the truths' time, one after the other).
         users = self._users_after(NIL_UUID)
         rendering = None
         while True:
@@ -113,9 +113,7 @@ class PostgresAuditSession:
         self._conn.execute(query("index_audit_topic_records"))
         self._conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
         try:
-            # Pipelined: the server renders the next chunk of truths while this process fingerprints the one
-            # before (each was about half of the truths' time).
-            with self._conn.transaction(), self._conn.pipeline():
+            with self._conn.transaction(), self._conn.pipeline():  # see truths()
                 yield PostgresTruthSnapshot(self._conn, self._chunks)
         finally:
             self._conn.isolation_level = None

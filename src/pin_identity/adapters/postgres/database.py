@@ -20,6 +20,8 @@ from pin_identity.adapters.postgres.catalogue import query
 from pin_identity.domain.errors import LeaseLostError
 
 Row = TypeVar("Row")
+# Before every uuid in PostgreSQL's order: where a keyset walk over ids starts.
+NIL_UUID = UUID(int=0)
 
 
 def read(

@@ -12,7 +12,7 @@ import psycopg
 from psycopg.rows import class_row, dict_row, kwargs_row
 
 from pin_identity.adapters.postgres.catalogue import query
-from pin_identity.adapters.postgres.database import Database, Fence
+from pin_identity.adapters.postgres.database import NIL_UUID, Database, Fence
 from pin_identity.adapters.postgres.outbox_writer import template_params
 from pin_identity.domain.errors import LeaseLostError
 from pin_identity.domain.events import AccessChangeTemplate
@@ -26,8 +26,6 @@ from pin_identity.operations.ports.fanout import (
     TaskReplay,
 )
 from pin_identity.operations.read_models import FanOutTaskView
-
-NIL_UUID = UUID(int=0)
 
 
 def _locked_page(row: tuple[Any, ...] | None) -> tuple[int, UUID | None, str | None]:
