@@ -65,6 +65,13 @@ def _uuid_parse(key: bytes | None) -> bytes | None:
         st.uuids().map(lambda u: str(u).encode()),
         st.uuids().map(lambda u: str(u).upper().encode()),
         st.text("0123456789abcdefABCDEF- {}", min_size=30, max_size=40).map(str.encode),
+        # The canonical form with one character changed: a dash, a space or a non-hex letter inside it.
+        st.builds(
+            lambda u, at, char: (str(u)[:at] + char + str(u)[at + 1 :]).encode(),
+            st.uuids(),
+            st.integers(0, 35),
+            st.sampled_from(["-", " ", "g", "é", "0"]),
+        ),
         st.binary(min_size=36, max_size=36),
         st.none(),
     )

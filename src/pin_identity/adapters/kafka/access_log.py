@@ -22,7 +22,7 @@ from pin_identity.operations.ports.audit import KeepRecords, Progress, TopicRead
 log = get_logger("access-audit")
 
 _BATCH = 5000
-_UUID_TEXT = 36
+_UUID_TEXT, _DASH = 36, ord("-")
 # consume() waits its whole timeout unless a full batch is queued: a short wait takes what is there and asks
 # again.
 _WAIT_S = 0.05
@@ -140,14 +140,14 @@ def _last_event(message: Message) -> LastEvent | None:
 def _user_key(key: str | bytes | None) -> UserKey | None:
     """The user's 16 bytes from a key in the relay's form (a uuid's canonical text) with no UUID object made
     (a million of them were a twentieth of the audit); any other form is read by uuid's own parse."""
-    if isinstance(key, bytes) and len(key) == _UUID_TEXT and key.count(b"-") == 4:
+    if isinstance(key, bytes) and len(key) == _UUID_TEXT and key[8] == key[13] == key[18] == key[23] == _DASH:
         try:
             packed = bytes.fromhex(key.replace(b"-", b"").decode("ascii"))
-        except ValueError:
+        except ValueError:  # UnicodeDecodeError is one
             packed = b""
-        if len(packed) == 16 and key[8] == key[13] == key[18] == key[23] == ord("-"):
+        if len(packed) == 16:  # fromhex skips whitespace, and other dashes went with the four
             return packed
     try:
         return uuid.UUID(key.decode() if isinstance(key, bytes) else str(key)).bytes
-    except (ValueError, UnicodeDecodeError):
+    except ValueError:
         return None
