@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test tools deploy-tools lint bench clean alerts kafka
+.PHONY: demo test test-prerequisites tools deploy-tools lint bench clean alerts kafka
 
 # Tools the tests run from Debian packages: promtool (package prometheus) for the alert rule tests, chromium for
 # the web console's browser tests. `make tools` installs them with apt when one is missing and it runs as root
@@ -68,10 +68,12 @@ tools:
 DEPLOY_LINT := $(VENV)/deploy-lint
 DEPLOY_LINT_STAMP := $(DEPLOY_LINT)/.installed
 
-$(DEPLOY_LINT_STAMP): deploy/lint-requirements.txt | $(STAMP)
+# Without bytecode: each linter runs once a suite, and compiling checkov's dozens of packages at install costs
+# more (46 s against 25 s) than importing them from source once (4 s). Independent of the project's venv, so
+# `make test` installs both at once.
+$(DEPLOY_LINT_STAMP): deploy/lint-requirements.txt
 	$(PYTHON) -m venv $(DEPLOY_LINT)
-	$(DEPLOY_LINT)/bin/pip install --quiet --upgrade pip
-	$(DEPLOY_LINT)/bin/pip install --quiet -r deploy/lint-requirements.txt
+	$(DEPLOY_LINT)/bin/pip install --quiet --no-compile -r deploy/lint-requirements.txt
 	touch $(DEPLOY_LINT_STAMP)
 
 deploy-tools: $(DEPLOY_LINT_STAMP)
@@ -85,14 +87,20 @@ alerts:
 	@mv build/prometheus/alerts.yml.tmp build/prometheus/alerts.yml
 	@echo "wrote build/prometheus/alerts.yml"
 
-# Two processes (pytest-xdist), each with its own PostgreSQL and broker: the suite is bound by CPU, and a third
-# process gained 3% on two cores (BENCHMARKS.md, "Test suite"). The long fault tests go first, the heaviest of
-# them one after another in one process (tests/conftest.py).
+# Three processes (pytest-xdist) on two cores, each with its own PostgreSQL and broker: since the suite's brokers
+# compile with C1 alone, two processes leave a quarter of the CPU idle while tests wait on brokers, timers and
+# subprocesses, and a third took the suite from 968 s to 830 s (BENCHMARKS.md, "Test suite"). The long fault
+# tests go first, the heaviest of them one after another in one process (tests/conftest.py).
 # The package's bytecode is written first: where PYTHONDONTWRITEBYTECODE is set, every `pin-identity` process
 # the tests start would compile the package again, 0.2-0.3 s of CPU each (BENCHMARKS.md, "Test suite").
-test: $(STAMP) tools kafka deploy-tools lint
+# What the suite needs is prepared side by side (two pips, apt, then mypy beside the rest): most of it waits on
+# one core or on the disk, and it took about two minutes one after another.
+test:
+	@$(MAKE) --no-print-directory --jobs=3 --output-sync=target test-prerequisites
 	$(BIN)/python -m compileall -q src
-	$(BIN)/pytest -p no:cacheprovider -n 2 --dist loadgroup --durations=15
+	$(BIN)/pytest -p no:cacheprovider -n 3 --dist loadgroup --durations=15
+
+test-prerequisites: $(STAMP) tools kafka deploy-tools lint
 
 bench: $(STAMP) kafka
 	$(BIN)/python bench/outbox_relay.py

@@ -34,8 +34,8 @@ from tests.support.talent_import import TalentWorld
 os.environ.setdefault(JVM_OPTIONS_VARIABLE, "-XX:TieredStopAtLevel=1")
 
 # Tests that load the machine most (three-node clusters, a 200,000-user fan-out) or that time how fast a
-# command fails: with `pytest -n 2 --dist loadgroup` they run one after another in one process, so a command's
-# 15 s bound never measures a cluster's load on the other process.
+# command fails: with `pytest -n 3 --dist loadgroup` they run one after another in one process, so a command's
+# 15 s bound never measures a cluster's load on another process.
 ONE_AT_A_TIME = pytest.mark.xdist_group("brokers-one-at-a-time")
 _ONE_AT_A_TIME_FILES = {"test_broker_crash.py", "test_error_surface.py"}
 
