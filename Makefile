@@ -68,9 +68,9 @@ tools:
 DEPLOY_LINT := $(VENV)/deploy-lint
 DEPLOY_LINT_STAMP := $(DEPLOY_LINT)/.installed
 
-# Without bytecode: each linter runs once a suite, and compiling checkov's dozens of packages at install costs
-# more (46 s against 25 s) than importing them from source once (4 s). Independent of the project's venv, so
-# `make test` installs both at once.
+# Without bytecode: each linter runs once a suite, and the venv took 46 s with it (checkov's dozens of packages
+# compiled) against 25 s without, while checkov's one run starts 4-5 s slower from source (BENCHMARKS.md, "Test
+# suite"). Independent of the project's venv, so `make test` installs both at once.
 $(DEPLOY_LINT_STAMP): deploy/lint-requirements.txt
 	$(PYTHON) -m venv $(DEPLOY_LINT)
 	$(DEPLOY_LINT)/bin/pip install --quiet --no-compile -r deploy/lint-requirements.txt
