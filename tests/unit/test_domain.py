@@ -121,3 +121,39 @@ def test_a_template_fills_in_each_users_values_and_nothing_else(company_id: uuid
         template.traceparent,
     )
     assert template.fill(user_id, company_id, assignments).event_id != message.event_id
+
+
+# What the events hold: text (any code point, control characters and lone surrogates included), integers
+# (past 64 bits too), booleans, null, and lists and objects of them.
+_ANY_TEXT = st.text(st.characters(exclude_categories=()))  # surrogates are left out by default
+_EVENT_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | _ANY_TEXT,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_ANY_TEXT, inner, max_size=4),
+    max_leaves=20,
+)
+
+
+@given(_EVENT_VALUES)
+def test_the_events_encoder_writes_what_the_standard_librarys_writes(value: object) -> None:
+    """The fast encoder (orjson, falling back to the standard library for what it refuses) changes no byte of
+    an event: the same compact JSON, non-ASCII as is, control characters escaped alike."""
+    standard = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    assert events._encode(value) == standard
+
+
+def test_the_events_of_one_page_share_a_template() -> None:
+    """Encoded once a page, not once a user: one (reason, version, role, operation), one template."""
+    role, operation, moment = uuid.uuid4(), uuid.uuid4(), datetime(2026, 12, 3, tzinfo=UTC)
+
+    def template(version: int) -> events.AccessChangeTemplate:
+        return events.access_changed_template(
+            reason=AccessChangeReason.ROLE_ASSIGNED,
+            version=version,
+            changed_role_id=role,
+            correlation_id=operation,
+            occurred_at=moment,
+        )
+
+    assert template(3) is template(3)
+    assert template(4) is not template(3)
+    assert template(4).fill(role, None, "[]").value != template(3).fill(role, None, "[]").value
