@@ -16,7 +16,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 from structlog.testing import capture_logs
 
@@ -179,19 +179,39 @@ def _talent_sync(case: Case) -> None:
         consumer.join(30)
 
 
+_COORDINATOR_MOVING = {
+    KafkaError.NOT_COORDINATOR,
+    KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+    KafkaError.COORDINATOR_NOT_AVAILABLE,
+}
+
+
 def _committed(case: Case, topics: list[str] | None = None) -> int:
     """Records of the Talent topics (or of `topics`) the group has committed past (read by the set-up's
-    super user)."""
+    super user). A retriable answer (NOT_COORDINATOR while the group's coordinator moves or loads) is asked
+    again."""
     reader = Consumer({**case.broker.admin_config, "group.id": case.talent.sync_group})
+    partitions = [
+        TopicPartition(topic, number)
+        for topic in topics or (case.talent.tenants_topic, case.talent.users_topic)
+        for number in range(3)
+    ]
+    answer: list[TopicPartition] = []
+
+    def answered() -> bool:
+        try:
+            answer[:] = reader.committed(partitions, timeout=10)
+        except KafkaException as exc:
+            if exc.args[0].code() not in _COORDINATOR_MOVING and not exc.args[0].retriable():
+                raise
+            return False
+        return True
+
     try:
-        partitions = [
-            TopicPartition(topic, number)
-            for topic in topics or (case.talent.tenants_topic, case.talent.users_topic)
-            for number in range(3)
-        ]
-        return sum(max(tp.offset, 0) for tp in reader.committed(partitions, timeout=10))
+        wait_until(answered, "the group's coordinator answers", timeout_s=30)
     finally:
         reader.close()
+    return sum(max(tp.offset, 0) for tp in answer)
 
 
 def _talent_import(case: Case) -> None:
