@@ -226,7 +226,11 @@ def _launch_with(
     _format_once(runtime, home / "data", node.node_id)
     config = home / "server.properties"
     config.write_text(_render(properties))
-    return _launch(runtime, config, home / "broker.log", jvm_options)
+    # lz4-java unpacks its native library into the JVM's temporary directory at every start, and a killed
+    # broker never deletes it: kept in the node's home, not left by the hundred in /tmp.
+    scratch = home / "tmp"
+    scratch.mkdir(exist_ok=True)
+    return _launch(runtime, config, home / "broker.log", [*jvm_options, f"-Djava.io.tmpdir={scratch}"])
 
 
 def _render(properties: Mapping[str, str]) -> str:
