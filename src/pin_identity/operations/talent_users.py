@@ -143,8 +143,10 @@ class _UserReplica:
     def context(self, snapshot: UserSnapshot) -> UserContext:
         company = self._companies.get(snapshot.tenant_id) if snapshot.tenant_id is not None else None
         owner = self._owners.get(snapshot.phone)
-        if owner == stand_in(snapshot.user_id):
-            owner = None  # a dry run's earlier page gave this very user the phone
+        # A dry run's earlier page may have given this very user the phone (uuid5 only where the phone has an
+        # owner: computed for every manager it was 7% of the apply).
+        if owner is not None and owner == stand_in(snapshot.user_id):
+            owner = None
         user_id = snapshot.user_id
         return UserContext(
             self._users.get(user_id), company, owner, self._deleted.get(user_id), self._waiting.get(user_id)
