@@ -25,7 +25,10 @@ STOP_PACKAGED_POSTGRES := if [ -d /run/systemd/system ]; then systemctl disable 
 	>/dev/null 2>&1; pg_lsclusters -h 2>/dev/null | while read version cluster rest; do \
 	pg_ctlcluster $$version $$cluster stop; done >/dev/null 2>&1 || true
 
+# `mkdir -p` first: the deploy linters' venv inside it is made at the same time, and `python -m venv` fails with
+# "File exists" when the directory appears between its check and its mkdir.
 $(STAMP): pyproject.toml
+	mkdir -p $(VENV)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e ".[embedded,dev]"
