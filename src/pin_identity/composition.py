@@ -290,6 +290,7 @@ class Container:
             batch_size=self.settings.fanout_batch_size,
             max_lease_s=self.settings.fanout_max_lease_s,
             max_attempts=self.settings.fanout_max_attempts,
+            outbox_backlog_limit=self.settings.fanout_outbox_backlog_limit,
         )
 
     @cached_property

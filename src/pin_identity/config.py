@@ -55,6 +55,7 @@ class Settings(BaseSettings):
     fanout_batch_size: Annotated[int, Field(ge=1, le=10_000)] = FanOutSettings.batch_size
     fanout_max_lease_s: PositiveInt = FanOutSettings.max_lease_s
     fanout_max_attempts: PositiveInt = FanOutSettings.max_attempts
+    fanout_outbox_backlog_limit: Annotated[int, Field(ge=0)] = FanOutSettings.outbox_backlog_limit
     inline_fanout_threshold: Annotated[int, Field(ge=0)] = 200
 
     # Talent's names are fixed by CONTRACTS section 5; overridable for staging clusters and tests.

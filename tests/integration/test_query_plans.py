@@ -21,11 +21,12 @@ import psycopg
 import pytest
 
 from pin_identity.adapters.postgres.catalogue import query
-from pin_identity.adapters.postgres.outbox_writer import template_params
+from pin_identity.adapters.postgres.outbox_writer import template_params, write_outbox
 from pin_identity.domain.events import access_changed_template
 from pin_identity.domain.fanout import FanOutSettings
 from pin_identity.domain.model import AccessChangeReason
 from tests.support.phones import next_phone
+from tests.support.relay import access_message
 
 PAGE_STATEMENTS = ("lock_fanout_page", "rendered_access_snapshots", "write_access_changes")
 ALWAYS_INDEXED = frozenset({"users", "role_assignments"})
@@ -77,6 +78,25 @@ def test_a_fanout_page_never_scans_a_whole_table_under_default_costs(
         for kind, plan in _plans(conn, statement, seeded_role.role_id):
             scans = sorted(_whole_table_scans(plan, large))
             assert not scans, f"{statement} ({kind} plan) scans {scans} whole:\n{json.dumps(plan, indent=1)}"
+
+
+def test_the_fanouts_pace_reads_the_outbox_ids_two_ends_and_counts_no_row(database_url: str) -> None:
+    """Before each page the fan-out asks how many events wait in the outbox: the id range, from the index."""
+    key = uuid.uuid4()
+    with psycopg.connect(database_url) as conn:
+        write_outbox(conn, [access_message(key, {"n": n}) for n in range(6_000)])
+        conn.commit()
+        conn.execute("DELETE FROM identity.outbox_events WHERE id % 3 = 0")  # the relay removes out of order
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute("VACUUM ANALYZE identity.outbox_events")
+    with psycopg.connect(database_url) as conn:
+        conn.execute("SET random_page_cost = 4")
+        assert "outbox_events" in _large_tables(conn)
+        plan = _explain(conn, f"EXPLAIN (FORMAT JSON) {query('outbox_waiting_estimate')}")
+        assert not list(_whole_table_scans(plan, _large_tables(conn))), json.dumps(plan, indent=1)
+        [(first, last)] = conn.execute("SELECT min(id), max(id) FROM identity.outbox_events").fetchall()
+        [(waiting,)] = conn.execute(query("outbox_waiting_estimate")).fetchall()
+    assert waiting == last - first + 1 and 4_000 <= waiting <= 6_000
 
 
 def _plans(conn: psycopg.Connection, statement: str, role_id: uuid.UUID) -> Iterator[tuple[str, Plan]]:

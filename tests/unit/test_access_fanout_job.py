@@ -50,6 +50,9 @@ class MemoryFanOutQueue:
         self.releases: list[tuple[bool, str | None, datetime]] = []
         self.fail_pages = False
         self.lease_lost_after: int | None = None
+        self.outbox_backlog: list[int] = []  # what outbox_waiting answers, one look at a time; then 0
+        self.looks_before_page: list[int] = []
+        self._looks = 0
 
     def fail_exhausted(self, now: datetime, max_attempts: int) -> list[PoisonedTask]:
         return []
@@ -61,6 +64,8 @@ class MemoryFanOutQueue:
     def batch(self, task: FanOutTask, now: datetime, lease_until: datetime) -> Iterator[MemoryBatch]:
         if self.lease_lost_after is not None and len(self.advances) >= self.lease_lost_after:
             raise LeaseLostError(str(task.task_id))
+        self.looks_before_page.append(self._looks)
+        self._looks = 0
         yield MemoryBatch(self)
 
     def release(self, task: FanOutTask, now: datetime, release: Release) -> None:
@@ -68,6 +73,10 @@ class MemoryFanOutQueue:
 
     def stats(self, now: datetime) -> QueueStats:
         return QueueStats(0, 0)
+
+    def outbox_waiting(self) -> int:
+        self._looks += 1
+        return self.outbox_backlog.pop(0) if self.outbox_backlog else 0
 
 
 def _task(attempt: int = 1) -> FanOutTask:
@@ -116,6 +125,36 @@ def test_a_lost_lease_stops_writing_and_releases_nothing() -> None:
     queue.lease_lost_after = 1
     assert _job(queue, ManualClock()).process(_task(), threading.Event()) == TaskOutcome.LEASE_LOST
     assert len(queue.events) == 10 and queue.releases == []
+
+
+def test_a_page_waits_while_the_outbox_holds_more_than_its_limit() -> None:
+    queue = MemoryFanOutQueue(25)
+    queue.outbox_backlog = [0, 30_000, 25_000, 20_001, 20_000]  # the second page waits three looks
+    settings = FanOutSettings(batch_size=10, outbox_backlog_limit=20_000)
+    job = AccessFanOutJob(queue, NoWakeups(), settings, ManualClock())
+    assert job.process(_task(), threading.Event()) == TaskOutcome.COMPLETED
+    assert queue.looks_before_page == [1, 4, 1] and len(queue.events) == 25
+
+
+class _StopWhileWaiting(threading.Event):
+    def wait(self, timeout: float | None = None) -> bool:
+        self.set()
+        return True
+
+
+def test_a_page_waits_for_the_relay_at_most_a_while_and_not_past_a_stop() -> None:
+    queue = MemoryFanOutQueue(15)
+    queue.outbox_backlog = [50_000] * 10_000  # a relay that is down
+    job = AccessFanOutJob(
+        queue, NoWakeups(), FanOutSettings(batch_size=10, outbox_wait_max_s=0.05), ManualClock()
+    )
+    assert job.process(_task(), threading.Event()) == TaskOutcome.COMPLETED
+    assert len(queue.events) == 15 and all(looks >= 2 for looks in queue.looks_before_page)
+    stop = _StopWhileWaiting()
+    stopped = MemoryFanOutQueue(15)
+    stopped.outbox_backlog = [50_000] * 10
+    assert _job(stopped, ManualClock()).process(_task(), stop) == TaskOutcome.STOPPED
+    assert stopped.events == []
 
 
 def test_retry_delay_doubles_and_never_exceeds_a_lease() -> None:

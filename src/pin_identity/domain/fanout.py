@@ -40,6 +40,12 @@ class FanOutSettings:
     batch_size: int = 500
     max_lease_s: int = 300
     max_attempts: int = 5
+    # Events waiting in the outbox (the relay's in flight among them) above which the next page waits for
+    # the relay, at most outbox_wait_max_s a page (0: never). A point change commits behind every event
+    # already waiting, so a fan-out that outruns the relay delays it (BENCHMARKS.md, "A point change
+    # during a fan-out"); the fan-out's events reach the topic no later for it.
+    outbox_backlog_limit: int = 10_000
+    outbox_wait_max_s: float = 5.0
 
     @property
     def lease(self) -> timedelta:

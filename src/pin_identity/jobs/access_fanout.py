@@ -25,6 +25,9 @@ _tracer = tracer("access-fanout")
 
 Clock = Callable[[], datetime]
 
+# How often a page held back by the outbox's backlog looks again: the relay publishes about 600 events in it.
+_PACE_LOOK_EVERY_S = 0.02
+
 
 class TaskOutcome(StrEnum):
     COMPLETED = "completed"
@@ -104,6 +107,7 @@ class AccessFanOutJob:
     def _pages(self, task: FanOutTask, stop: StopSignal) -> TaskOutcome:
         cursor, processed, started = task.cursor, task.processed_count, time.monotonic()
         while True:
+            self._pace(stop)
             if stop.is_set():
                 self._release(task, count_attempt=False, error=None)
                 return TaskOutcome.STOPPED
@@ -120,6 +124,20 @@ class AccessFanOutJob:
                 lag_s = (self._clock() - task.created_at).total_seconds()
                 self._observer.completed(task, processed, lag_s, time.monotonic() - started)
                 return TaskOutcome.COMPLETED
+
+    def _pace(self, stop: StopSignal) -> None:
+        """While more events wait in the outbox than the relay needs in flight, the next page waits (a while
+        at most: a relay that is down stops no fan-out, whose lease each page renews)."""
+        limit = self._settings.outbox_backlog_limit
+        if not limit:
+            return
+        deadline = time.monotonic() + self._settings.outbox_wait_max_s
+        try:
+            while self._queue.outbox_waiting() > limit and time.monotonic() < deadline:
+                if stop.wait(_PACE_LOOK_EVERY_S):
+                    return
+        except Exception:  # noqa: S110 - the page itself meets the database's failure, logs and counts it
+            pass
 
     def _batch(self, task: FanOutTask, cursor: uuid.UUID | None) -> tuple[int, uuid.UUID | None]:
         """One page in one transaction: its events and the advanced checkpoint, or nothing at all."""

@@ -9,7 +9,7 @@ from typing import Any
 from uuid import UUID
 
 import psycopg
-from psycopg.rows import class_row, dict_row, kwargs_row
+from psycopg.rows import class_row, dict_row, kwargs_row, scalar_row
 
 from pin_identity.adapters.postgres.catalogue import query
 from pin_identity.adapters.postgres.database import NIL_UUID, Database, Fence
@@ -133,6 +133,10 @@ class PostgresFanOutQueue:
     def stats(self, now: datetime) -> QueueStats:
         [stats] = self._database.fetch("fanout_queue_stats", {"now": now}, class_row(QueueStats))
         return stats
+
+    def outbox_waiting(self) -> int:
+        [waiting] = self._database.fetch("outbox_waiting_estimate", {}, scalar_row)
+        return int(waiting)
 
 
 def _task_view(*, status: str, **columns: Any) -> FanOutTaskView:

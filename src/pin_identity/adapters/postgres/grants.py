@@ -85,7 +85,7 @@ def job_grants() -> list[TableGrant]:
         TableGrant("access-fanout", ("SELECT", "UPDATE (id)"), "users"),  # the page's row locks
         TableGrant("access-fanout", ("SELECT",), "role_assignments"),
         TableGrant("access-fanout", ("SELECT",), "role_definitions"),
-        TableGrant("access-fanout", ("INSERT",), "outbox_events"),
+        TableGrant("access-fanout", ("INSERT", "SELECT (id)"), "outbox_events"),  # its pace: the id range
         *(TableGrant("talent-sync", privileges, table) for table, privileges in _REPLICA),
         *(TableGrant("talent-import", privileges, table) for table, privileges in _REPLICA),
         TableGrant("talent-import", ("SELECT", "INSERT", "UPDATE"), "talent_import_runs"),

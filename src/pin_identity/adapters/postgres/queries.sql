@@ -299,6 +299,12 @@ SELECT count(*) FILTER (WHERE status = 'Pending' OR (status = 'InProgress' AND l
 FROM identity.access_fanout_tasks
 WHERE status IN ('Pending', 'InProgress', 'Failed');
 
+-- name: outbox_waiting_estimate
+-- The fan-out's pace: about how many events wait in the outbox, in flight at the relay included, from the id
+-- range (the index's two ends; rows removed out of order and ids of rolled-back writes count too). Reads
+-- the id column alone, the one the fan-out's role may read.
+SELECT COALESCE(max(id) - min(id) + 1, 0) AS waiting FROM identity.outbox_events;
+
 -- name: list_fanout_tasks
 SELECT id AS task_id, role_id, company_id, role_version, reason, status, cursor, processed_count, attempt_count,
        lease_expires_at, created_at, started_at, completed_at, updated_at, last_error

@@ -87,6 +87,9 @@ class FanOutQueue(Protocol):
 
     def release(self, task: FanOutTask, now: datetime, release: Release) -> None: ...
     def stats(self, now: datetime) -> QueueStats: ...
+    def outbox_waiting(self) -> int:
+        """About how many events wait in the outbox (from its id range: cheap, counts no row)."""
+        ...
 
 
 class TaskWakeups(Protocol):
