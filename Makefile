@@ -108,6 +108,7 @@ test-prerequisites: $(STAMP) tools kafka deploy-tools lint
 bench: $(STAMP) kafka
 	$(BIN)/python bench/outbox_relay.py
 	$(BIN)/python bench/access_fanout.py
+	$(BIN)/python bench/point_change.py
 	$(BIN)/python bench/talent_apply.py
 	$(BIN)/python bench/talent_import.py
 	$(BIN)/python bench/access_show.py
