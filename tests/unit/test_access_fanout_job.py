@@ -9,6 +9,8 @@ from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from uuid import UUID
 
+from structlog.testing import capture_logs
+
 from pin_identity.domain.errors import LeaseLostError
 from pin_identity.domain.events import AccessChangeTemplate, OutboxMessage
 from pin_identity.domain.fanout import FanOutSettings
@@ -148,8 +150,12 @@ def test_a_page_waits_for_the_relay_at_most_a_while_and_not_past_a_stop() -> Non
     job = AccessFanOutJob(
         queue, NoWakeups(), FanOutSettings(batch_size=10, outbox_wait_max_s=0.05), ManualClock()
     )
-    assert job.process(_task(), threading.Event()) == TaskOutcome.COMPLETED
+    with capture_logs() as logs:
+        assert job.process(_task(), threading.Event()) == TaskOutcome.COMPLETED
     assert len(queue.events) == 15 and all(looks >= 2 for looks in queue.looks_before_page)
+    assert [line["outbox_waiting"] for line in logs if line["event"] == "fanout-outbox-backlog-high"] == [
+        50_000
+    ] * 2
     stop = _StopWhileWaiting()
     stopped = MemoryFanOutQueue(15)
     stopped.outbox_backlog = [50_000] * 10

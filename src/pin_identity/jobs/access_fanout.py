@@ -107,7 +107,7 @@ class AccessFanOutJob:
     def _pages(self, task: FanOutTask, stop: StopSignal) -> TaskOutcome:
         cursor, processed, started = task.cursor, task.processed_count, time.monotonic()
         while True:
-            self._pace(stop)
+            self._pace(task, stop)
             if stop.is_set():
                 self._release(task, count_attempt=False, error=None)
                 return TaskOutcome.STOPPED
@@ -125,15 +125,18 @@ class AccessFanOutJob:
                 self._observer.completed(task, processed, lag_s, time.monotonic() - started)
                 return TaskOutcome.COMPLETED
 
-    def _pace(self, stop: StopSignal) -> None:
-        """While more events wait in the outbox than the relay needs in flight, the next page waits (a while
-        at most: a relay that is down stops no fan-out, whose lease each page renews)."""
+    def _pace(self, task: FanOutTask, stop: StopSignal) -> None:
+        """While more events wait in the outbox than the limit, the next page waits (a while at most: a relay
+        that is down stops no fan-out, whose lease each page renews)."""
         limit = self._settings.outbox_backlog_limit
         if not limit:
             return
         deadline = time.monotonic() + self._settings.outbox_wait_max_s
         try:
-            while self._queue.outbox_waiting() > limit and time.monotonic() < deadline:
+            while (waiting := self._queue.outbox_waiting()) > limit:
+                if time.monotonic() >= deadline:
+                    self._observer.relay_behind(task, waiting)
+                    return
                 if stop.wait(_PACE_LOOK_EVERY_S):
                     return
         except Exception:  # noqa: S110 - the page itself meets the database's failure, logs and counts it

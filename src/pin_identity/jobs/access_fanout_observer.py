@@ -69,6 +69,10 @@ class FanOutObserver:
         log.warning("fanout-task-failed", attempt=task.attempt, final=False, exception=error, **_ids(task))
         return error
 
+    def relay_behind(self, task: FanOutTask, waiting: int) -> None:
+        """A page waited its longest for the relay and goes anyway: the relay is slow or stopped."""
+        log.warning("fanout-outbox-backlog-high", outbox_waiting=waiting, **_ids(task))
+
     def lease_lost(self, task: FanOutTask) -> None:
         log.warning("fanout-lease-lost", task_id=str(task.task_id), job_run_id=str(task.claim_id))
 
