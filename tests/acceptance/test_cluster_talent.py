@@ -1,8 +1,8 @@
 """Talent's side of a replicated cluster (three nodes, three replicas, two in sync). A talent-sync group of
 two `worker --jobs talent-sync` processes and a TopicReplay import (`talent-import run --mode topic-replay`)
 consume 20,000 users and their tenants while Talent keeps writing newer versions. The import runs into the
-same database as the live group, which README ("Handover after TopicReplay") allows: the replay applies
-through the same version guard, and its handover never moves the live group's offsets back.
+same database as the live group, which docs/integrators.md ("Handover after TopicReplay") allows: the replay
+applies through the same version guard, and its handover never moves the live group's offsets back.
 
 Either every node is stopped (SIGTERM) and started in turn, or the node coordinating the group is killed
 (SIGKILL). Every user and tenant ends at its latest version, the import completes, no process exits before its

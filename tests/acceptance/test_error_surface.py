@@ -29,7 +29,7 @@ from pin_identity.domain.talent_import import ImportMode, ImportRequest, RunEndi
 from pin_identity.entrypoints import cli, operator_cli
 from tests.support.cli import run_cli
 
-BOUND_S = 15.0  # README "Command line": every failure is reported within this
+BOUND_S = 15.0  # docs/operators.md, "Command line": every failure is reported within this
 UNKNOWN = "00000000-0000-4000-8000-00000000dead"
 NO_DATABASE = {"PIN_IDENTITY_DATABASE_URL": "postgresql://x@127.0.0.1:1/x"}
 NO_BROKER = {"PIN_IDENTITY_KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1"}

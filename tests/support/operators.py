@@ -21,6 +21,6 @@ def write_tokens_file(path: Path, operators: dict[str, tuple[str, str]]) -> Path
     ]
     fresh = path.with_name(path.name + ".new")
     fresh.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    fresh.chmod(0o600)  # as the README asks: nobody else reads the digests
+    fresh.chmod(0o600)  # as docs/operators.md asks: nobody else reads the digests
     os.replace(fresh, path)
     return path

@@ -30,7 +30,8 @@ DOCKERFILE = ROOT / "deploy" / "container" / "Dockerfile"
 KUBERNETES = ROOT / "deploy" / "kubernetes"
 JOBS = ("db-upgrade", "ensure-topics", "bootstrap")
 KUSTOMIZATIONS = (KUBERNETES, *(KUBERNETES / "jobs" / job for job in JOBS))
-README = ROOT / "README.md"  # its configuration table names every variable (CONTRACTS section 1 and ours)
+# Its configuration table names every variable (CONTRACTS section 1 and ours).
+README = ROOT / "docs" / "operators.md"
 LINT_BIN = ROOT / ".venv" / "deploy-lint" / "bin"
 
 # The oldest Kubernetes the manifests are for (PodDisruptionBudget's unhealthyPodEvictionPolicy is GA in

@@ -912,7 +912,7 @@ RETURNING id;
 
 -- name: prune_fanout_tasks
 -- Completed tasks only: a Failed one is the only record that users past its cursor never got their event,
--- and stays until an operator replays or discards it (README, "Retention").
+-- and stays until an operator replays or discards it (docs/runbooks.md, "Retention").
 DELETE FROM identity.access_fanout_tasks
 WHERE status = 'Completed' AND COALESCE(completed_at, updated_at) < %(cutoff)s
 RETURNING id;

@@ -4,7 +4,8 @@ shows the very figures read (QueueGauges), not the registry's copy of them.
 They are read at most once per MAX_AGE_S whatever the number of scrapes, so `/metrics` (no authentication)
 cannot be used to load the database; a scrape never waits for another's read (the registry keeps the last
 figures meanwhile), so a flood of scrapes holds at most one worker thread on the database. This is a
-deliberate deviation from CONTRACTS section 6's "computed at scrape time" (README, "Admin HTTP API: choices").
+deliberate deviation from CONTRACTS section 6's "computed at scrape time" (docs/operators.md, "Admin HTTP API:
+choices").
 """
 
 from __future__ import annotations
