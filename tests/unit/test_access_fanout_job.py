@@ -148,7 +148,7 @@ def test_a_page_waits_for_the_relay_at_most_a_while_and_not_past_a_stop() -> Non
     queue = MemoryFanOutQueue(15)
     queue.outbox_backlog = [50_000] * 10_000  # a relay that is down
     job = AccessFanOutJob(
-        queue, NoWakeups(), FanOutSettings(batch_size=10, outbox_wait_max_s=0.05), ManualClock()
+        queue, NoWakeups(), FanOutSettings(batch_size=10, outbox_wait_max_s=0.2), ManualClock()
     )
     with capture_logs() as logs:
         assert job.process(_task(), threading.Event()) == TaskOutcome.COMPLETED
