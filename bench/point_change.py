@@ -30,6 +30,7 @@ from confluent_kafka import Consumer, TopicPartition
 from access_fanout import change_permissions, start_workers, wait_until_published
 from bench_brokers import bench_broker
 from bench_database import fresh_database, scratch_dir, seed_role
+from bench_report import percentile
 from pin_identity.adapters.kafka.topics import TopicLayout, ensure_topics
 from pin_identity.adapters.postgres.database import ConnectionLimits, Database
 from pin_identity.adapters.postgres.embedded import ensure_embedded_postgres, stop_embedded_postgres
@@ -143,9 +144,8 @@ def run_once(
 def _summary(latencies_ms: list[float]) -> str:
     if not latencies_ms:
         return "none"
-    ordered = sorted(latencies_ms)
-    p99 = ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]
-    return f"p50 {statistics.median(ordered):.0f} ms, p99 {p99:.0f} ms, max {ordered[-1]:.0f} ms"
+    p50, p99 = statistics.median(latencies_ms), percentile(latencies_ms, 0.99)
+    return f"p50 {p50:.0f} ms, p99 {p99:.0f} ms, max {max(latencies_ms):.0f} ms"
 
 
 def parse_args() -> argparse.Namespace:

@@ -237,6 +237,9 @@ class AccessChange(TypedDict):
     traceparent: NotRequired[str | None]
 
 
+# The import's apply renders its users' events one by one, and a page's users share a handful of (reason,
+# version, role): each template is encoded once, not once a user. Templates are immutable.
+@lru_cache(maxsize=64)
 def access_changed_template(
     *,
     reason: AccessChangeReason,
@@ -245,28 +248,6 @@ def access_changed_template(
     correlation_id: UUID,
     occurred_at: datetime,
     traceparent: str | None = None,
-) -> AccessChangeTemplate:
-    return _access_changed_template(
-        reason=reason,
-        version=version,
-        changed_role_id=changed_role_id,
-        correlation_id=correlation_id,
-        occurred_at=occurred_at,
-        traceparent=traceparent,
-    )
-
-
-# The import's apply renders its users' events one by one, and a page's users share a handful of (reason,
-# version, role): each template is encoded once, not once a user. Templates are immutable.
-@lru_cache(maxsize=64)
-def _access_changed_template(
-    *,
-    reason: AccessChangeReason,
-    version: int,
-    changed_role_id: UUID,
-    correlation_id: UUID,
-    occurred_at: datetime,
-    traceparent: str | None,
 ) -> AccessChangeTemplate:
     user = _slot_marker(EnvelopeSlot.USER_ID)
     payload = {
