@@ -49,6 +49,7 @@ import psycopg
 
 from bench_brokers import bench_broker
 from bench_database import SeedShape, fresh_database, scratch_dir, seed_role
+from bench_report import percentile
 from pin_identity.adapters.kafka.topics import TopicLayout, ensure_topics
 from pin_identity.adapters.postgres.database import ConnectionLimits, Database
 from pin_identity.adapters.postgres.embedded import ensure_embedded_postgres, stop_embedded_postgres
@@ -263,7 +264,7 @@ def measure(
         report("MEDIAN", medians, users, floor)
     if args.pickups:
         latencies = pickup_latencies(admin_url, bootstrap, workdir, args.pickups)
-        p99 = latencies[min(len(latencies) - 1, round(0.99 * (len(latencies) - 1)))]
+        p99 = percentile(latencies, 0.99)
         p50 = statistics.median(latencies)
         print(f"pickup over {len(latencies)} tasks: p50 {p50:.1f} ms, p99 {p99:.1f} ms")
 
