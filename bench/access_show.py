@@ -170,9 +170,10 @@ def depths(order: list[uuid.UUID], partitions: int) -> dict[str, uuid.UUID]:
 def in_process(settings: Settings, user: uuid.UUID) -> tuple[float, dict[str, Any]]:
     container = Container(settings)
     try:
-        container.database.ping()  # the pool is open before the clock starts, as in a running `serve`
+        # The pool is open before the clock starts, as in a running `serve`.
+        container.connections.database.ping()
         started = time.perf_counter()
-        shown = container.access_show(user)
+        shown = container.use_cases.access_show(user)
         elapsed = time.perf_counter() - started
     finally:
         container.close()

@@ -51,11 +51,11 @@ from pin_identity.adapters.postgres.embedded import ensure_embedded_postgres, st
 from pin_identity.adapters.postgres.outbox_queue import PostgresOutboxQueue
 from pin_identity.adapters.postgres.outbox_writer import write_outbox
 from pin_identity.composition import Container
-from pin_identity.config import Settings
+from pin_identity.config import RelaySettings, Settings
 from pin_identity.domain import events
 from pin_identity.domain.events import PUBLISHED_TOPICS
 from pin_identity.domain.model import AccessChangeReason, ActiveAssignment, Scope, UserAccessSnapshot
-from pin_identity.jobs.outbox_relay import OutboxRelay, RelaySettings
+from pin_identity.jobs.outbox_relay import OutboxRelay
 
 RAW_PRODUCER_HEAD_START_S = 0.01
 
@@ -175,9 +175,11 @@ FROM identity.outbox_events WHERE id > %(after)s ORDER BY id LIMIT 2000"""
 
 def _plain_relay(container: Container) -> OutboxRelay:
     """The relay as it was before transactions: an idempotent producer without a transactional.id."""
-    publisher = KafkaEventPublisher(container.kafka_client_config, ensure_topics=container.ensure_topics)
+    publisher = KafkaEventPublisher(
+        container.connections.kafka_client_config, ensure_topics=container.connections.ensure_topics
+    )
     return OutboxRelay(
-        PostgresOutboxQueue(container.database), publisher, RelaySettings(), clock=time.monotonic
+        PostgresOutboxQueue(container.connections.database), publisher, RelaySettings(), clock=time.monotonic
     )
 
 
@@ -187,7 +189,7 @@ def relay_rate(url: str, bootstrap: str, count: int, *, transactional: bool = Tr
     )
     container = Container(settings)
     try:
-        relay = container.outbox_relay() if transactional else _plain_relay(container)
+        relay = container.jobs.outbox_relay() if transactional else _plain_relay(container)
         gc.collect()
         started = time.perf_counter()
         relay.run(threading.Event(), once=True)

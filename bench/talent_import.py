@@ -257,13 +257,13 @@ def run_once(bench: Bench, mode: ImportMode, run: int) -> RunResult:
     timings.clear()
     container = Container(settings)
     try:
-        store = container.import_store  # opens the connection pool before the clock starts
+        store = container.stores.import_store  # opens the connection pool before the clock starts
 
         def sources(source_mode: ImportMode) -> TalentSource:
-            return TimedSource(container.talent_source(source_mode), timings)
+            return TimedSource(container.jobs.talent_source(source_mode), timings)
 
-        lock = container.run_lock()
-        job = TalentImportJob(store, lock, sources, container.import_settings, now_utc)
+        lock = container.stores.run_lock()
+        job = TalentImportJob(store, lock, sources, container.settings.imports, now_utc)
         started = time.perf_counter()
         begun = start_run(store, lock, sources, ImportRequest(mode, page_size=bench.page_size), now_utc())
         final = job.drive(begun, threading.Event())

@@ -1,19 +1,22 @@
-"""Configuration from the environment (CONTRACTS section 1), validated once at start."""
+"""Configuration from the environment (CONTRACTS section 1), validated once at start: one tree, `Settings`,
+whose sections (`FanOutSettings`, `RelaySettings`, `TalentSyncSettings`, `ImportSettings`) are the jobs' own
+tunables. Every leaf is a variable: `PIN_IDENTITY_<FIELD>` at the root, `PIN_IDENTITY_<SECTION>_<FIELD>` in a
+section (`PIN_IDENTITY_FANOUT_BATCH_SIZE`); `variables()` lists them all."""
 
 from __future__ import annotations
 
 import json
 import re
+from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from pin_identity.domain.backoff import Backoff
 from pin_identity.domain.errors import ServiceError
-from pin_identity.domain.fanout import FanOutSettings
 from pin_identity.domain.talent import TENANTS_TOPIC, USERS_TOPIC
-from pin_identity.domain.talent_import import ImportSettings
 
 ENV_PREFIX = "PIN_IDENTITY_"
 
@@ -25,10 +28,114 @@ class ConfigurationError(ServiceError):
 
 
 PositiveInt = Annotated[int, Field(ge=1)]
+# A wait of 0 looks again at once (the tests' pace); no tunable takes a negative one.
+Seconds = Annotated[float, Field(ge=0)]
+
+
+class Section(BaseModel):
+    """A job's tunables: read once with the rest of the tree, then handed to the job that owns them."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+
+class FanOutSettings(Section):
+    """PollingInterval, BatchSize, MaxLeaseDuration, MaxAttempts (CONTRACTS section 1) and the pace."""
+
+    polling_interval_s: Seconds = 5.0
+    batch_size: Annotated[int, Field(ge=1, le=10_000)] = 500
+    max_lease_s: PositiveInt = 300
+    max_attempts: PositiveInt = 5
+    # Events waiting in the outbox (the relay's in flight among them) above which the next page waits for
+    # the relay, at most outbox_wait_max_s a page (0: never). A point change commits behind every event
+    # already waiting, so a fan-out that outruns the relay delays it (BENCHMARKS.md, "A point change
+    # during a fan-out"); it costs a million-user fan-out about an eighth of its time.
+    outbox_backlog_limit: Annotated[int, Field(ge=0)] = 10_000
+    outbox_wait_max_s: Seconds = 5.0
+
+    @property
+    def lease(self) -> timedelta:
+        return timedelta(seconds=self.max_lease_s)
+
+    def retry_delay(self, attempt: int) -> timedelta:
+        """After a failed attempt the task waits a little (2 s, doubling), never longer than a lease."""
+        return timedelta(seconds=Backoff(base_s=2.0, cap_s=self.max_lease_s).delay(attempt))
+
+
+class RelaySettings(Section):
+    batch_size: PositiveInt = 2000
+    # Events handed to the producer before the first is acknowledged: fetching the next batch
+    # overlaps the broker's work on the previous one.
+    max_in_flight: PositiveInt = 20_000
+    idle_wait_s: Seconds = 0.05
+    standby_wait_s: Seconds = 2.0
+    max_backoff_s: Seconds = 10.0
+    stop_grace_s: Seconds = 10.0
+    backlog_every_s: Seconds = 5.0
+    # How often an active relay proves its session (and so its lock) is still there, even while it only
+    # waits for the broker: a relay whose session died stops its producer within this time.
+    heartbeat_every_s: Seconds = 0.5
+    # How long the relay's session may go silent (SilenceLimit): within it, plus the standby's 2 s look, a
+    # standby takes over from a relay whose host or path vanished, and that relay's /healthz fails. Above
+    # the longest a healthy relay leaves its session quiet (a 10 s back-off, a 10 s stop), under 30 s with
+    # the look and a producer start.
+    session_timeout_s: Annotated[float, Field(ge=1, le=3600)] = 15.0
+
+    @property
+    def backoff(self) -> Backoff:
+        """0.2 s after the first failure in a row, doubling up to max_backoff_s."""
+        return Backoff(base_s=0.2, cap_s=self.max_backoff_s)
+
+
+class TalentSyncSettings(Section):
+    batch_size: PositiveInt = 500
+    poll_timeout_s: Seconds = 1.0
+    retry_base_s: Seconds = 1.0
+    retry_max_s: Seconds = 300.0
+    max_deferrals: PositiveInt = (
+        12  # then the item stays quarantined for the operator (about 20 min of retries)
+    )
+    error_backoff_max_s: Seconds = 30.0
+
+    @property
+    def retry_backoff(self) -> Backoff:
+        """When a deferred item (a user before its tenant) is tried again."""
+        return Backoff(base_s=self.retry_base_s, cap_s=self.retry_max_s)
+
+    @property
+    def error_backoff(self) -> Backoff:
+        """The pause after a batch that failed to apply (the database is away)."""
+        return Backoff(base_s=0.5, cap_s=self.error_backoff_max_s)
+
+
+class ImportSettings(Section):
+    """How a process takes part in runs: its page leases and attempts, its pace, how far it plans ahead."""
+
+    page_lease_s: PositiveInt = 600
+    max_page_attempts: PositiveInt = 5
+    idle_wait_s: Seconds = 0.2
+    backoff_base_s: Seconds = 1.0
+    backoff_max_s: Seconds = 60.0
+    max_planning_failures: PositiveInt = 8
+    plan_ahead_pages: PositiveInt = 8
+    lock_retry_s: Seconds = 5.0
+
+    @property
+    def backoff(self) -> Backoff:
+        """The wait after a failed page attempt or planning step."""
+        return Backoff(base_s=self.backoff_base_s, cap_s=self.backoff_max_s)
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, env_file=".env", extra="ignore", frozen=True)
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX,
+        env_file=".env",
+        extra="ignore",
+        frozen=True,
+        validate_by_name=True,
+        # A section's variable is its name, then the field's, whose own underscores stay: one split only.
+        env_nested_delimiter="_",
+        env_nested_max_split=1,
+    )
 
     # Neither this nor the JSON below is shown in a repr: either may carry a secret written inline.
     database_url: str | None = Field(default=None, repr=False)
@@ -50,12 +157,6 @@ class Settings(BaseSettings):
     talent_api_token_file: Path | None = None
     admin_token_file: Path | None = None
 
-    # The defaults are the jobs' own (FanOutSettings, ImportSettings: one home each); these override them.
-    fanout_polling_interval_s: Annotated[float, Field(gt=0)] = FanOutSettings.polling_interval_s
-    fanout_batch_size: Annotated[int, Field(ge=1, le=10_000)] = FanOutSettings.batch_size
-    fanout_max_lease_s: PositiveInt = FanOutSettings.max_lease_s
-    fanout_max_attempts: PositiveInt = FanOutSettings.max_attempts
-    fanout_outbox_backlog_limit: Annotated[int, Field(ge=0)] = FanOutSettings.outbox_backlog_limit
     inline_fanout_threshold: Annotated[int, Field(ge=0)] = 200
 
     # Talent's names are fixed by CONTRACTS section 5; overridable for staging clusters and tests.
@@ -63,8 +164,6 @@ class Settings(BaseSettings):
     talent_users_topic: str = USERS_TOPIC
     talent_sync_group: str = "pin-identity-talent-sync"
 
-    import_page_lease_s: PositiveInt = ImportSettings.page_lease_s
-    import_max_page_attempts: PositiveInt = ImportSettings.max_page_attempts
     talent_import_mode: Literal["api-pull", "topic-replay"] = "api-pull"
 
     log_format: Literal["console", "json"] | None = None
@@ -82,11 +181,13 @@ class Settings(BaseSettings):
     db_pool_max_size: Annotated[int, Field(ge=2, le=100)] = 10
     db_statement_timeout_ms: PositiveInt = 30_000
     db_idle_in_transaction_timeout_ms: PositiveInt = 60_000
-    # How long the relay's session may go silent (SilenceLimit): within it, plus the standby's 2 s look, a
-    # standby takes over from a relay whose host or path vanished, and that relay's /healthz fails. Above
-    # the longest a healthy relay leaves its session quiet (a 10 s back-off, a 10 s stop), under 30 s with
-    # the look and a producer start.
-    relay_session_timeout_s: Annotated[float, Field(ge=1, le=3600)] = 15.0
+
+    # The jobs' sections: `PIN_IDENTITY_FANOUT_BATCH_SIZE` is fanout.batch_size, and so on.
+    fanout: FanOutSettings = FanOutSettings()
+    relay: RelaySettings = RelaySettings()
+    talent_sync: TalentSyncSettings = TalentSyncSettings()
+    # `import` is a keyword: the section's name in Python is `imports`, its variables PIN_IDENTITY_IMPORT_*.
+    imports: ImportSettings = Field(default=ImportSettings(), validation_alias="pin_identity_import")
 
     @model_validator(mode="before")
     @classmethod
@@ -140,6 +241,36 @@ _FILE_REFERENCE = re.compile(r"\$\{file:(?P<path>[^}]+)\}")
 
 def _variable(field: str) -> str:
     return f"{ENV_PREFIX}{field.upper()}"
+
+
+def _section_prefix(name: str) -> str:
+    alias = Settings.model_fields[name].validation_alias
+    return f"{alias}_".upper() if isinstance(alias, str) else _variable(name) + "_"
+
+
+def variables() -> dict[str, str]:
+    """Every variable of the tree, each with its place in it (`fanout.batch_size`): the configuration
+    table in docs/operators.md lists exactly these."""
+    found: dict[str, str] = {}
+    for name, field in Settings.model_fields.items():
+        if field.exclude:  # read from its `_FILE` alone
+            continue
+        section = field.annotation
+        if isinstance(section, type) and issubclass(section, Section):
+            found |= {_section_prefix(name) + leaf.upper(): f"{name}.{leaf}" for leaf in section.model_fields}
+        else:
+            found[_variable(name)] = name
+    return found
+
+
+def _variable_at(location: tuple[int | str, ...]) -> str:
+    """The variable of a validation error's location: a root field, or a section's field."""
+    name = str(location[0])
+    if name.upper().startswith(ENV_PREFIX):  # an alias names its section's variables whole
+        name = next(field for field, info in Settings.model_fields.items() if info.validation_alias == name)
+    if name in Settings.model_fields and len(location) > 1:
+        return _section_prefix(name) + str(location[1]).upper()
+    return _variable(name)
 
 
 def read_secret_file(path: Path, named_by: str) -> str:
@@ -202,10 +333,9 @@ def load_settings(**overrides: Any) -> Settings:
         message = str(first["msg"]).removeprefix("Value error, ")
         if not first["loc"]:  # a rule across variables: its message names them
             raise ConfigurationError(message) from None
-        field = str(first["loc"][0])
         # A message that names its variable already (a file it points to) is not prefixed twice.
         if message.startswith(ENV_PREFIX):
             raise ConfigurationError(message) from None
-        raise ConfigurationError(f"{_variable(field)}: {message}") from None
+        raise ConfigurationError(f"{_variable_at(first['loc'])}: {message}") from None
     except ValueError as exc:
         raise ConfigurationError(f"invalid configuration: {exc}") from None

@@ -20,7 +20,7 @@ from tests.support.relay import publish_outbox
 @pytest.fixture
 def audited(settings: Settings, own_broker: str) -> Iterator[Container]:
     container = Container(settings.model_copy(update={"kafka_bootstrap_servers": own_broker}))
-    container.ensure_topics()
+    container.connections.ensure_topics()
     yield container
     container.close()
 

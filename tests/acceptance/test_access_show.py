@@ -35,10 +35,10 @@ def _document(env: dict[str, str], user: UUID) -> tuple[int, dict[str, Any]]:
 
 
 def _granted(container: Container) -> tuple[UUID, UUID]:
-    company = seed.company(container.transactions)
-    role = seed.role(container.transactions, company)
-    user = seed.user(container.transactions, company)
-    return user, seed.grant(container.transactions, user, role, company)
+    company = seed.company(container.stores.transactions)
+    role = seed.role(container.stores.transactions, company)
+    user = seed.user(container.stores.transactions, company)
+    return user, seed.grant(container.stores.transactions, user, role, company)
 
 
 def test_exit_status_follows_the_verdict(
@@ -47,7 +47,7 @@ def test_exit_status_follows_the_verdict(
     matching, _ = _granted(container)
     drifted, drifted_grant = _granted(container)
     pending, pending_grant = _granted(container)
-    missing = seed.user(container.transactions, seed.company(container.transactions))
+    missing = seed.user(container.stores.transactions, seed.company(container.stores.transactions))
     publish_outbox(container)
     with psycopg.connect(database_url) as conn:
         revoke = "UPDATE identity.role_assignments SET status = 'Revoked' WHERE id = %s"
@@ -59,7 +59,7 @@ def test_exit_status_follows_the_verdict(
             " VALUES (%s, %s, %s, 'Platform')",
             (uuid.uuid4(), role[0], missing),
         )
-    identity.revoke_role_assignment(container.transactions, identity.Context.fresh(), pending_grant)
+    identity.revoke_role_assignment(container.stores.transactions, identity.Context.fresh(), pending_grant)
 
     expected = {
         matching: (0, "matching"),
@@ -89,7 +89,7 @@ def test_the_table_names_the_verdict_the_event_and_what_waits(
     assert "verdict  matching" in stdout and str(grant) in stdout and "RoleAssigned" in stdout
     print(stdout)
 
-    identity.revoke_role_assignment(container.transactions, identity.Context.fresh(), grant)
+    identity.revoke_role_assignment(container.stores.transactions, identity.Context.fresh(), grant)
     code, stdout, _ = _show(subprocess_env, user)
     assert code == 0
     assert "verdict  pending" in stdout and "only on the topic" in stdout

@@ -106,9 +106,12 @@ def start(client: TestClient, **body: Any) -> str:
 
 def queued_task(container: Container) -> tuple[str, str]:
     """A role of one user, changed through the API's own operation: a Pending fan-out task."""
-    _, role_id = seed.held_role(container.transactions, 1)
+    _, role_id = seed.held_role(container.stores.transactions, 1)
     change = seed.change_permissions(
-        container.transactions, role_id, ["deals.read", "deals.write"], container.fanout_policy
+        container.stores.transactions,
+        role_id,
+        ["deals.read", "deals.write"],
+        container.use_cases.fanout_policy,
     )
     assert change.task_id is not None
     return str(role_id), str(change.task_id)
@@ -169,7 +172,7 @@ def test_a_second_start_while_a_run_is_running_is_409(client: TestClient) -> Non
 def test_a_start_while_another_process_holds_the_run_lock_is_409(
     client: TestClient, admin_container: Container
 ) -> None:
-    lock = admin_container.run_lock()
+    lock = admin_container.stores.run_lock()
     assert lock.try_acquire()
     try:
         response = client.post(RUNS, json={"mode": "ApiPull"}, headers=AUTH)
@@ -324,10 +327,13 @@ def test_a_bad_task_filter_is_422(client: TestClient, query: dict[str, str]) -> 
 def test_set_role_permissions_queues_the_fanout_of_a_large_role(
     client: TestClient, admin_container: Container
 ) -> None:
-    company_id = seed.company(admin_container.transactions)
-    role_id = seed.role(admin_container.transactions, company_id)
+    company_id = seed.company(admin_container.stores.transactions)
+    role_id = seed.role(admin_container.stores.transactions, company_id)
     seed.grant(
-        admin_container.transactions, seed.user(admin_container.transactions, company_id), role_id, company_id
+        admin_container.stores.transactions,
+        seed.user(admin_container.stores.transactions, company_id),
+        role_id,
+        company_id,
     )
     with capture_logs() as logs:
         response = client.put(
@@ -347,7 +353,9 @@ def test_set_role_permissions_queues_the_fanout_of_a_large_role(
 def test_set_role_permissions_of_a_role_without_users_notifies_inline(
     client: TestClient, admin_container: Container
 ) -> None:
-    role_id = seed.role(admin_container.transactions, seed.company(admin_container.transactions))
+    role_id = seed.role(
+        admin_container.stores.transactions, seed.company(admin_container.stores.transactions)
+    )
     response = client.put(f"/admin/v1/roles/{role_id}/permissions", json={"permissions": []}, headers=AUTH)
     assert response.json() == {
         "roleId": str(role_id),
@@ -362,13 +370,15 @@ def test_set_role_permissions_errors(client: TestClient, admin_container: Contai
     path = "/admin/v1/roles/{}/permissions"
     unknown = client.put(path.format(UNKNOWN), json={"permissions": ["a"]}, headers=AUTH)
     assert_problem(unknown, 404, "IDENTITY_NOT_FOUND")
-    role_id = seed.role(admin_container.transactions, seed.company(admin_container.transactions))
+    role_id = seed.role(
+        admin_container.stores.transactions, seed.company(admin_container.stores.transactions)
+    )
     blank = client.put(path.format(role_id), json={"permissions": [" "]}, headers=AUTH)
     assert_problem(blank, 422, "IDENTITY_INVALID_INPUT")
     for body in ({}, {"permissions": "deals.read"}, {"permissions": ["a\x00b"]}):
         bad = client.put(path.format(role_id), json=body, headers=AUTH)
         assert_problem(bad, 422, "IDENTITY_INVALID_REQUEST")
-    identity.archive_role(admin_container.transactions, identity.Context.fresh(), role_id)
+    identity.archive_role(admin_container.stores.transactions, identity.Context.fresh(), role_id)
     archived = client.put(path.format(role_id), json={"permissions": ["a"]}, headers=AUTH)
     assert_problem(archived, 409, "IDENTITY_CONFLICT")
 
@@ -379,10 +389,10 @@ def test_set_role_permissions_errors(client: TestClient, admin_container: Contai
 def test_a_users_access_is_the_document_access_show_prints(
     client: TestClient, admin_container: Container, subprocess_env: dict[str, str]
 ) -> None:
-    company = seed.company(admin_container.transactions)
-    role = seed.role(admin_container.transactions, company)
-    user = seed.user(admin_container.transactions, company)
-    grant = seed.grant(admin_container.transactions, user, role, company)
+    company = seed.company(admin_container.stores.transactions)
+    role = seed.role(admin_container.stores.transactions, company)
+    user = seed.user(admin_container.stores.transactions, company)
+    grant = seed.grant(admin_container.stores.transactions, user, role, company)
     publish_outbox(admin_container)
     answer = client.get(f"{ACCESS}/{user}", headers=AUTH)
     assert answer.status_code == 200, answer.text
@@ -393,7 +403,7 @@ def test_a_users_access_is_the_document_access_show_prints(
     printed = run_cli(subprocess_env, "access", "show", str(user), "--json")
     assert json.loads(printed.stdout) == document
 
-    identity.revoke_role_assignment(admin_container.transactions, identity.Context.fresh(), grant)
+    identity.revoke_role_assignment(admin_container.stores.transactions, identity.Context.fresh(), grant)
     pending = client.get(f"{ACCESS}/{user}", headers=AUTH).json()
     assert pending["verdict"] == "pending"  # 200 whatever the verdict: the answer is the document
     assert pending["difference"] == {"onlyInDatabase": [], "onlyOnTopic": [str(grant)], "changed": []}
@@ -403,7 +413,7 @@ def test_a_users_access_errors(client: TestClient, admin_container: Container, s
     assert_problem(client.get(f"{ACCESS}/{UNKNOWN}", headers=AUTH), 404, "IDENTITY_NOT_FOUND")
     malformed = assert_problem(client.get(f"{ACCESS}/nope", headers=AUTH), 422, "IDENTITY_INVALID_REQUEST")
     assert malformed["errors"][0]["location"] == "path.userId"
-    user = seed.user(admin_container.transactions)
+    user = seed.user(admin_container.stores.transactions)
     no_broker = _admin_container(settings, kafka_bootstrap_servers="127.0.0.1:1")
     try:
         with TestClient(create_app(no_broker)) as unready:
@@ -573,7 +583,7 @@ def _sample(text: str, name: str) -> float:
 
 
 def test_metrics_read_the_database_at_scrape_time(client: TestClient, admin_container: Container) -> None:
-    seed.company(admin_container.transactions)  # one CompanyUpserted waits in the outbox
+    seed.company(admin_container.stores.transactions)  # one CompanyUpserted waits in the outbox
     queued_task(admin_container)
     run_id = start(client, dryRun=True)
     response = client.get("/metrics")

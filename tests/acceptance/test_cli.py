@@ -59,10 +59,10 @@ def test_upgrade_then_set_permissions_then_relay_publishes(
     subprocess_env: dict[str, str], container: Container, tap: EventTap
 ) -> None:
     assert run_cli(subprocess_env, "db", "upgrade").returncode == 0
-    company_id = seed.company(container.transactions)
-    role_id = seed.role(container.transactions, company_id)
-    user_id = seed.user(container.transactions, company_id)
-    seed.grant(container.transactions, user_id, role_id, company_id)
+    company_id = seed.company(container.stores.transactions)
+    role_id = seed.role(container.stores.transactions, company_id)
+    user_id = seed.user(container.stores.transactions, company_id)
+    seed.grant(container.stores.transactions, user_id, role_id, company_id)
 
     changed = run_cli(
         subprocess_env, "roles", "set-permissions", str(role_id), "deals.read", "deals.approve", "--json"
@@ -93,7 +93,7 @@ def test_sigterm_stops_the_worker_gracefully(subprocess_env: dict[str, str], con
         for line in worker.stderr:
             if "outbox-relay-started" in line:
                 break
-        seed.company(container.transactions)
+        seed.company(container.stores.transactions)
         worker.send_signal(signal.SIGTERM)
         assert worker.wait(timeout=30) == 0
         logged = [json.loads(line) for line in worker.stderr.read().splitlines() if line.startswith("{")]
@@ -119,7 +119,7 @@ def test_worker_serves_metrics_health_and_readiness(
             200,
             {"status": "ready", "warnings": []},
         )  # `serve`'s document
-        seed.company(container.transactions)
+        seed.company(container.stores.transactions)
         metrics = httpx.get(f"{base}/metrics", timeout=5).text
         for name in (
             "identity_outbox_backlog",

@@ -58,9 +58,14 @@ def api(api_world: TalentWorld) -> Iterator[TestClient]:
 
 
 def _queued_task(env: dict[str, str], world: TalentWorld) -> None:
-    company_id = seed.company(world.container.transactions)
-    role_id = seed.role(world.container.transactions, company_id)
-    seed.grant(world.container.transactions, seed.user(world.container.transactions), role_id, company_id)
+    company_id = seed.company(world.container.stores.transactions)
+    role_id = seed.role(world.container.stores.transactions, company_id)
+    seed.grant(
+        world.container.stores.transactions,
+        seed.user(world.container.stores.transactions),
+        role_id,
+        company_id,
+    )
     assert run_cli(env, "roles", "set-permissions", str(role_id), "deals.read").returncode == 0
 
 
@@ -187,7 +192,7 @@ def test_a_run_on_a_terminal_shows_a_progress_bar_with_the_real_totals(
 
 
 def _pages(world: TalentWorld) -> list[tuple[int, int]]:
-    with world.container.database.connection() as conn:
+    with world.container.connections.database.connection() as conn:
         return conn.execute(
             "SELECT count(*) FILTER (WHERE stage = 'Tenants'), count(*) FILTER (WHERE stage = 'Users')"
             " FROM identity.talent_import_pages"

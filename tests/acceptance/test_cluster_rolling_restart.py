@@ -103,7 +103,7 @@ class Publishing:
 def _change(container: Container, role: UUID, version: int) -> None:
     """A permission change queued as a fan-out task (the role's version becomes `version`)."""
     seed.change_permissions(
-        container.transactions, role, [f"deals.read.{version}"], FanOutPolicy(inline_threshold=0)
+        container.stores.transactions, role, [f"deals.read.{version}"], FanOutPolicy(inline_threshold=0)
     )
 
 
@@ -177,8 +177,8 @@ def test_a_rolling_restart_under_a_200000_user_fanout_pauses_the_relay_briefly_a
 ) -> None:
     began = time.monotonic()
     container = Container(settings.model_copy(update={"kafka_bootstrap_servers": cluster.bootstrap}))
-    company = seed.company(container.transactions)
-    role = seed.role(container.transactions, company)
+    company = seed.company(container.stores.transactions)
+    role = seed.role(container.stores.transactions, company)
     users = seed.bulk_role_members(database_url, role, company, USERS)
     restarts: dict[int, Restart] = {}
     phases = {"seeded": time.monotonic()}

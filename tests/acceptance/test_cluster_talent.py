@@ -34,7 +34,7 @@ from pin_identity.adapters.kafka.embedded import free_port
 from pin_identity.adapters.kafka.group_lag import consumer_group_lag
 from pin_identity.composition import Container
 from pin_identity.config import Settings
-from pin_identity.domain.errors import ConsumerLagUnavailableError
+from pin_identity.domain.errors import BrokerUnavailableError
 from pin_identity.simulation.talent import (
     TalentDataset,
     create_talent_topics,
@@ -79,7 +79,7 @@ class Scene:
     workers: list[SyncWorker] = field(default_factory=list)
 
     def consumer_lag(self) -> int | None:
-        return self.container.health.consumer_lag().total
+        return self.container.use_cases.health.consumer_lag().total
 
     def committed(self) -> int | None:
         """The sum of the group's committed offsets; None while the cluster does not say."""
@@ -89,7 +89,7 @@ class Scene:
                 self.topics.group,
                 [self.topics.tenants, self.topics.users],
             )
-        except ConsumerLagUnavailableError:
+        except BrokerUnavailableError:
             return None
         return sum(lag.committed or 0 for lag in lags)
 
@@ -353,7 +353,7 @@ def start_import(scene: Scene) -> subprocess.Popen[str]:
 
 
 def done_pages(scene: Scene) -> int:
-    with scene.container.database.connection() as conn:
+    with scene.container.connections.database.connection() as conn:
         row = conn.execute(
             "SELECT count(*) FROM identity.talent_import_pages WHERE status = 'Done'"
         ).fetchone()

@@ -185,9 +185,9 @@ def poisoned_bootstrap(
 def failed_fanout_task(container: Container, database_url: str) -> str:
     """A role of two users changed: a queued task, which then fails as the fan-out job fails a poison task
     after MaxAttempts."""
-    _, role_id = seed.held_role(container.transactions, 2, code="poisoned-role")
+    _, role_id = seed.held_role(container.stores.transactions, 2, code="poisoned-role")
     change = seed.change_permissions(
-        container.transactions,
+        container.stores.transactions,
         role_id,
         ["deals.read", "deals.write"],
         FanOutPolicy(INLINE_THRESHOLD),  # as `serve` decides it: a role of two is queued
@@ -415,7 +415,7 @@ def test_imports_start_a_run_follow_its_progress_reset_leases_and_cancel_it(
     # A worker takes the run (its lock) and applies a few pages; the page follows it by polling.
     runner = job(console.container)
     try:
-        _step_until_pages_done(runner, run_id, console.container.import_store, pages=3)
+        _step_until_pages_done(runner, run_id, console.container.stores.import_store, pages=3)
         detail = page.locator("#run-detail")
         expect(detail).to_have_attribute("data-run-id", str(run_id))
         expect(detail.locator("#run-percent")).not_to_have_text(re.compile(r"^0%"))
@@ -426,7 +426,7 @@ def test_imports_start_a_run_follow_its_progress_reset_leases_and_cancel_it(
 
         # A page whose worker died mid-way: reset leases makes it claimable at once.
         now = now_utc()
-        assert console.container.import_store.claim_page(
+        assert console.container.stores.import_store.claim_page(
             uuid.uuid4(), now, now + timedelta(hours=1), 5, run_id
         )
         detail.get_by_role("button", name="Reset leases").click()
@@ -441,7 +441,7 @@ def test_imports_start_a_run_follow_its_progress_reset_leases_and_cancel_it(
     finally:
         runner.lock.release()
         runner.close()
-    stored = console.container.import_store.load_run(run_id)
+    stored = console.container.stores.import_store.load_run(run_id)
     assert stored is not None and stored.status is RunStatus.CANCELLED
     assert {"talent-import-start", "talent-import-reset-leases", "talent-import-cancel"} <= set(
         audit_actions(console)
@@ -551,16 +551,21 @@ def test_fanout_discards_a_failed_task_on_a_second_click(
 
 
 def _role_with_holders(container: Container, code: str, holders: int, name: str | None = None) -> str:
-    company_id = seed.company(container.transactions, name=f"Company of {code}")
+    company_id = seed.company(container.stores.transactions, name=f"Company of {code}")
     role_id = identity.create_role(
-        container.transactions,
+        container.stores.transactions,
         code=code,
         name=name or code,
         company_id=company_id,
         permissions=["deals.read"],
     )
     for _ in range(holders):
-        seed.grant(container.transactions, seed.user(container.transactions, company_id), role_id, company_id)
+        seed.grant(
+            container.stores.transactions,
+            seed.user(container.stores.transactions, company_id),
+            role_id,
+            company_id,
+        )
     return str(role_id)
 
 
@@ -611,10 +616,12 @@ def test_access_looks_a_user_up_with_the_answer_of_access_show(
     console: Console, page: Page, database_url: str, subprocess_env: dict[str, str]
 ) -> None:
     container = console.container
-    company = seed.company(container.transactions)
-    role = seed.role(container.transactions, company, code="site-manager")
-    matching, drifted = (seed.user(container.transactions, company) for _ in range(2))
-    granted = {user: seed.grant(container.transactions, user, role, company) for user in (matching, drifted)}
+    company = seed.company(container.stores.transactions)
+    role = seed.role(container.stores.transactions, company, code="site-manager")
+    matching, drifted = (seed.user(container.stores.transactions, company) for _ in range(2))
+    granted = {
+        user: seed.grant(container.stores.transactions, user, role, company) for user in (matching, drifted)
+    }
     publish_outbox(container)
     with psycopg.connect(database_url) as conn:  # behind the service's back: consumers still grant it
         conn.execute(

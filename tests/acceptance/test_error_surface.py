@@ -123,7 +123,7 @@ def test_kafka_properties_librdkafka_refuses(subprocess_env: dict[str, str]) -> 
 
 
 def test_unknown_ids(subprocess_env: dict[str, str], container: Container) -> None:
-    store = container.import_store
+    store = container.stores.import_store
     finished = store.create_run(ImportRequest(ImportMode.API_PULL), uuid.uuid4(), now_utc())
     store.finish_run(finished.run_id, RunEnding.completed(), now_utc())
     run_id = str(finished.run_id)

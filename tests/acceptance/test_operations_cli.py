@@ -26,7 +26,7 @@ def _env(subprocess_env: dict[str, str], world: TalentWorld) -> dict[str, str]:
 
 
 def _rows(world: TalentWorld, sql: Any, params: Any = None) -> list[tuple[Any, ...]]:
-    with world.container.database.connection() as conn:
+    with world.container.connections.database.connection() as conn:
         return conn.execute(sql, params).fetchall()
 
 
@@ -34,7 +34,7 @@ def test_replaying_quarantined_items_after_fixing_their_cause(
     subprocess_env: dict[str, str], api_world: TalentWorld
 ) -> None:
     company, orphan_tenant = talent.tenant(), str(uuid.uuid4())
-    investor = seed.user(api_world.container.transactions)
+    investor = seed.user(api_world.container.stores.transactions)
     [(phone,)] = _rows(api_world, "SELECT phone FROM identity.users WHERE id = %s", [investor])
     conflicting = talent.user(company["tenantId"], phone=phone)
     orphan = talent.user(orphan_tenant)
@@ -46,7 +46,7 @@ def test_replaying_quarantined_items_after_fixing_their_cause(
     assert set(by_code) == {"IDENTITY_SYNC_PHONE_CONFLICT", "IDENTITY_SYNC_COMPANY_NOT_FOUND"}
 
     # The runbook's manual merge: the investor's account gets another number, then the item is replayed.
-    with api_world.container.database.connection() as conn:
+    with api_world.container.connections.database.connection() as conn:
         conn.execute("UPDATE identity.users SET phone = '+79990000001' WHERE id = %s", [investor])
         conn.commit()
     fixed = run_cli(
@@ -123,7 +123,7 @@ def _audit_lines(stderr: str) -> list[dict[str, Any]]:
 
 def _failed_fanout_task(world: TalentWorld) -> str:
     """A role of one user changed through the queue, then failed as the job fails a poison task."""
-    transactions = world.container.transactions
+    transactions = world.container.stores.transactions
     _, role_id = seed.held_role(transactions, 1)
     change = seed.change_permissions(transactions, role_id, ["a"], FanOutPolicy(0))
     _rows(
@@ -139,8 +139,10 @@ def test_every_action_of_the_command_line_names_the_os_user_in_its_audit_line(
 ) -> None:
     api_world.publish(TalentDataset([talent.tenant(company_type="Cooperative")], []))
     env = _env(subprocess_env, api_world)
-    store = api_world.container.import_store
-    role_id = seed.role(api_world.container.transactions, seed.company(api_world.container.transactions))
+    store = api_world.container.stores.import_store
+    role_id = seed.role(
+        api_world.container.stores.transactions, seed.company(api_world.container.stores.transactions)
+    )
     task_id, discarded_id = _failed_fanout_task(api_world), _failed_fanout_task(api_world)
 
     done = run_cli(env, "talent-import", "run", "--mode", "api-pull", "--json")

@@ -71,8 +71,10 @@ def test_no_secret_in_output_command_line_or_environment_of_a_working_relay(
 ) -> None:
     env, secrets = secret_env
     writer = Container(settings)
-    _, role = seed.held_role(writer.transactions, 3)
-    seed.change_permissions(writer.transactions, role, ["deals.read"], FanOutPolicy(inline_threshold=10))
+    _, role = seed.held_role(writer.stores.transactions, 3)
+    seed.change_permissions(
+        writer.stores.transactions, role, ["deals.read"], FanOutPolicy(inline_threshold=10)
+    )
     writer.close()
     seen: list[str] = []
     with relay_worker(env, tmp_path) as worker:

@@ -40,7 +40,7 @@ def _start(env: dict[str, str], *args: str) -> subprocess.Popen[str]:
 
 
 def _rows(container: Container, sql: Any, params: Any = None) -> list[tuple[Any, ...]]:
-    with container.database.connection() as conn:
+    with container.connections.database.connection() as conn:
         return conn.execute(sql, params).fetchall()
 
 
@@ -146,7 +146,7 @@ def test_a_killed_run_resumes_only_with_the_same_options_and_ends_as_an_uninterr
         runner.send_signal(signal.SIGKILL)
         runner.wait(timeout=10)
         api_world.api.release()
-        wait_until(lambda: api_world.container.run_lock().holder() is None, "the dead session is gone")
+        wait_until(lambda: api_world.container.stores.run_lock().holder() is None, "the dead session is gone")
         if stage == "Tenants":
             mismatch = run_cli(env, "talent-import", "run", "--mode", "topic-replay")
             assert mismatch.returncode == 2

@@ -92,7 +92,7 @@ def _last_outbox_id(database_url: str) -> int:
 
 def _change(container: Container, role: UUID, version: int) -> None:
     seed.change_permissions(
-        container.transactions, role, [f"deals.read.{version}"], FanOutPolicy(inline_threshold=HOLDERS)
+        container.stores.transactions, role, [f"deals.read.{version}"], FanOutPolicy(inline_threshold=HOLDERS)
     )
 
 
@@ -113,8 +113,8 @@ def test_killing_the_transaction_coordinator_node_mid_transaction_loses_nothing_
 ) -> None:
     began = time.monotonic()
     container = Container(settings.model_copy(update={"kafka_bootstrap_servers": cluster.bootstrap}))
-    company = seed.company(container.transactions)
-    role = seed.role(container.transactions, company)
+    company = seed.company(container.stores.transactions)
+    role = seed.role(container.stores.transactions, company)
     seed.bulk_role_members(database_url, role, company, HOLDERS)
     for version in range(CHANGES):
         _change(container, role, version)
@@ -125,7 +125,7 @@ def test_killing_the_transaction_coordinator_node_mid_transaction_loses_nothing_
         wait_until(lambda: outbox_count(database_url) < total, "the relay commits its first transaction")
         # Only now: the relay's first transactional producer made the cluster create its transaction log.
         victim = coordinator_node(
-            cluster.bootstrap, PostgresOutboxQueue(container.database).transactional_id()
+            cluster.bootstrap, PostgresOutboxQueue(container.connections.database).transactional_id()
         )
         in_flight = outbox_count(database_url)  # the next transaction is open: these rows go once it commits
         cluster.kill(victim)

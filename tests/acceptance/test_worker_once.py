@@ -17,13 +17,13 @@ from tests.support.kafka_tap import EventTap
 def test_two_once_workers_publish_every_event_of_three_queued_roles(
     container: Container, subprocess_env: dict[str, str], tap: EventTap, database_url: str
 ) -> None:
-    company = seed.company(container.transactions)
+    company = seed.company(container.stores.transactions)
     members: set[str] = set()
     for n in range(3):
-        role = seed.role(container.transactions, company, code=f"role-{n}")
+        role = seed.role(container.stores.transactions, company, code=f"role-{n}")
         members |= {str(u) for u in seed.bulk_role_members(database_url, role, company, 1500)}
         change = seed.change_permissions(
-            container.transactions, role, ["deals.read", f"deals.write.{n}"], FanOutPolicy(0)
+            container.stores.transactions, role, ["deals.read", f"deals.write.{n}"], FanOutPolicy(0)
         )
         assert change.path is FanOutPath.QUEUED
 

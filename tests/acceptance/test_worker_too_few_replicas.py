@@ -46,7 +46,7 @@ def test_with_two_nodes_of_three_down_events_wait_readyz_says_why_and_all_go_out
     # meets a coordinator that has loaded; the restart of node 2 below is not warmed.
     start_transaction_coordinator(cluster.bootstrap)
     container = Container(settings.model_copy(update={"kafka_bootstrap_servers": cluster.bootstrap}))
-    _, role = seed.held_role(container.transactions, HOLDERS)
+    _, role = seed.held_role(container.stores.transactions, HOLDERS)
     began = time.monotonic()
     with relay_worker(env, tmp_path) as (base, worker, _):
         wait_until(lambda: outbox_count(database_url) == 0, "the grants are published", timeout_s=60)

@@ -35,23 +35,23 @@ def _truths(truth: PostgresAccessTruth) -> list[tuple[bytes, int]]:
 
 
 def test_truths_read_in_small_chunks_are_those_read_in_one(container: Container, database_url: str) -> None:
-    seed.held_role(container.transactions, HOLDERS)
-    whole = _truths(PostgresAccessTruth(container.database))
+    seed.held_role(container.stores.transactions, HOLDERS)
+    whole = _truths(PostgresAccessTruth(container.connections.database))
     assert [user for user, _ in whole] == _holders(database_url)
-    assert _truths(PostgresAccessTruth(container.database, SMALL)) == whole
+    assert _truths(PostgresAccessTruth(container.connections.database, SMALL)) == whole
 
 
 def test_each_users_last_record_wins_across_chunks_and_the_merge_reads_both_in_turns(
     container: Container, database_url: str
 ) -> None:
-    seed.held_role(container.transactions, HOLDERS)
+    seed.held_role(container.stores.transactions, HOLDERS)
     _published(database_url)
-    truths = dict(_truths(PostgresAccessTruth(container.database)))
+    truths = dict(_truths(PostgresAccessTruth(container.connections.database)))
     users = list(truths)
     stranger = UUID(int=2**128 - 1).bytes  # after every user: only on the topic
     older: list[LastEvent] = [(user, -5) for user in users]  # each user's earlier, wrong record
     latest: list[LastEvent] = [(user, truths[user]) for user in reversed(users)]
-    with PostgresAccessTruth(container.database, SMALL).session() as session:
+    with PostgresAccessTruth(container.connections.database, SMALL).session() as session:
         session.keep(older[:4])
         session.keep([*older[4:], (stranger, None), *latest])
         with session.snapshot() as snapshot:

@@ -25,10 +25,10 @@ from tests.support.waiting import wait_until
 def test_a_role_wide_snapshot_never_overtakes_a_point_revoke_that_commits_meanwhile(
     path: FanOutPath, container: Container, tap: EventTap, database_url: str
 ) -> None:
-    company = seed.company(container.transactions)
-    role = seed.role(container.transactions, company, code="developer-manager-local")
-    users = [seed.user(container.transactions, company) for _ in range(3)]
-    grants = [seed.grant(container.transactions, user, role, company) for user in users]
+    company = seed.company(container.stores.transactions)
+    role = seed.role(container.stores.transactions, company, code="developer-manager-local")
+    users = [seed.user(container.stores.transactions, company) for _ in range(3)]
+    grants = [seed.grant(container.stores.transactions, user, role, company) for user in users]
     threshold = 0 if path is FanOutPath.QUEUED else 200
     policy = FanOutPolicy(threshold)
     if path is FanOutPath.QUEUED:
@@ -39,7 +39,7 @@ def test_a_role_wide_snapshot_never_overtakes_a_point_revoke_that_commits_meanwh
     try:
         revoke = Background(
             lambda: identity.revoke_role_assignment(
-                container.transactions, identity.Context.fresh(), grants[1]
+                container.stores.transactions, identity.Context.fresh(), grants[1]
             )
         )
         # The revoke did its work and waits at COMMIT.
@@ -61,7 +61,7 @@ def test_a_role_wide_snapshot_never_overtakes_a_point_revoke_that_commits_meanwh
 
 def _set_permissions(container: Container, role: object, policy: FanOutPolicy) -> identity.PermissionsChange:
     return seed.change_permissions(
-        container.transactions,
+        container.stores.transactions,
         role,  # type: ignore[arg-type]
         ["deals.read", "deals.write"],
         policy,

@@ -39,10 +39,13 @@ def _user_with_every_kind_of_assignment(container: Container) -> tuple[UUID, UUI
     on a whole second), one revoked; names and role codes carry Cyrillic, quotes, a backslash and `%`."""
     ctx = identity.Context.fresh
     company_id = identity.create_company(
-        container.transactions, ctx(), name='Стройинвест «Дом» "Ёж"', company_type=CompanyType.DEVELOPER
+        container.stores.transactions,
+        ctx(),
+        name='Стройинвест «Дом» "Ёж"',
+        company_type=CompanyType.DEVELOPER,
     )
     user_id = identity.create_user(
-        container.transactions,
+        container.stores.transactions,
         ctx(),
         identity.NewUser(
             phone=seed.next_phone(),
@@ -53,9 +56,9 @@ def _user_with_every_kind_of_assignment(container: Container) -> tuple[UUID, UUI
             company_id=company_id,
         ),
     )
-    global_role = seed.role(container.transactions, None, "platform-админ")
-    company_role = seed.role(container.transactions, company_id, 'sales "менеджер" \\ 100%s')
-    project_role = seed.role(container.transactions, company_id, "прораб-%")
+    global_role = seed.role(container.stores.transactions, None, "platform-админ")
+    company_role = seed.role(container.stores.transactions, company_id, 'sales "менеджер" \\ 100%s')
+    project_role = seed.role(container.stores.transactions, company_id, "прораб-%")
     grants: list[tuple[UUID, Scope, datetime | None]] = [
         (global_role, Scope(ScopeType.PLATFORM), None),
         (company_role, Scope.organization(company_id), None),
@@ -73,11 +76,16 @@ def _user_with_every_kind_of_assignment(container: Container) -> tuple[UUID, UUI
     ]
     assignments = [
         identity.grant_role_assignment(
-            container.transactions, ctx(), user_id=user_id, role_id=role_id, scope=scope, expires_at=expires
+            container.stores.transactions,
+            ctx(),
+            user_id=user_id,
+            role_id=role_id,
+            scope=scope,
+            expires_at=expires,
         )
         for role_id, scope, expires in grants
     ]
-    identity.revoke_role_assignment(container.transactions, ctx(), assignments[-1])
+    identity.revoke_role_assignment(container.stores.transactions, ctx(), assignments[-1])
     return user_id, company_role
 
 
@@ -85,29 +93,29 @@ def _user_without_company_or_assignments(container: Container) -> UUID:
     """A user of no company whose one assignment was revoked (the import announces revocations too)."""
     ctx = identity.Context.fresh
     user_id = identity.create_user(
-        container.transactions,
+        container.stores.transactions,
         ctx(),
         identity.NewUser(phone=seed.next_phone(), first_name="Ёлка", last_name="Ünïcödé"),
     )
-    role_id = seed.role(container.transactions, None, "гость")
+    role_id = seed.role(container.stores.transactions, None, "гость")
     scope = Scope(ScopeType.PLATFORM)
     assignment = identity.grant_role_assignment(
-        container.transactions, ctx(), user_id=user_id, role_id=role_id, scope=scope
+        container.stores.transactions, ctx(), user_id=user_id, role_id=role_id, scope=scope
     )
-    identity.revoke_role_assignment(container.transactions, ctx(), assignment)
+    identity.revoke_role_assignment(container.stores.transactions, ctx(), assignment)
     return user_id
 
 
 def _by_python(container: Container, user_id: UUID, change: AccessChange) -> OutboxMessage:
     """Point changes: typed snapshot, activeAssignments and envelope encoded in Python."""
-    with container.transactions() as tx:
+    with container.stores.transactions() as tx:
         [snapshot] = tx.access_snapshots([user_id])
     return events.user_access_changed(snapshot, **change)
 
 
 def _by_sql_assignments(container: Container, user_id: UUID, change: AccessChange) -> OutboxMessage:
     """The import's apply: activeAssignments from rendered_access_snapshots, envelope filled in Python."""
-    with container.replica_transactions() as tx:
+    with container.stores.replica_transactions() as tx:
         rendered, _version = tx.access_changes([user_id])[user_id]
     return events.rendered_access_changed(rendered, **change)
 

@@ -23,10 +23,11 @@ from pin_identity.adapters.postgres.fanout_queue import (
     PostgresTaskWakeups,
 )
 from pin_identity.composition import Container
+from pin_identity.config import FanOutSettings
 from pin_identity.domain import events
 from pin_identity.domain.access_cache import CacheDecision, UserAccessCache
 from pin_identity.domain.events import AccessChangeTemplate, now_utc
-from pin_identity.domain.fanout import FanOutPolicy, FanOutSettings
+from pin_identity.domain.fanout import FanOutPolicy
 from pin_identity.domain.model import AccessChangeReason, Scope, ScopeType
 from pin_identity.jobs.access_fanout import AccessFanOutJob, TaskOutcome
 from pin_identity.operations import identity
@@ -67,13 +68,13 @@ def _changed_by(event: ConsumedEvent, role_id: UUID) -> bool:
 def _role_with_members(
     container: Container, database_url: str, members: int
 ) -> tuple[UUID, UUID, list[UUID]]:
-    company_id = seed.company(container.transactions)
-    role_id = seed.role(container.transactions, company_id)
+    company_id = seed.company(container.stores.transactions)
+    role_id = seed.role(container.stores.transactions, company_id)
     return company_id, role_id, seed.bulk_role_members(database_url, role_id, company_id, members)
 
 
 def _change_permissions(container: Container, role_id: UUID) -> UUID:
-    change = seed.change_permissions(container.transactions, role_id, ["deals.read"], QUEUED)
+    change = seed.change_permissions(container.stores.transactions, role_id, ["deals.read"], QUEUED)
     assert change.task_id is not None
     return change.task_id
 
@@ -84,7 +85,7 @@ def _claimed_change(
     """A role of 40 users changed, its task claimed for five minutes by a worker that has not begun it."""
     _, role_id, users = _role_with_members(container, database_url, 40)
     task_id = _change_permissions(container, role_id)
-    task = container.fanout_queue.claim(uuid.uuid4(), clock(), clock() + timedelta(seconds=300))
+    task = container.stores.fanout_queue.claim(uuid.uuid4(), clock(), clock() + timedelta(seconds=300))
     assert task is not None
     return role_id, users, task_id, task
 
@@ -92,12 +93,12 @@ def _claimed_change(
 def test_empty_role_completes_at_once_without_events(
     container: Container, database_url: str, tap: EventTap
 ) -> None:
-    company_id = seed.company(container.transactions)
-    role_id = seed.role(container.transactions, company_id)
-    user_id = seed.user(container.transactions, company_id)
-    assignment = seed.grant(container.transactions, user_id, role_id, company_id)
+    company_id = seed.company(container.stores.transactions)
+    role_id = seed.role(container.stores.transactions, company_id)
+    user_id = seed.user(container.stores.transactions, company_id)
+    assignment = seed.grant(container.stores.transactions, user_id, role_id, company_id)
     task_id = _change_permissions(container, role_id)
-    identity.revoke_role_assignment(container.transactions, identity.Context.fresh(), assignment)
+    identity.revoke_role_assignment(container.stores.transactions, identity.Context.fresh(), assignment)
 
     run_until_idle(fanout_job(container, ManualClock()))
     publish_outbox(container)
@@ -113,7 +114,9 @@ def test_mass_fanout_sends_one_event_per_unique_user_across_all_pages(
 ) -> None:
     _, role_id, users = _role_with_members(container, database_url, 173)
     for user_id in users[:20]:  # a second assignment of the same role must not make a second event
-        seed.grant_in(container.transactions, user_id, role_id, identity.Scope.organization(uuid.uuid4()))
+        seed.grant_in(
+            container.stores.transactions, user_id, role_id, identity.Scope.organization(uuid.uuid4())
+        )
     task_id = _change_permissions(container, role_id)
 
     run_until_idle(fanout_job(container, ManualClock(), batch_size=50))
@@ -134,12 +137,15 @@ def test_full_snapshot_holds_every_active_assignment_with_role_codes(
     container: Container, database_url: str, tap: EventTap
 ) -> None:
     company_id, role_id, users = _role_with_members(container, database_url, 3)
-    other_role = seed.role(container.transactions, company_id, "chessboard-viewer")
-    extra = seed.grant(container.transactions, users[1], other_role, company_id)
+    other_role = seed.role(container.stores.transactions, company_id, "chessboard-viewer")
+    extra = seed.grant(container.stores.transactions, users[1], other_role, company_id)
     revoked = seed.grant(
-        container.transactions, users[1], seed.role(container.transactions, company_id, "gone"), company_id
+        container.stores.transactions,
+        users[1],
+        seed.role(container.stores.transactions, company_id, "gone"),
+        company_id,
     )
-    identity.revoke_role_assignment(container.transactions, identity.Context.fresh(), revoked)
+    identity.revoke_role_assignment(container.stores.transactions, identity.Context.fresh(), revoked)
     _change_permissions(container, role_id)
 
     run_until_idle(fanout_job(container, ManualClock()))
@@ -198,7 +204,7 @@ def test_restart_resumes_from_the_cursor_and_repeats_at_most_the_batch_in_flight
                 container,
                 clock,
                 batch_size=25,
-                queue=CrashAfter(container.fanout_queue, 2, before_commit=before_commit),
+                queue=CrashAfter(container.stores.fanout_queue, 2, before_commit=before_commit),
             )
         )
     task = _task_row(database_url, task_id)
@@ -287,7 +293,9 @@ def test_poison_task_fails_after_max_attempts_and_blocks_no_other_task(
     poison_task = _change_permissions(container, poison_role)
     healthy_task = _change_permissions(container, healthy_role)
     clock = ManualClock()
-    job = fanout_job(container, clock, max_attempts=3, queue=FailingRole(container.fanout_queue, poison_role))
+    job = fanout_job(
+        container, clock, max_attempts=3, queue=FailingRole(container.stores.fanout_queue, poison_role)
+    )
 
     run_until_idle(job)
     assert _task_row(database_url, healthy_task)["status"] == "Completed"
@@ -302,7 +310,7 @@ def test_poison_task_fails_after_max_attempts_and_blocks_no_other_task(
     publish_outbox(container)
     assert len(_every_fanout_event(tap, healthy_role)) == 10
 
-    container.fanout_queue.replay(poison_task, clock())  # the runbook, once the cause is fixed
+    container.stores.fanout_queue.replay(poison_task, clock())  # the runbook, once the cause is fixed
     run_until_idle(fanout_job(container, clock))
     assert _task_row(database_url, poison_task)["status"] == "Completed"
 
@@ -341,7 +349,9 @@ def test_cancellation_between_batches_keeps_committed_batches_and_releases_the_l
     _, role_id, users = _role_with_members(container, database_url, 30)
     task_id = _change_permissions(container, role_id)
     clock, stop = ManualClock(), threading.Event()
-    job = fanout_job(container, clock, batch_size=10, queue=StopAfterFirstBatch(container.fanout_queue, stop))
+    job = fanout_job(
+        container, clock, batch_size=10, queue=StopAfterFirstBatch(container.stores.fanout_queue, stop)
+    )
     job.run(stop)
 
     row = _task_row(database_url, task_id)
@@ -358,15 +368,15 @@ def test_cancellation_between_batches_keeps_committed_batches_and_releases_the_l
 def test_role_archived_between_enqueue_and_processing(
     container: Container, database_url: str, tap: EventTap
 ) -> None:
-    company_id = seed.company(container.transactions)
-    role_id = seed.role(container.transactions, company_id)
-    other = seed.role(container.transactions, company_id, "kept")
-    users = [seed.user(container.transactions, company_id) for _ in range(3)]
+    company_id = seed.company(container.stores.transactions)
+    role_id = seed.role(container.stores.transactions, company_id)
+    other = seed.role(container.stores.transactions, company_id, "kept")
+    users = [seed.user(container.stores.transactions, company_id) for _ in range(3)]
     for user_id in users:
-        seed.grant(container.transactions, user_id, role_id, company_id)
-    seed.grant(container.transactions, users[0], other, company_id)
+        seed.grant(container.stores.transactions, user_id, role_id, company_id)
+    seed.grant(container.stores.transactions, users[0], other, company_id)
     task_id = _change_permissions(container, role_id)
-    identity.archive_role(container.transactions, identity.Context.fresh(), role_id)
+    identity.archive_role(container.stores.transactions, identity.Context.fresh(), role_id)
 
     run_until_idle(fanout_job(container, ManualClock()))
     publish_outbox(container)
@@ -392,7 +402,7 @@ def test_a_paused_worker_whose_lease_expired_cannot_commit(
     role_id, users, task_id, task = _claimed_change(container, database_url, clock)
     paused_stop = threading.Event()
     paused = fanout_job(
-        container, clock, batch_size=10, queue=StopAfterFirstBatch(container.fanout_queue, paused_stop)
+        container, clock, batch_size=10, queue=StopAfterFirstBatch(container.stores.fanout_queue, paused_stop)
     )
 
     # The paused worker commits one batch, then hangs (GC pause, network partition) past its lease.
@@ -431,7 +441,7 @@ def test_a_paused_worker_cannot_write_while_the_worker_that_took_over_holds_the_
     """The task is still InProgress when the paused worker wakes: only the claim id can refuse it."""
     clock = ManualClock()
     role_id, users, task_id, task = _claimed_change(container, database_url, clock)
-    paused_queue, taker_queue = (HoldAfterFirstBatch(container.fanout_queue) for _ in range(2))
+    paused_queue, taker_queue = (HoldAfterFirstBatch(container.stores.fanout_queue) for _ in range(2))
     paused = fanout_job(container, clock, batch_size=10, queue=paused_queue)
     taker = fanout_job(container, clock, batch_size=10, queue=taker_queue)
 
@@ -485,7 +495,9 @@ def test_a_new_task_wakes_an_idle_worker_long_before_its_polling_interval(
 ) -> None:
     _, role_id, _ = _role_with_members(container, database_url, 20)
     settings = FanOutSettings(polling_interval_s=60, batch_size=50)
-    job = AccessFanOutJob(container.fanout_queue, PostgresTaskWakeups(container.database), settings, now_utc)
+    job = AccessFanOutJob(
+        container.stores.fanout_queue, PostgresTaskWakeups(container.connections.database), settings, now_utc
+    )
     stop = threading.Event()
     worker = threading.Thread(target=job.run, args=(stop,), daemon=True)
     worker.start()
@@ -508,21 +520,21 @@ def test_the_page_writes_events_exactly_as_the_domain_renders_them(
     """The fan-out's page renders and writes its events in SQL; they must say what the domain says."""
     company_id, role_id, users = _role_with_members(container, database_url, 3)
     seed.grant_in(
-        container.transactions,
+        container.stores.transactions,
         users[0],
-        seed.role(container.transactions, company_id, 'code "quoted" \\ кириллица %s 100%'),
+        seed.role(container.stores.transactions, company_id, 'code "quoted" \\ кириллица %s 100%'),
         Scope(ScopeType.PROJECT, project_id=uuid.uuid4()),
         expires_at=datetime(2027, 3, 1, 9, 30, 15, 123456, tzinfo=UTC),
     )
     seed.grant_in(
-        container.transactions,
+        container.stores.transactions,
         users[0],
         role_id,
         Scope(ScopeType.PROJECT_GROUP, project_group_id=uuid.uuid4()),
     )
     _change_permissions(container, role_id)
     occurred = datetime.now(UTC)
-    task = container.fanout_queue.claim(uuid.uuid4(), occurred, occurred + timedelta(minutes=5))
+    task = container.stores.fanout_queue.claim(uuid.uuid4(), occurred, occurred + timedelta(minutes=5))
     assert task is not None
     common = {
         "reason": AccessChangeReason.ROLE_PERMISSIONS_CHANGED,
@@ -533,7 +545,7 @@ def test_the_page_writes_events_exactly_as_the_domain_renders_them(
         "traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
     }
     template = events.access_changed_template(**common)
-    with container.fanout_queue.batch(task, occurred, occurred + timedelta(minutes=5)) as batch:
+    with container.stores.fanout_queue.batch(task, occurred, occurred + timedelta(minutes=5)) as batch:
         page = batch.write_page(role_id, None, 10, template)
         batch.commit()
     with psycopg.connect(database_url) as conn:
@@ -542,7 +554,7 @@ def test_the_page_writes_events_exactly_as_the_domain_renders_them(
             " FROM identity.outbox_events WHERE correlation_id = %s ORDER BY message_key",
             (task.claim_id,),
         ).fetchall()
-    with container.transactions() as tx:
+    with container.stores.transactions() as tx:
         domain = tx.access_snapshots(users)
     assert page == (len(users), max(users))
     expected = [events.user_access_changed(snapshot, **common) for snapshot in domain]

@@ -32,17 +32,17 @@ def _sql(database_url: str, statement: str, *params: object) -> None:
 
 def _granted_user(container: Container) -> tuple[UUID, UUID, UUID]:
     """A user holding one role, its RoleAssigned published: (user, role, assignment)."""
-    company = seed.company(container.transactions)
-    role = seed.role(container.transactions, company)
-    user = seed.user(container.transactions, company)
-    assignment = seed.grant(container.transactions, user, role, company)
+    company = seed.company(container.stores.transactions)
+    role = seed.role(container.stores.transactions, company)
+    user = seed.user(container.stores.transactions, company)
+    assignment = seed.grant(container.stores.transactions, user, role, company)
     publish_outbox(container)
     return user, role, assignment
 
 
 def test_a_published_grant_is_matching_and_names_its_event(container: Container) -> None:
     user, role, assignment = _granted_user(container)
-    shown = container.access_show(user)
+    shown = container.use_cases.access_show(user)
     assert shown.verdict is Verdict.MATCHING
     assert [a["assignmentId"] for a in shown.state.active_assignments] == [str(assignment)]
     event = shown.search.last_event
@@ -56,14 +56,14 @@ def test_a_published_grant_is_matching_and_names_its_event(container: Container)
 
 def test_a_change_still_in_the_outbox_is_pending(container: Container) -> None:
     user, _, assignment = _granted_user(container)
-    identity.revoke_role_assignment(container.transactions, identity.Context.fresh(), assignment)
-    shown = container.access_show(user)
+    identity.revoke_role_assignment(container.stores.transactions, identity.Context.fresh(), assignment)
+    shown = container.use_cases.access_show(user)
     assert shown.verdict is Verdict.PENDING
     assert [(e.change_reason, e.version) for e in shown.state.waiting] == [("RoleRevoked", 2)]
     assert shown.difference.only_on_topic == (str(assignment),)  # until the relay publishes the revoke
 
     publish_outbox(container)
-    after = container.access_show(user)
+    after = container.use_cases.access_show(user)
     assert after.verdict is Verdict.MATCHING
     assert after.search.last_event is not None and after.search.last_event.change_reason == "RoleRevoked"
     assert after.state.active_assignments == [] and after.search.last_event.active_assignments == []
@@ -74,7 +74,7 @@ def test_a_revoke_behind_the_services_back_is_drift_the_topic_still_grants(
 ) -> None:
     user, _, assignment = _granted_user(container)
     _sql(database_url, "UPDATE identity.role_assignments SET status = 'Revoked' WHERE id = %s", assignment)
-    shown = container.access_show(user)
+    shown = container.use_cases.access_show(user)
     assert shown.verdict is Verdict.DRIFTED
     assert shown.difference == AssignmentDifference(only_on_topic=(str(assignment),))
 
@@ -88,7 +88,7 @@ def test_a_changed_scope_behind_the_services_back_is_drift_of_that_assignment(
         "UPDATE identity.role_assignments SET expires_at = now() + interval '1 day' WHERE id = %s",
         assignment,
     )
-    shown = container.access_show(user)
+    shown = container.use_cases.access_show(user)
     assert shown.verdict is Verdict.DRIFTED
     assert shown.difference == AssignmentDifference(changed=(str(assignment),))
 
@@ -96,9 +96,9 @@ def test_a_changed_scope_behind_the_services_back_is_drift_of_that_assignment(
 def test_an_assignment_without_any_event_is_missing(
     container: Container, database_url: str, broker: str
 ) -> None:
-    company = seed.company(container.transactions)
-    role = seed.role(container.transactions, company)
-    user = seed.user(container.transactions, company)
+    company = seed.company(container.stores.transactions)
+    role = seed.role(container.stores.transactions, company)
+    user = seed.user(container.stores.transactions, company)
     granted = uuid.uuid4()
     _sql(
         database_url,
@@ -115,16 +115,16 @@ def test_an_assignment_without_any_event_is_missing(
     partition = key_partition(str(user).encode(), 3)
     producer.produce(ACCESS_TOPIC, b"{}", str(uuid.uuid4()).encode(), partition=partition)
     assert producer.flush(10) == 0
-    shown = container.access_show(user)
+    shown = container.use_cases.access_show(user)
     assert shown.verdict is Verdict.MISSING
     assert shown.search.last_event is None and shown.search.records_read > 0
     assert shown.difference == AssignmentDifference(only_in_database=(str(granted),))
 
 
 def test_a_user_with_no_assignment_and_no_event_has_nothing_to_carry(container: Container) -> None:
-    user = seed.user(container.transactions, seed.company(container.transactions))
+    user = seed.user(container.stores.transactions, seed.company(container.stores.transactions))
     publish_outbox(container)
-    shown = container.access_show(user)
+    shown = container.use_cases.access_show(user)
     assert (shown.verdict, shown.search.last_event, shown.state.active_assignments) == (
         Verdict.MATCHING,
         None,
@@ -136,7 +136,7 @@ def test_a_dead_lettered_access_event_is_shown_beside_the_drift_it_leaves(
     container: Container, database_url: str
 ) -> None:
     user, _, assignment = _granted_user(container)
-    identity.revoke_role_assignment(container.transactions, identity.Context.fresh(), assignment)
+    identity.revoke_role_assignment(container.stores.transactions, identity.Context.fresh(), assignment)
     # What the relay does with an event the broker refuses for good.
     _sql(
         database_url,
@@ -147,7 +147,7 @@ def test_a_dead_lettered_access_event_is_shown_beside_the_drift_it_leaves(
         " 'MSG_SIZE_TOO_LARGE', created_at FROM moved",
         str(user),
     )
-    shown = container.access_show(user)
+    shown = container.use_cases.access_show(user)
     assert shown.verdict is Verdict.DRIFTED
     assert shown.state.waiting == ()
     assert [(e.change_reason, e.error) for e in shown.state.dead_letters] == [
@@ -157,7 +157,7 @@ def test_a_dead_lettered_access_event_is_shown_beside_the_drift_it_leaves(
 
 def test_an_unknown_user_is_not_found_without_reading_the_topic(container: Container) -> None:
     with pytest.raises(NotFoundError, match="does not exist"):
-        container.access_show(uuid.uuid4())
+        container.use_cases.access_show(uuid.uuid4())
 
 
 def _produce(broker: str, partition: int, records: list[tuple[bytes, bytes | None]]) -> None:
@@ -181,7 +181,7 @@ def test_the_last_event_is_found_windows_back_and_the_newest_of_the_user_wins(
     container: Container, broker: str
 ) -> None:
     user, _, _ = _granted_user(container)
-    truth = container.access_show(user).state.active_assignments
+    truth = container.use_cases.access_show(user).state.active_assignments
     key = str(user).encode()
     partition = key_partition(key, 3)
     # Older to newer: a stale event of the user, a few others, the user's true one, then 3,000 others.
@@ -191,11 +191,13 @@ def test_the_last_event_is_found_windows_back_and_the_newest_of_the_user_wins(
         [(key, _event(user, [], 7)), *_fillers(5), (key, _event(user, truth, 8)), *_fillers(3000)],
     )
     log = KafkaUserAccessLog({"bootstrap.servers": broker}, first_window=100)
-    shown = show_access(log, PostgresAccessTruth(container.database), user)
+    shown = show_access(log, PostgresAccessTruth(container.connections.database), user)
     assert shown.verdict is Verdict.MATCHING
     assert shown.search.last_event is not None and shown.search.last_event.version == 8
     # Windows of 100, 200, 400, 800, 1,600, 3,200 from the end: the event is in the sixth, not at the start.
     assert 3000 < shown.search.records_read < 2 * 3000 + 100 * 2
 
     _produce(broker, partition, [(key, None)])  # a tombstone: the user's events are to be forgotten
-    assert show_access(log, PostgresAccessTruth(container.database), user).verdict is Verdict.MISSING
+    assert (
+        show_access(log, PostgresAccessTruth(container.connections.database), user).verdict is Verdict.MISSING
+    )

@@ -133,8 +133,8 @@ def _outage_felt(worker: Worker, database_url: str, killed_at: float) -> None:
 def test_a_broker_killed_half_way_through_a_200000_user_fanout_loses_nothing(
     container: Container, env: dict[str, str], crashable: RestartableBroker, database_url: str, tmp_path: Path
 ) -> None:
-    company = seed.company(container.transactions)
-    role = seed.role(container.transactions, company)
+    company = seed.company(container.stores.transactions)
+    role = seed.role(container.stores.transactions, company)
     users = seed.bulk_role_members(database_url, role, company, USERS)
     worker = Worker(env, "access-fanout,outbox-relay", tmp_path / "worker.log")
     try:
@@ -167,7 +167,7 @@ def test_a_broker_killed_half_way_through_a_200000_user_fanout_loses_nothing(
 
 def _set_permissions(container: Container, role: UUID, permissions: list[str]) -> None:
     identity.set_role_permissions(
-        container.transactions,
+        container.stores.transactions,
         identity.Context.fresh(),
         role_id=role,
         permissions=permissions,

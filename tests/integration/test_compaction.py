@@ -64,23 +64,25 @@ def test_a_new_cache_reading_the_compacted_access_topic_from_offset_0_holds_ever
 ) -> None:
     container = Container(settings.model_copy(update={"kafka_bootstrap_servers": compacting.bootstrap}))
     try:
-        company = seed.company(container.transactions)
+        company = seed.company(container.stores.transactions)
         role, other = (
-            seed.role(container.transactions, company),
-            seed.role(container.transactions, company, "viewer"),
+            seed.role(container.stores.transactions, company),
+            seed.role(container.stores.transactions, company, "viewer"),
         )
-        users = [seed.user(container.transactions, company) for _ in range(40)]
-        grants = {user: seed.grant(container.transactions, user, role, company) for user in users}
+        users = [seed.user(container.stores.transactions, company) for _ in range(40)]
+        grants = {user: seed.grant(container.stores.transactions, user, role, company) for user in users}
         for round_ in range(ROUNDS):  # each round a new version of every user's snapshot
             seed.change_permissions(
-                container.transactions, role, [f"p{round_}"], FanOutPolicy(inline_threshold=200)
+                container.stores.transactions, role, [f"p{round_}"], FanOutPolicy(inline_threshold=200)
             )
             publish_outbox(container)
             roll_segments(compacting.bootstrap, [ACCESS_TOPIC], 3)  # each round in segments of its own
         for user in users[::3]:  # the last word for some: a revocation, a grant of another role
-            identity.revoke_role_assignment(container.transactions, identity.Context.fresh(), grants[user])
+            identity.revoke_role_assignment(
+                container.stores.transactions, identity.Context.fresh(), grants[user]
+            )
         for user in users[1::3]:
-            seed.grant(container.transactions, user, other, company)
+            seed.grant(container.stores.transactions, user, other, company)
         publish_outbox(container)
         roll_segments(compacting.bootstrap, [ACCESS_TOPIC], 3)
         written = len(users) * (ROUNDS + 1) + len(users[::3]) + len(users[1::3])
@@ -92,7 +94,7 @@ def test_a_new_cache_reading_the_compacted_access_topic_from_offset_0_holds_ever
         truth = active_assignments(database_url, users)
         cached = {user: sorted(a["assignmentId"] for a in held) for user, held in cache.assignments.items()}
         assert cached == {str(user): truth.get(str(user), []) for user in users}
-        audit = container.access_audit(lambda done, total: None)
+        audit = container.use_cases.access_audit(lambda done, total: None)
         assert (audit.drifted, audit.missing, audit.users) == (0, 0, len(users))
     finally:
         container.close()

@@ -25,13 +25,12 @@ from hypothesis import strategies as st
 
 from pin_identity.adapters.kafka.topics import TopicLayout, ensure_topics
 from pin_identity.composition import Container
-from pin_identity.config import Settings
+from pin_identity.config import FanOutSettings, RelaySettings, Settings
 from pin_identity.domain.errors import IdentityError
 from pin_identity.domain.events import PUBLISHED_TOPICS, now_utc
-from pin_identity.domain.fanout import FanOutPolicy, FanOutSettings
+from pin_identity.domain.fanout import FanOutPolicy
 from pin_identity.domain.model import Scope
 from pin_identity.jobs.access_fanout import AccessFanOutJob
-from pin_identity.jobs.outbox_relay import RelaySettings
 from pin_identity.operations import identity
 from tests.support import seed, talent
 from tests.support.brokers import proxied_broker
@@ -97,7 +96,7 @@ class Cast:
 
 
 def _cast(stand: Stand) -> Cast:
-    transactions = stand.container.transactions
+    transactions = stand.container.stores.transactions
     company = seed.company(transactions)
     roles = [seed.role(transactions, company, code=f"role-{uuid.uuid4().hex[:6]}") for _ in range(2)]
     users = [seed.user(transactions, company) for _ in range(3)]
@@ -130,7 +129,7 @@ STEPS = st.tuples(
 
 def _step(stand: Stand, cast: Cast, relay: Relay, step: Step) -> None:
     kind, a, b = step
-    ctx, transactions = identity.Context.fresh(), stand.container.transactions
+    ctx, transactions = identity.Context.fresh(), stand.container.stores.transactions
     role = cast.roles[a % len(cast.roles)]
     if kind == "grant":
         identity.grant_role_assignment(
@@ -200,7 +199,7 @@ class Relay:
 
     def start(self) -> None:
         self._stop = threading.Event()
-        relay = self._container.outbox_relay(RelaySettings(standby_wait_s=0.1))
+        relay = self._container.jobs.outbox_relay(RelaySettings(standby_wait_s=0.1))
         self._thread = threading.Thread(target=relay.run, args=(self._stop,), daemon=True)
         self._thread.start()
 
@@ -217,7 +216,7 @@ class Relay:
     def drain(self) -> None:
         with self._lock:
             self.stop()
-            relay = self._container.outbox_relay()
+            relay = self._container.jobs.outbox_relay()
             give_up = threading.Event()
             timer = threading.Timer(120, give_up.set)  # a drain that cannot finish fails the example
             timer.daemon = True
@@ -263,7 +262,7 @@ def test_the_access_stream_converges_whatever_runs_at_once(
     cast = _cast(stand)
     random.Random(seed_).shuffle(steps)
     fanout = AccessFanOutJob(
-        stand.container.fanout_queue,
+        stand.container.stores.fanout_queue,
         NoWakeups(),
         FanOutSettings(polling_interval_s=0.05, batch_size=2),
         now_utc,
@@ -285,6 +284,6 @@ def test_the_access_stream_converges_whatever_runs_at_once(
         stop_fanout.set()
         stand.proxy.restore()
         relay.stop()
-    report = stand.container.access_audit(lambda done, total: None)
+    report = stand.container.use_cases.access_audit(lambda done, total: None)
     assert (report.drifted, report.missing, report.pending) == (0, 0, 0), report.to_json()
     assert report.users > 0

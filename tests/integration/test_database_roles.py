@@ -50,7 +50,7 @@ def test_each_job_holds_its_rows_and_no_other_jobs(
     containers: dict[str, Container], roles: DatabaseRoles
 ) -> None:
     for job in JOBS:
-        containers[job].check_database_grants([job])
+        containers[job].connections.check_database_grants([job])
     with psycopg.connect(roles.database_url) as conn:  # a row naming no relation would pass that check
         relations = [f"identity.{row.relation}" for row in grants.job_grants()]
         absent = conn.execute(
@@ -58,8 +58,8 @@ def test_each_job_holds_its_rows_and_no_other_jobs(
         ).fetchall()
     assert absent == []
     with pytest.raises(ConfigurationError, match=r"lacks SELECT on identity\.access_fanout_tasks"):
-        containers["outbox-relay"].check_database_grants(["access-fanout"])
-    fanout = containers["access-fanout"].database
+        containers["outbox-relay"].connections.check_database_grants(["access-fanout"])
+    fanout = containers["access-fanout"].connections.database
     with fanout.connection() as conn, pytest.raises(psycopg.errors.InsufficientPrivilege):
         conn.execute("DELETE FROM identity.outbox_events")
     with psycopg.connect(roles.database_url) as conn:  # the role's own, for a session not from our pool
@@ -81,16 +81,19 @@ VALUES (gen_random_uuid(), 'pin.identity.access.v1', 'k', 'UserAccessChanged', g
 def test_a_fan_out_queued_by_serve_runs_as_the_fan_out_and_the_relay_publishes_it(
     containers: dict[str, Container], roles: DatabaseRoles
 ) -> None:
-    owner = containers["migrations"].transactions
+    owner = containers["migrations"].stores.transactions
     company = seed.company(owner)
     role = seed.role(owner, company)
     for _ in range(USERS):
         seed.grant(owner, seed.user(owner, company), role, company)
     queued = seed.change_permissions(
-        containers["serve"].transactions, role, ["deals.read"], FanOutPolicy(inline_threshold=USERS // 2)
+        containers["serve"].stores.transactions,
+        role,
+        ["deals.read"],
+        FanOutPolicy(inline_threshold=USERS // 2),
     )
     assert queued.task_id is not None
-    containers["access-fanout"].access_fanout().run(threading.Event(), once=True)
+    containers["access-fanout"].jobs.access_fanout().run(threading.Event(), once=True)
     url = roles.database_url
     assert outbox_count(url) >= USERS
     publish_outbox(containers["outbox-relay"])
@@ -169,7 +172,7 @@ def test_a_role_without_one_row_is_refused_at_start_naming_it(
     without: grants.TableGrant, containers: dict[str, Container]
 ) -> None:
     with pytest.raises(ConfigurationError) as refused:
-        containers[without.job].check_database_grants([without.job])
+        containers[without.job].connections.check_database_grants([without.job])
     line = str(refused.value)
     assert "\n" not in line and line.startswith("PIN_IDENTITY_DATABASE_URL: role pin_identity_")
     assert f"lacks {without.privileges[0]} on identity.{without.relation}" in line

@@ -28,11 +28,11 @@ LONG_AGO = timedelta(days=400)
 def _task(container: Container, status: FanOutTaskStatus, *, processed: int = 0) -> UUID:
     """A queued task of a role of two users, put in `status` as the job leaves it, and older than any
     retention."""
-    _, role_id = seed.held_role(container.transactions, 2)
-    change = seed.change_permissions(container.transactions, role_id, ["deals.read"], FanOutPolicy(0))
+    _, role_id = seed.held_role(container.stores.transactions, 2)
+    change = seed.change_permissions(container.stores.transactions, role_id, ["deals.read"], FanOutPolicy(0))
     assert change.task_id is not None
     finished = status is FanOutTaskStatus.COMPLETED
-    with container.database.connection() as conn:
+    with container.connections.database.connection() as conn:
         conn.execute(
             "UPDATE identity.access_fanout_tasks SET status = %(status)s, processed_count = %(processed)s,"
             " attempt_count = 5, created_at = %(then)s, updated_at = %(then)s,"
@@ -50,27 +50,27 @@ def _task(container: Container, status: FanOutTaskStatus, *, processed: int = 0)
 
 
 def _row(container: Container, task_id: UUID) -> dict[str, Any] | None:
-    with container.database.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+    with container.connections.database.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
         return cur.execute(
             "SELECT status, attempt_count FROM identity.access_fanout_tasks WHERE id = %s", [task_id]
         ).fetchone()
 
 
 def _failed_gauge(container: Container) -> int:
-    return container.fanout_queue.stats(now_utc()).failed
+    return container.stores.fanout_queue.stats(now_utc()).failed
 
 
 def test_prune_keeps_a_failed_task_however_old_and_it_can_still_be_replayed(container: Container) -> None:
     completed = _task(container, FanOutTaskStatus.COMPLETED)
     failed = _task(container, FanOutTaskStatus.FAILED, processed=1)
 
-    pruned = container.retention.prune(timedelta(0), who=WHO)
+    pruned = container.use_cases.retention.prune(timedelta(0), who=WHO)
 
     assert pruned.fanout_tasks == 1
     assert _row(container, completed) is None
     assert _row(container, failed) == {"status": "Failed", "attempt_count": 5}
     assert _failed_gauge(container) == 1, "the failed-task alert stays until someone acts"
-    container.fanout_admin.replay(failed, who=WHO)
+    container.use_cases.fanout_admin.replay(failed, who=WHO)
     assert _row(container, failed) == {"status": "Pending", "attempt_count": 0}
 
 
@@ -81,7 +81,7 @@ def test_a_discarded_task_is_gone_audited_with_what_it_was_and_no_longer_counts_
     assert _failed_gauge(container) == 1
 
     with capture_logs() as logs:
-        discarded = container.fanout_admin.discard(failed, who=WHO)
+        discarded = container.use_cases.fanout_admin.discard(failed, who=WHO)
 
     assert (discarded.task_id, discarded.processed_count) == (failed, 1)
     assert _row(container, failed) is None
@@ -99,11 +99,11 @@ def test_a_discarded_task_is_gone_audited_with_what_it_was_and_no_longer_counts_
 def test_only_a_failed_task_can_be_discarded(container: Container, status: FanOutTaskStatus) -> None:
     task_id = _task(container, status)
     with capture_logs() as logs, pytest.raises(ConflictError, match="only a Failed task can be discarded"):
-        container.fanout_admin.discard(task_id, who=WHO)
+        container.use_cases.fanout_admin.discard(task_id, who=WHO)
     assert _row(container, task_id) is not None
     assert [line for line in logs if line["event"] == AUDIT_EVENT] == []
 
 
 def test_an_unknown_task_is_not_found(container: Container) -> None:
     with pytest.raises(NotFoundError):
-        container.fanout_admin.discard(UUID(int=7), who=WHO)
+        container.use_cases.fanout_admin.discard(UUID(int=7), who=WHO)

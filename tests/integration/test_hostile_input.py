@@ -21,8 +21,9 @@ from hypothesis import strategies as st
 
 from pin_identity.adapters.talent_wire import api_item, decode_page, topic_item
 from pin_identity.composition import Container
+from pin_identity.config import TalentSyncSettings
 from pin_identity.domain.talent import ImportStage, ItemResult, SyncErrorCode, TalentItem
-from pin_identity.jobs.talent_sync import TalentSyncJob, TalentSyncSettings
+from pin_identity.jobs.talent_sync import TalentSyncJob
 from pin_identity.operations.identity import Context
 from pin_identity.operations.ports.replica import SourceItem
 from pin_identity.operations.ports.talent import TalentRecord
@@ -84,7 +85,7 @@ def items(draw: st.DrawFn) -> Item:
 
 
 def _quarantined(container: Container, keys: Sequence[str]) -> dict[str, str]:
-    with container.database.connection() as conn:
+    with container.connections.database.connection() as conn:
         rows = conn.execute(
             "SELECT external_id::text, error_code FROM identity.talent_import_failed_items"
             " WHERE external_id = ANY(%s::uuid[])",
@@ -94,7 +95,7 @@ def _quarantined(container: Container, keys: Sequence[str]) -> dict[str, str]:
 
 
 def _applied(container: Container, keys: Sequence[str]) -> set[str]:
-    with container.database.connection() as conn:
+    with container.connections.database.connection() as conn:
         rows = conn.execute(
             "SELECT external_talent_tenant_id::text FROM identity.companies"
             " WHERE external_talent_tenant_id = ANY(%s::uuid[])",
@@ -115,12 +116,14 @@ def _check(container: Container, batch: list[Item], quarantined_before: int | No
         assert set(quarantined.values()) <= {SyncErrorCode.INVALID_PAYLOAD.value}
     else:
         assert _quarantine_size(container) - quarantined_before == len(invalid)
-    with container.database.connection() as conn:  # every stored payload is valid JSON PostgreSQL keeps
+    with (
+        container.connections.database.connection() as conn
+    ):  # every stored payload is valid JSON PostgreSQL keeps
         conn.execute("SELECT payload::text FROM identity.talent_import_failed_items").fetchall()
 
 
 def _quarantine_size(container: Container) -> int:
-    with container.database.connection() as conn:
+    with container.connections.database.connection() as conn:
         row = conn.execute("SELECT count(*) FROM identity.talent_import_failed_items").fetchone()
     return int(row[0]) if row else 0
 
@@ -163,7 +166,7 @@ def test_an_api_page_item_is_applied_or_quarantined_whatever_it_holds(
 
 
 def _apply(container: Container, items: list[TalentItem]) -> None:
-    with container.replica_transactions() as tx:
+    with container.stores.replica_transactions() as tx:
         outcome = apply_snapshots(tx, [SourceItem(item) for item in items], Context.fresh(), ApplyOptions())
         tx.commit()
     assert all(o.result in (ItemResult.APPLIED, ItemResult.FAILED) for o in outcome.outcomes)
@@ -180,7 +183,7 @@ def test_the_consumer_applies_or_quarantines_every_record_and_its_offsets_advanc
     ]
     stream = MemoryStream(records)
     job = TalentSyncJob(
-        stream, container.replica_transactions, TalentSyncSettings(), clock=lambda: datetime.now(UTC)
+        stream, container.stores.replica_transactions, TalentSyncSettings(), clock=lambda: datetime.now(UTC)
     )
     job.step()
     assert stream.committed == list(range(len(batch)))

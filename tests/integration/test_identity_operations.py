@@ -36,8 +36,8 @@ def _check_envelope(event: ConsumedEvent, topic: str, aggregate_type: str) -> No
 def test_create_company_and_user_publish_upserts(
     container: Container, tap: EventTap, database_url: str
 ) -> None:
-    company_id = seed.company(container.transactions, name="Stroy Invest")
-    user_id = seed.user(container.transactions, company_id)
+    company_id = seed.company(container.stores.transactions, name="Stroy Invest")
+    user_id = seed.user(container.stores.transactions, company_id)
     publish_outbox(container)
 
     [company_event] = tap.wait_for(_for(company_id, "CompanyUpserted"), 1)
@@ -67,13 +67,13 @@ def test_create_company_and_user_publish_upserts(
 def test_grant_and_revoke_publish_full_snapshots_with_point_versions(
     container: Container, tap: EventTap
 ) -> None:
-    company_id = seed.company(container.transactions)
-    user_id = seed.user(container.transactions, company_id)
-    sales = seed.role(container.transactions, company_id, "sales-manager")
-    viewer = seed.role(container.transactions, company_id, "viewer")
-    first = seed.grant(container.transactions, user_id, sales, company_id)
-    second = seed.grant(container.transactions, user_id, viewer, company_id)
-    identity.revoke_role_assignment(container.transactions, identity.Context.fresh(), first)
+    company_id = seed.company(container.stores.transactions)
+    user_id = seed.user(container.stores.transactions, company_id)
+    sales = seed.role(container.stores.transactions, company_id, "sales-manager")
+    viewer = seed.role(container.stores.transactions, company_id, "viewer")
+    first = seed.grant(container.stores.transactions, user_id, sales, company_id)
+    second = seed.grant(container.stores.transactions, user_id, viewer, company_id)
+    identity.revoke_role_assignment(container.stores.transactions, identity.Context.fresh(), first)
     publish_outbox(container)
 
     granted_1, granted_2, revoked = tap.wait_for(_for(user_id), 3)
@@ -109,13 +109,16 @@ def test_grant_and_revoke_publish_full_snapshots_with_point_versions(
 
 
 def test_revoking_twice_announces_once(container: Container, tap: EventTap) -> None:
-    company_id = seed.company(container.transactions)
-    user_id = seed.user(container.transactions, company_id)
+    company_id = seed.company(container.stores.transactions)
+    user_id = seed.user(container.stores.transactions, company_id)
     assignment = seed.grant(
-        container.transactions, user_id, seed.role(container.transactions, company_id), company_id
+        container.stores.transactions,
+        user_id,
+        seed.role(container.stores.transactions, company_id),
+        company_id,
     )
-    identity.revoke_role_assignment(container.transactions, identity.Context.fresh(), assignment)
-    identity.revoke_role_assignment(container.transactions, identity.Context.fresh(), assignment)
+    identity.revoke_role_assignment(container.stores.transactions, identity.Context.fresh(), assignment)
+    identity.revoke_role_assignment(container.stores.transactions, identity.Context.fresh(), assignment)
     publish_outbox(container)
     events = tap.read_to_end(_for(user_id))
     assert [e.payload["changeReason"] for e in events] == ["RoleAssigned", "RoleRevoked"]
@@ -124,17 +127,17 @@ def test_revoking_twice_announces_once(container: Container, tap: EventTap) -> N
 def test_archive_role_revokes_its_assignments_and_tells_each_user(
     container: Container, tap: EventTap, database_url: str
 ) -> None:
-    company_id = seed.company(container.transactions)
-    archived = seed.role(container.transactions, company_id, "to-archive")
-    kept = seed.role(container.transactions, company_id, "kept")
-    holders = [seed.user(container.transactions, company_id) for _ in range(3)]
+    company_id = seed.company(container.stores.transactions)
+    archived = seed.role(container.stores.transactions, company_id, "to-archive")
+    kept = seed.role(container.stores.transactions, company_id, "kept")
+    holders = [seed.user(container.stores.transactions, company_id) for _ in range(3)]
     for user_id in holders:
-        seed.grant(container.transactions, user_id, archived, company_id)
-    seed.grant(container.transactions, holders[0], kept, company_id)
-    bystander = seed.user(container.transactions, company_id)
-    seed.grant(container.transactions, bystander, kept, company_id)
+        seed.grant(container.stores.transactions, user_id, archived, company_id)
+    seed.grant(container.stores.transactions, holders[0], kept, company_id)
+    bystander = seed.user(container.stores.transactions, company_id)
+    seed.grant(container.stores.transactions, bystander, kept, company_id)
 
-    affected = identity.archive_role(container.transactions, identity.Context.fresh(), archived)
+    affected = identity.archive_role(container.stores.transactions, identity.Context.fresh(), archived)
     publish_outbox(container)
 
     assert affected == 3
@@ -163,25 +166,28 @@ def test_archive_role_revokes_its_assignments_and_tells_each_user(
     assert role_status == ("Archived",)
     assert not [e for e in tap.read_to_end(_for(bystander)) if e.payload["changeReason"] == "RoleArchived"]
     with pytest.raises(ConflictError):
-        seed.grant(container.transactions, bystander, archived, company_id)
+        seed.grant(container.stores.transactions, bystander, archived, company_id)
 
 
 @pytest.mark.parametrize(("members", "expected"), [(3, FanOutPath.INLINE), (4, FanOutPath.QUEUED)])
 def test_set_permissions_inline_up_to_the_threshold_and_queued_above(
     container: Container, tap: EventTap, database_url: str, members: int, expected: FanOutPath
 ) -> None:
-    company_id = seed.company(container.transactions)
-    role_id = seed.role(container.transactions, company_id)
-    users = [seed.user(container.transactions, company_id) for _ in range(members)]
+    company_id = seed.company(container.stores.transactions)
+    role_id = seed.role(container.stores.transactions, company_id)
+    users = [seed.user(container.stores.transactions, company_id) for _ in range(members)]
     for user_id in users:
-        seed.grant(container.transactions, user_id, role_id, company_id)
+        seed.grant(container.stores.transactions, user_id, role_id, company_id)
     # A second assignment of the same role must not count its user twice.
     seed.grant_in(
-        container.transactions, users[0], role_id, Scope(ScopeType.PROJECT, project_id=uuid.uuid4())
+        container.stores.transactions, users[0], role_id, Scope(ScopeType.PROJECT, project_id=uuid.uuid4())
     )
 
     change = seed.change_permissions(
-        container.transactions, role_id, ["deals.read", "deals.write"], FanOutPolicy(inline_threshold=3)
+        container.stores.transactions,
+        role_id,
+        ["deals.read", "deals.write"],
+        FanOutPolicy(inline_threshold=3),
     )
     publish_outbox(container)
 
@@ -217,13 +223,13 @@ def test_set_permissions_inline_up_to_the_threshold_and_queued_above(
 
 
 def test_pending_fanout_tasks_coalesce_to_the_newest_version(container: Container, database_url: str) -> None:
-    company_id = seed.company(container.transactions)
-    role_id = seed.role(container.transactions, company_id)
-    for user_id in [seed.user(container.transactions, company_id) for _ in range(2)]:
-        seed.grant(container.transactions, user_id, role_id, company_id)
+    company_id = seed.company(container.stores.transactions)
+    role_id = seed.role(container.stores.transactions, company_id)
+    for user_id in [seed.user(container.stores.transactions, company_id) for _ in range(2)]:
+        seed.grant(container.stores.transactions, user_id, role_id, company_id)
     policy = FanOutPolicy(inline_threshold=1)
-    first = seed.change_permissions(container.transactions, role_id, ["a"], policy)
-    second = seed.change_permissions(container.transactions, role_id, ["b"], policy)
+    first = seed.change_permissions(container.stores.transactions, role_id, ["a"], policy)
+    second = seed.change_permissions(container.stores.transactions, role_id, ["b"], policy)
     assert first.task_id == second.task_id
     with psycopg.connect(database_url) as conn:
         rows = conn.execute("SELECT status, role_version FROM identity.access_fanout_tasks").fetchall()
@@ -235,9 +241,9 @@ def test_pending_fanout_tasks_coalesce_to_the_newest_version(container: Containe
 
 
 def test_granting_a_role_the_user_already_holds_in_that_scope_is_a_conflict(container: Container) -> None:
-    company = seed.company(container.transactions)
-    role = seed.role(container.transactions, company)
-    user = seed.user(container.transactions, company)
-    seed.grant(container.transactions, user, role, company)
+    company = seed.company(container.stores.transactions)
+    role = seed.role(container.stores.transactions, company)
+    user = seed.user(container.stores.transactions, company)
+    seed.grant(container.stores.transactions, user, role, company)
     with pytest.raises(ConflictError, match="already holds"):
-        seed.grant(container.transactions, user, role, company)
+        seed.grant(container.stores.transactions, user, role, company)

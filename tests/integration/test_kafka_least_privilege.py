@@ -49,22 +49,26 @@ def containers(settings: Settings, logins: JobLogins) -> Iterator[dict[str, Cont
 def test_the_topic_admin_creates_the_topics_the_relay_publishes_and_the_reader_audits_and_shows(
     containers: dict[str, Container],
 ) -> None:
-    containers["topic-admin"].ensure_topics()  # created here, or by an earlier test of this broker
+    containers[
+        "topic-admin"
+    ].connections.ensure_topics()  # created here, or by an earlier test of this broker
     writer = containers["outbox-relay"]
-    company = seed.company(writer.transactions)
-    role = seed.role(writer.transactions, company)
-    users = [seed.user(writer.transactions, company) for _ in range(USERS)]
+    company = seed.company(writer.stores.transactions)
+    role = seed.role(writer.stores.transactions, company)
+    users = [seed.user(writer.stores.transactions, company) for _ in range(USERS)]
     for user in users:
-        seed.grant(writer.transactions, user, role, company)
-    seed.change_permissions(writer.transactions, role, ["deals.read"], FanOutPolicy(inline_threshold=USERS))
+        seed.grant(writer.stores.transactions, user, role, company)
+    seed.change_permissions(
+        writer.stores.transactions, role, ["deals.read"], FanOutPolicy(inline_threshold=USERS)
+    )
     publish_outbox(writer)
-    report = containers["access-reader"].access_audit(lambda done, total: None)
+    report = containers["access-reader"].use_cases.access_audit(lambda done, total: None)
     # The broker is shared: users of other tests' databases may show as drifted here, never ours.
     assert (report.missing, report.pending, report.incomplete) == (0, 0, [])
     assert report.users >= USERS and not {str(user) for user in users} & set(report.examples)
-    shown = containers["access-reader"].access_show(users[0])
+    shown = containers["access-reader"].use_cases.access_show(users[0])
     assert shown.verdict is Verdict.MATCHING
-    assert containers["serve"].access_show(users[-1]).verdict is Verdict.MATCHING
+    assert containers["serve"].use_cases.access_show(users[-1]).verdict is Verdict.MATCHING
 
 
 def test_talent_sync_consumes_and_commits_on_its_principal(
@@ -79,7 +83,7 @@ def test_talent_sync_consumes_and_commits_on_its_principal(
     finally:
         stop.set()
         consumer.join(30)
-    lag = containers["serve"].health.consumer_lag()
+    lag = containers["serve"].use_cases.health.consumer_lag()
     assert lag.error is None and lag.total == 0, lag
 
 
@@ -87,12 +91,12 @@ def test_a_topic_replay_import_started_by_the_admin_api_runs_and_hands_the_group
     containers: dict[str, Container],
 ) -> None:
     request = ImportRequest(ImportMode.TOPIC_REPLAY)
-    started = containers["serve"].imports.start(request, who=Actor("http:olga"))
+    started = containers["serve"].use_cases.imports.start(request, who=Actor("http:olga"))
     run = run_to_end(containers["talent-import"], request)  # what a worker's talent-import does with it
     assert run.run_id == started.run_id
     assert run.status is RunStatus.COMPLETED
     assert run.users.applied == USERS
-    lag = containers["serve"].health.consumer_lag()
+    lag = containers["serve"].use_cases.health.consumer_lag()
     assert lag.error is None and lag.total == 0, lag  # the import moved talent-sync's group to its end
 
 
@@ -105,9 +109,9 @@ def test_no_job_principal_may_do_what_it_was_not_granted(containers: dict[str, C
     publish."""
     stray = f"{PUBLISHED_TOPICS[0]}.stray-{uuid.uuid4().hex[:6]}"
     with pytest.raises(KafkaException, match="TOPIC_AUTHORIZATION_FAILED"):
-        ensure_topics(containers["access-reader"].kafka_client_config, [stray], TopicLayout(1, 1))
+        ensure_topics(containers["access-reader"].connections.kafka_client_config, [stray], TopicLayout(1, 1))
     refused: list[KafkaError | None] = []
-    producer = Producer(containers["talent-sync"].kafka_client_config)
+    producer = Producer(containers["talent-sync"].connections.kafka_client_config)
     producer.produce(ACCESS_TOPIC, b"{}", key=b"k", on_delivery=lambda error, _: refused.append(error))
     producer.flush(15)
     assert [error.code() if error else None for error in refused] == [KafkaError.TOPIC_AUTHORIZATION_FAILED]

@@ -18,6 +18,7 @@ from pin_identity.adapters.kafka.embedded import free_port, start_broker, stop_b
 from pin_identity.adapters.postgres.outbox_queue import PostgresOutboxQueue
 from pin_identity.adapters.postgres.outbox_writer import write_outbox
 from pin_identity.composition import Container
+from pin_identity.composition.connections import Connections
 from pin_identity.config import Settings
 from pin_identity.domain.events import ACCESS_TOPIC, OutboxMessage
 from pin_identity.operations.ports.outbox import PendingEvent, RelayRole
@@ -41,7 +42,7 @@ def _run_relay(
     container: Container, signals: RelaySignals | None = None
 ) -> tuple[threading.Event, threading.Thread]:
     stop = threading.Event()
-    relay = container.outbox_relay(observer=signals)
+    relay = container.jobs.outbox_relay(observer=signals)
     thread = threading.Thread(target=relay.run, args=(stop,), daemon=True)
     thread.start()
     return stop, thread
@@ -53,7 +54,7 @@ def test_relay_publishes_in_order_per_key_and_deletes_what_was_acknowledged(
     keys = [uuid.uuid4() for _ in range(5)]
     for batch in range(4):
         _write(database_url, [_message(key, batch * 10 + i) for key in keys for i in range(10)])
-    container.outbox_relay().run(threading.Event(), once=True)
+    container.jobs.outbox_relay().run(threading.Event(), once=True)
 
     events = tap.wait_for(lambda e: uuid.UUID(e.key) in keys, 200)
     for key in keys:
@@ -67,7 +68,7 @@ def test_a_row_the_broker_rejects_goes_to_dead_letters_and_blocks_nothing(
 ) -> None:
     key = uuid.uuid4()
     _write(database_url, [_message(key, 1), _message(key, 2, size=2_000_000), _message(key, 3)])
-    container.outbox_relay().run(threading.Event(), once=True)
+    container.jobs.outbox_relay().run(threading.Event(), once=True)
 
     events = tap.wait_for(lambda e: e.key == str(key), 2)
     assert [e.payload["n"] for e in events] == [1, 3]
@@ -86,7 +87,7 @@ def test_a_row_that_commits_late_is_not_overtaken(
         _write(database_url, [_message(key, 2)])  # younger transaction, committed first
         # With --once the relay works until the outbox holds nothing committed: it waits for the old one.
         relay = threading.Thread(
-            target=container.outbox_relay().run, args=(threading.Event(),), kwargs={"once": True}
+            target=container.jobs.outbox_relay().run, args=(threading.Event(),), kwargs={"once": True}
         )
         relay.start()
         assert tap.settle(lambda e: e.key == str(key), quiet_s=0.5) == []
@@ -106,7 +107,7 @@ def test_a_relay_starting_on_an_emptied_outbox_reads_the_next_row(
     _write(database_url, [_message(uuid.uuid4(), n) for n in range(5000)])
     with psycopg.connect(database_url) as conn:
         conn.execute("DELETE FROM identity.outbox_events")
-    queue = PostgresOutboxQueue(container.database)
+    queue = PostgresOutboxQueue(container.connections.database)
     try:
         assert queue.try_become_active() is not RelayRole.STANDBY
         assert queue.fetch_ready(2000, 0) == [] and queue.fetch_ready(2000, 0) == []
@@ -145,7 +146,7 @@ def test_a_row_that_commits_late_is_not_stepped_over_by_the_rows_after_it(
 def test_the_backlog_is_counted_while_short_and_estimated_from_the_ids_when_long(
     container: Container, database_url: str
 ) -> None:
-    queue = PostgresOutboxQueue(container.database)
+    queue = PostgresOutboxQueue(container.connections.database)
     _write(database_url, [_message(uuid.uuid4(), n) for n in range(3)])
     assert queue.backlog().waiting == 3
     _write(database_url, [_message(uuid.uuid4(), n) for n in range(12_000)])
@@ -167,7 +168,7 @@ def test_a_removal_lost_with_its_session_is_sent_again_before_the_next_session_r
     removal the next session commits."""
     key = uuid.uuid4()
     _write(database_url, [_message(key, n) for n in range(1, 4)])
-    queue = PostgresOutboxQueue(container.database)
+    queue = PostgresOutboxQueue(container.connections.database)
     assert queue.try_become_active() is RelayRole.ACTIVE
     [first] = queue.fetch_ready(1, 0)
     queue.settle([first.outbox_id], {})
@@ -214,7 +215,7 @@ def test_a_removal_that_outlives_a_crash_spares_a_new_row_that_reuses_its_id(
     already acknowledged and still holds for removal. The next session sends that removal before its first
     read: it must not delete the new row that carries the id, which was never published."""
     _write(database_url, [_message(uuid.uuid4(), 1)])
-    queue = PostgresOutboxQueue(container.database)
+    queue = PostgresOutboxQueue(container.connections.database)
     assert queue.try_become_active() is RelayRole.ACTIVE
     [published] = queue.fetch_ready(10, 0)
     queue.settle([published.outbox_id], {})  # acknowledged: its removal goes out with the next read
@@ -231,7 +232,10 @@ def test_a_removal_that_outlives_a_crash_spares_a_new_row_that_reuses_its_id(
 
 
 def test_only_one_relay_is_active_and_a_standby_takes_over(container: Container, settings: Settings) -> None:
-    first, second = PostgresOutboxQueue(container.database), PostgresOutboxQueue(Container(settings).database)
+    first, second = (
+        PostgresOutboxQueue(container.connections.database),
+        PostgresOutboxQueue(Connections(settings).database),
+    )
     assert first.try_become_active() is RelayRole.ACTIVE
     assert second.try_become_active() is RelayRole.STANDBY
     first.reset()  # the active relay's session dies: its lock goes with it, unclean
@@ -297,7 +301,7 @@ def test_no_event_is_lost_while_the_broker_is_stopped_and_restarted(
     # A short delivery timeout keeps the outage short; production keeps the default minute.
     overrides = {"kafka_bootstrap_servers": bootstrap, "kafka_config": '{"message.timeout.ms": "5000"}'}
     container = Container(settings.model_copy(update=overrides))
-    container.ensure_topics()
+    container.connections.ensure_topics()
     live = LiveCounter(bootstrap)
     written: list[str] = []
 
@@ -419,9 +423,9 @@ def test_a_broker_stopped_with_thousands_of_events_in_flight_loses_none(
         "kafka_config": '{"message.timeout.ms": "30000"}',
     }
     container = Container(settings.model_copy(update=overrides))
-    container.ensure_topics()
+    container.connections.ensure_topics()
     written = [_message(uuid.uuid4(), n) for n in range(FIRST_WAVE + IN_FLIGHT)]
-    relay = container.outbox_relay()
+    relay = container.jobs.outbox_relay()
     stop = threading.Event()
     thread = threading.Thread(target=relay.run, args=(stop,), daemon=True)
     thread.start()

@@ -18,10 +18,9 @@ from pin_identity.adapters.postgres import migrate
 from pin_identity.adapters.postgres.outbox_queue import PostgresOutboxQueue
 from pin_identity.adapters.postgres.outbox_writer import write_outbox
 from pin_identity.composition import Container
-from pin_identity.config import Settings
+from pin_identity.config import RelaySettings, Settings
 from pin_identity.domain.events import OutboxMessage
 from pin_identity.domain.fanout import FanOutPolicy
-from pin_identity.jobs.outbox_relay import RelaySettings
 from pin_identity.observability import metrics
 from tests.support import seed
 from tests.support.databases import create_database
@@ -49,7 +48,7 @@ def relay(container: Container) -> Iterator[RelaySignals]:
     signals = RelaySignals(held_after_s=1.0)
     stop = threading.Event()
     thread = threading.Thread(
-        target=container.outbox_relay(FAST_LOOKS, signals).run, args=(stop,), daemon=True
+        target=container.jobs.outbox_relay(FAST_LOOKS, signals).run, args=(stop,), daemon=True
     )
     thread.start()
     yield signals
@@ -73,7 +72,7 @@ def test_a_writer_that_never_commits_is_named_measured_and_everything_goes_once_
         signals = RelaySignals(held_after_s=1.0)
         stop = threading.Event()
         relay = threading.Thread(
-            target=container.outbox_relay(FAST_LOOKS, signals).run, args=(stop,), daemon=True
+            target=container.jobs.outbox_relay(FAST_LOOKS, signals).run, args=(stop,), daemon=True
         )
         relay.start()
         try:
@@ -125,7 +124,7 @@ def test_a_session_that_only_reads_the_id_sequence_holds_nothing_back(
         assert _sequence_locks(database_url, "reads-the-sequence") == ["AccessShareLock"]
         _write(database_url, *ours)
         tap.wait_for(lambda e: e.key in {m.key for m in ours}, 20, timeout_s=15)
-        backlog_reader = PostgresOutboxQueue(container.database)
+        backlog_reader = PostgresOutboxQueue(container.connections.database)
         try:
             assert backlog_reader.backlog().held_by is None
         finally:
@@ -153,16 +152,16 @@ def test_a_pg_dump_of_postgresql_15_to_17_holds_nothing_back_while_a_role_change
     container = Container(
         Settings(database_url=url, kafka_bootstrap_servers=broker, data_dir=tmp_path, worker_http_port=0)
     )
-    company_id, role_id = seed.held_role(container.transactions, holders=0)
+    company_id, role_id = seed.held_role(container.stores.transactions, holders=0)
     holders = {str(user) for user in seed.bulk_role_members(url, role_id, company_id, 2000)}
     stop = threading.Event()
-    relay = threading.Thread(target=container.outbox_relay(FAST_LOOKS).run, args=(stop,), daemon=True)
+    relay = threading.Thread(target=container.jobs.outbox_relay(FAST_LOOKS).run, args=(stop,), daemon=True)
     relay.start()
     # Its output is not read until the end: the dump (schema and 4,000 rows, past a pipe's 64 KiB) waits.
     dump = subprocess.Popen([bindir / "pg_dump", "-d", url], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         wait_until(lambda: _sequence_locks(url, "pg_dump") == ["AccessShareLock"], "pg_dump read it")
-        seed.change_permissions(container.transactions, role_id, ["deals.write"], FanOutPolicy(5000))
+        seed.change_permissions(container.stores.transactions, role_id, ["deals.write"], FanOutPolicy(5000))
         tap.wait_for(lambda e: e.key in holders, len(holders), timeout_s=30)
         assert dump.poll() is None  # still dumping, its read of the sequence held
     finally:

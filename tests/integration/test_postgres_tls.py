@@ -15,6 +15,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from pin_identity.adapters.kafka.embedded import free_port
 from pin_identity.composition import Container
+from pin_identity.composition.connections import Connections
 from pin_identity.config import ConfigurationError, Settings
 from tests.support.certificates import ServerCertificate, make_server_certificate
 from tests.support.older_postgres import older_postgres, older_postgres_bin
@@ -54,7 +55,7 @@ def test_verify_full_against_the_servers_ca_works_with_the_password_from_a_file(
     settings = Settings(database_url=url, database_password_file=password_file, data_dir=tmp_path)
     container = Container(settings)
     try:
-        container.upgrade_schema()  # the pool's connections, and Alembic's
+        container.connections.upgrade_schema()  # the pool's connections, and Alembic's
         with psycopg.connect(admin_url) as conn:
             sessions = conn.execute(
                 "SELECT count(*), bool_and(s.ssl) FROM pg_stat_ssl s JOIN pg_stat_activity a USING (pid)"
@@ -62,7 +63,7 @@ def test_verify_full_against_the_servers_ca_works_with_the_password_from_a_file(
                 (ROLE,),
             ).fetchone()
         assert sessions is not None and sessions[0] > 0 and sessions[1] is True, sessions
-        assert PASSWORD not in container.database_url
+        assert PASSWORD not in container.connections.database_url
     finally:
         container.close()
 
@@ -84,7 +85,7 @@ def test_a_failing_login_is_refused_in_one_line_without_the_password(
     url = _url(admin_url, ca)
     settings = Settings(database_url=url, database_password_file=password_file, data_dir=tmp_path)
     with pytest.raises(ConfigurationError) as refused:
-        Container(settings).require_database()
+        Connections(settings).require_database()
     message = str(refused.value)
     assert message.startswith("PIN_IDENTITY_DATABASE_URL: ") and said in message
     assert "\n" not in message and PASSWORD not in message and WRONG_PASSWORD not in message

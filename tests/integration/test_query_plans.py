@@ -22,8 +22,8 @@ import pytest
 
 from pin_identity.adapters.postgres.catalogue import query
 from pin_identity.adapters.postgres.outbox_writer import template_params, write_outbox
+from pin_identity.config import FanOutSettings
 from pin_identity.domain.events import access_changed_template
-from pin_identity.domain.fanout import FanOutSettings
 from pin_identity.domain.model import AccessChangeReason
 from tests.support.phones import next_phone
 from tests.support.relay import access_message

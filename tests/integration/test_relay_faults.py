@@ -23,9 +23,8 @@ from pin_identity.adapters.postgres.database import ConnectionLimits, Database, 
 from pin_identity.adapters.postgres.outbox_queue import PostgresOutboxQueue
 from pin_identity.adapters.postgres.outbox_writer import write_outbox
 from pin_identity.composition import Container
-from pin_identity.config import Settings
+from pin_identity.config import RelaySettings, Settings
 from pin_identity.domain.events import ACCESS_TOPIC, PUBLISHED_TOPICS
-from pin_identity.jobs.outbox_relay import RelaySettings
 from pin_identity.observability import metrics
 from pin_identity.operations.ports.outbox import RelayRole
 from tests.support.brokers import ProxiedBroker
@@ -86,7 +85,7 @@ def test_one_keys_events_never_reorder_through_an_outage_longer_than_the_deliver
     keys = [uuid.uuid4() for _ in range(300)]
     timeouts_before = _timeouts()
     stop, signals = threading.Event(), RelaySignals()
-    outbox_relay = container.outbox_relay(observer=signals)
+    outbox_relay = container.jobs.outbox_relay(observer=signals)
     relay = threading.Thread(target=outbox_relay.run, args=(stop,), daemon=True)
     relay.start()
     try:

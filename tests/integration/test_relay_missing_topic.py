@@ -14,6 +14,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 from pin_identity.composition import Container
+from pin_identity.composition.connections import Connections
 from pin_identity.config import Settings
 from pin_identity.domain.events import ACCESS_TOPIC
 from tests.support import seed
@@ -34,7 +35,7 @@ SHORT_TIMEOUTS = '{"message.timeout.ms": "3000", "topic.metadata.propagation.max
 RunRelay = Callable[[Container, RelaySignals], None]
 
 
-class RefusingContainer(Container):
+class RefusingConnections(Connections):
     """The broker refuses the relay's topic creation, as one whose ACLs grant it no CREATE would."""
 
     def ensure_topics(self) -> list[str]:
@@ -44,7 +45,7 @@ class RefusingContainer(Container):
 @pytest.fixture
 def relay_settings(settings: Settings, own_broker: str) -> Settings:
     """The test's own broker, its topics created."""
-    Container(settings.model_copy(update={"kafka_bootstrap_servers": own_broker})).ensure_topics()
+    Connections(settings.model_copy(update={"kafka_bootstrap_servers": own_broker})).ensure_topics()
     return settings.model_copy(update={"kafka_bootstrap_servers": own_broker, "kafka_config": SHORT_TIMEOUTS})
 
 
@@ -55,7 +56,7 @@ def run_relay() -> Iterator[RunRelay]:
 
     def start(container: Container, signals: RelaySignals) -> None:
         stop = threading.Event()
-        relay = container.outbox_relay(observer=signals)
+        relay = container.jobs.outbox_relay(observer=signals)
         thread = threading.Thread(target=relay.run, args=(stop,), daemon=True)
         thread.start()
         running.append((stop, thread, container))
@@ -78,7 +79,7 @@ def test_the_access_topic_deleted_under_a_running_relay_is_recreated_by_it_and_e
     relay_settings: Settings, database_url: str, run_relay: RunRelay
 ) -> None:
     container, signals = Container(relay_settings), RelaySignals()
-    _, role = seed.held_role(container.transactions, HOLDERS)
+    _, role = seed.held_role(container.stores.transactions, HOLDERS)
     run_relay(container, signals)
     # The grants are published: the relay's producer knows the topic when it goes.
     wait_until(lambda: outbox_count(database_url) == 0, "the grants are published")
@@ -94,7 +95,7 @@ def test_a_relay_that_starts_while_the_access_topic_is_missing_recreates_it_and_
     """Its producer has never seen the topic (a relay restarted after the deletion, a standby taking over):
     the broker's first answer is "unknown topic", and the recreated topic must be known to it at once."""
     container, signals = Container(relay_settings), RelaySignals()
-    _, role = seed.held_role(container.transactions, HOLDERS)
+    _, role = seed.held_role(container.stores.transactions, HOLDERS)
     delete_topic(str(relay_settings.kafka_bootstrap_servers), ACCESS_TOPIC)
     change_permissions_inline(container, role, HOLDERS)
     run_relay(container, signals)
@@ -105,8 +106,9 @@ def test_a_relay_that_starts_while_the_access_topic_is_missing_recreates_it_and_
 def test_a_relay_refused_the_topics_creation_holds_says_so_and_goes_on_once_an_operator_creates_it(
     relay_settings: Settings, database_url: str, run_relay: RunRelay
 ) -> None:
-    container, signals = RefusingContainer(relay_settings), RelaySignals()
-    _, role = seed.held_role(container.transactions, HOLDERS)
+    container, signals = Container(relay_settings), RelaySignals()
+    container.connections = RefusingConnections(relay_settings)
+    _, role = seed.held_role(container.stores.transactions, HOLDERS)
     run_relay(container, signals)
     wait_until(lambda: outbox_count(database_url) == 0, "the grants are published")
     delete_topic(str(relay_settings.kafka_bootstrap_servers), ACCESS_TOPIC)
@@ -115,6 +117,6 @@ def test_a_relay_refused_the_topics_creation_holds_says_so_and_goes_on_once_an_o
     assert "TOPIC_AUTHORIZATION_FAILED" in signals.held[ACCESS_TOPIC]
     assert outbox_count(database_url) == HOLDERS
     assert outbox_count(database_url, "outbox_dead_letters") == 0
-    Container(relay_settings).ensure_topics()  # the operator, as `pin-identity kafka ensure-topics` does
+    Connections(relay_settings).ensure_topics()  # the operator, as `pin-identity kafka ensure-topics` does
     _published_in_full(relay_settings, database_url, role)
     assert signals.recreated == []

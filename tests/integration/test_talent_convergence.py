@@ -84,7 +84,7 @@ def _consume(container: Container, batch: list[dict[str, Any]]) -> list[BatchOut
     ctx = Context.fresh()
     options = ApplyOptions(retry_at=lambda attempt: ctx.now)
     items = [SourceItem(talent.raw(snapshot)) for snapshot in batch]
-    with container.replica_transactions() as tx:
+    with container.stores.replica_transactions() as tx:
         outcome = apply_snapshots(tx, items, ctx, options)  # the batch's tenants before its users
         tx.commit()
     return [outcome, *_retry_deferred(container)]
@@ -92,7 +92,7 @@ def _consume(container: Container, batch: list[dict[str, Any]]) -> list[BatchOut
 
 def _retry_deferred(container: Container) -> list[BatchOutcome]:
     ctx = Context(uuid.uuid4(), now_utc() + timedelta(days=1))
-    with container.replica_transactions() as tx:
+    with container.stores.replica_transactions() as tx:
         due = tx.due_quarantined(ctx.now, 100)
         outcome = apply_snapshots(tx, due, ctx, ApplyOptions(retry_at=lambda _: ctx.now))
         tx.commit()
@@ -150,7 +150,7 @@ def replica(container: Container) -> Iterator[Container]:
 
 
 def _reset(container: Container) -> None:
-    with container.database.connection() as conn:
+    with container.connections.database.connection() as conn:
         for table in (
             "outbox_events",
             "talent_import_failed_items",

@@ -31,7 +31,7 @@ from tests.support.waiting import wait_until
 
 
 def _rows(world: TalentWorld, sql: Any, params: Any = None) -> list[tuple[Any, ...]]:
-    with world.container.database.connection() as conn:
+    with world.container.connections.database.connection() as conn:
         return conn.execute(sql, params).fetchall()
 
 
@@ -84,7 +84,7 @@ def test_a_run_interrupted_mid_stage_resumes_from_its_pending_pages(world: Talen
     runner = job(world.container)
     run = world.start(runner, page_size=4)
     for _ in range(3):  # plan, then apply a few Tenants pages, then the process "dies"
-        runner.step(world.container.import_store.load_run(run.run_id) or run)
+        runner.step(world.container.stores.import_store.load_run(run.run_id) or run)
     runner.close()
     runner.lock.release()
     done_before = _rows(
@@ -113,7 +113,7 @@ def test_poison_items_are_quarantined_and_the_run_still_completes(world: TalentW
     run = world.run(page_size=10)
 
     assert run.status is RunStatus.COMPLETED
-    codes = sorted(item.error_code for item in world.container.import_store.failed_items(run.run_id))
+    codes = sorted(item.error_code for item in world.container.stores.import_store.failed_items(run.run_id))
     assert codes == [
         "IDENTITY_SYNC_COMPANY_NOT_FOUND",  # the user of the quarantined tenant
         "IDENTITY_SYNC_INVALID_PAYLOAD",
@@ -145,7 +145,7 @@ def test_a_dry_run_writes_nothing_and_counts_what_a_real_run_would(world: Talent
     assert dry.status is RunStatus.COMPLETED and dry.dry_run
     assert talent.replica_state(world.container) == {"companies": [], "users": []}
     assert _rows(world, "SELECT count(*) FROM identity.outbox_events") == [(0,)]
-    assert world.container.import_store.failed_items(dry.run_id) == []
+    assert world.container.stores.import_store.failed_items(dry.run_id) == []
     real = world.run(page_size=7)
     assert _counts(dry.result(now_utc())) == _counts(real.result(now_utc()))
 
@@ -170,13 +170,15 @@ def test_cancelling_stops_after_the_current_page_and_keeps_done_pages(world: Tal
     world.publish(generate_dataset(20, 0, seed=10))
     stop = threading.Event()
     runner = job(world.container)
-    runner.sources = lambda mode: _SignalledAfterReads(world.container.talent_source(mode), stop, reads=2)
+    runner.sources = lambda mode: _SignalledAfterReads(
+        world.container.jobs.talent_source(mode), stop, reads=2
+    )
     run = world.start(runner, page_size=2)
 
     ended = runner.drive(run, stop)
 
     assert ended.status is RunStatus.CANCELLED
-    assert world.container.import_store.progress(run.run_id).count(status=PageStatus.DONE) == 2
+    assert world.container.stores.import_store.progress(run.run_id).count(status=PageStatus.DONE) == 2
     assert len(talent.replica_state(world.container)["companies"]) == 4
 
 
@@ -238,7 +240,7 @@ class _UsersUnreadable:
 def test_a_page_failing_every_attempt_fails_the_run_and_keeps_the_other_pages(world: TalentWorld) -> None:
     world.publish(generate_dataset(4, 10, seed=13))
     runner = job(world.container)
-    runner.sources = lambda mode: _UsersUnreadable(world.container.talent_source(mode))
+    runner.sources = lambda mode: _UsersUnreadable(world.container.jobs.talent_source(mode))
     run = world.start(runner, page_size=5)
 
     ended = runner.drive(run, threading.Event())
@@ -277,7 +279,7 @@ def test_a_completed_replay_hands_the_consumer_group_over_where_it_ended(replay_
     world.publish(generate_dataset(5, 30, seed=15))
 
     world.run()
-    group = Consumer({**world.container.kafka_client_config, "group.id": world.topics.group})
+    group = Consumer({**world.container.connections.kafka_client_config, "group.id": world.topics.group})
     ends, committed = [], []
     for topic in (world.topics.tenants, world.topics.users):
         for partition in group.list_topics(topic, timeout=10).topics[topic].partitions:
@@ -296,18 +298,18 @@ def test_a_planner_with_a_stale_view_of_the_run_changes_nothing(api_world: Talen
     world.publish(generate_dataset(9, 0, seed=16))
     runner = job(world.container)
     run = world.start(runner, page_size=4)
-    source = world.container.talent_source(world.mode)
+    source = world.container.jobs.talent_source(world.mode)
     step = source.plan(ImportStage.TENANTS, None, 0, 4, None)
     source.close()
 
-    first = world.container.import_store.add_planned_pages(run, ImportStage.TENANTS, step)
-    again = world.container.import_store.add_planned_pages(
+    first = world.container.stores.import_store.add_planned_pages(run, ImportStage.TENANTS, step)
+    again = world.container.stores.import_store.add_planned_pages(
         run, ImportStage.TENANTS, step
     )  # the same stale view
 
     assert (first, again) == (True, False)
-    assert world.container.import_store.progress(run.run_id).count() == 1
-    assert world.container.import_store.load_run(run.run_id).companies.planned == 4  # type: ignore[union-attr]
+    assert world.container.stores.import_store.progress(run.run_id).count() == 1
+    assert world.container.stores.import_store.load_run(run.run_id).companies.planned == 4  # type: ignore[union-attr]
     runner.lock.release()
 
 
@@ -325,8 +327,10 @@ def test_a_worker_that_cannot_read_the_source_leaves_the_run_to_others(api_world
     unconfigured.close()
 
     assert (moved, helper.orchestrating) == (False, False)
-    assert world.container.import_store.progress(run.run_id).count() == 0  # nothing planned, nothing claimed
-    assert world.container.run_lock().holder() is None
+    assert (
+        world.container.stores.import_store.progress(run.run_id).count() == 0
+    )  # nothing planned, nothing claimed
+    assert world.container.stores.run_lock().holder() is None
 
 
 class _TalentWritesDuringTheReplay:
@@ -352,7 +356,7 @@ def test_a_user_written_during_a_replay_is_left_to_the_consumer_not_lost(replay_
     late_manager = talent.user(late_company["tenantId"])
     runner = job(world.container)
     runner.sources = lambda mode: _TalentWritesDuringTheReplay(
-        world.container.talent_source(mode),
+        world.container.jobs.talent_source(mode),
         lambda: world.publish(TalentDataset([late_company], [late_manager])),
     )
     run = world.start(runner)
@@ -372,19 +376,21 @@ def test_an_orchestrator_whose_lock_session_died_steps_down(api_world: TalentWor
     runner = job(world.container)
     run = world.start(runner, page_size=2)
     runner.orchestrating = True
-    with world.container.database.connection() as conn:
+    with world.container.connections.database.connection() as conn:
         conn.execute(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
             " WHERE application_name LIKE 'pin-identity talent-import%%'"
         )
         conn.commit()
-    successor = world.container.run_lock()
+    successor = world.container.stores.run_lock()
     wait_until(successor.try_acquire, "the terminated session to release the lock")  # it exits asynchronously
 
     runner.step(run)
 
     assert runner.orchestrating is False
-    assert world.container.import_store.progress(run.run_id).count() == 0  # it planned nothing meanwhile
+    assert (
+        world.container.stores.import_store.progress(run.run_id).count() == 0
+    )  # it planned nothing meanwhile
     successor.release()
     runner.close()
 
@@ -402,6 +408,6 @@ def test_hostile_items_are_quarantined_and_the_good_ones_around_them_apply(world
     run = world.run(page_size=10)
 
     assert run.status is RunStatus.COMPLETED
-    failed = world.container.import_store.failed_items(run.run_id)
+    failed = world.container.stores.import_store.failed_items(run.run_id)
     assert [item.error_code for item in failed] == ["IDENTITY_SYNC_INVALID_PAYLOAD"] * 4
     assert _counts(run.result(now_utc())) == ((5, 2, 0, 3), (2, 1, 0, 1))

@@ -48,7 +48,7 @@ def _picture(container: Container) -> tuple[Any, ...]:
     events = sorted(
         json.dumps(e, sort_keys=True, ensure_ascii=False) for e in talent.outbox_events(container)
     )
-    with container.database.connection() as conn:
+    with container.connections.database.connection() as conn:
         quarantine = sorted(
             conn.execute(
                 "SELECT stage, external_id::text, error_code FROM identity.talent_import_failed_items"

@@ -19,7 +19,7 @@ from tests.support.schemas import validate_event
 
 
 def _rows(container: Container, sql: Any, params: Any = None) -> list[tuple[Any, ...]]:
-    with container.database.connection() as conn:
+    with container.connections.database.connection() as conn:
         return conn.execute(sql, params).fetchall()
 
 
@@ -51,7 +51,7 @@ def test_a_new_manager_gets_exactly_one_default_role_and_three_events(container:
 def test_a_phone_of_an_existing_investor_is_quarantined_not_merged(container: Container) -> None:
     company = talent.tenant()
     talent.tenants(container, company)
-    investor = seed.user(container.transactions)
+    investor = seed.user(container.stores.transactions)
     [(phone,)] = _rows(container, "SELECT phone FROM identity.users WHERE id = %s", [investor])
     manager = talent.user(company["tenantId"], phone=phone)
 
@@ -121,8 +121,8 @@ def test_a_deleted_manager_is_blocked_and_loses_every_active_role(container: Con
     talent.tenants(container, company)
     talent.users(container, manager)
     [(user_id, company_id)] = _rows(container, "SELECT id, company_id FROM identity.users")
-    extra_role = seed.role(container.transactions, company_id)
-    seed.grant(container.transactions, user_id, extra_role, company_id)
+    extra_role = seed.role(container.stores.transactions, company_id)
+    seed.grant(container.stores.transactions, user_id, extra_role, company_id)
 
     outcome = talent.users(container, {**manager, "version": 2, "isDeleted": True})
 
@@ -192,7 +192,7 @@ def test_the_same_failure_seen_twice_by_the_consumer_is_kept_once(container: Con
 
 def test_a_batch_is_one_transaction_even_with_its_savepoints(container: Container) -> None:
     company = talent.tenant()
-    with container.replica_transactions() as tx:
+    with container.stores.replica_transactions() as tx:
         apply_snapshots(tx, [SourceItem(talent.raw(company))], Context.fresh(), ApplyOptions())
         # left without commit(): the consumer's failed batch, whose offsets are not committed either
     assert talent.replica_state(container) == {"companies": [], "users": []}

@@ -24,7 +24,7 @@ from tests.support.waiting import wait_until
 
 
 def _rows(container: Container, sql: Any) -> list[tuple[Any, ...]]:
-    with container.database.connection() as conn:
+    with container.connections.database.connection() as conn:
         return conn.execute(sql).fetchall()
 
 
@@ -186,7 +186,7 @@ def test_poison_records_on_the_topic_are_quarantined_and_the_partition_moves_on(
         str(uuid.uuid4()): b'{"tenantId": "%s", "version": 1, "name": "\\ud800", "companyType": "Bank"}',
         str(uuid.uuid4()): b"\xff\xfe not text",
     }
-    producer = Producer(container.kafka_client_config)
+    producer = Producer(container.connections.kafka_client_config)
     producer.produce(talent_topics.tenants, json.dumps(good[0]).encode(), good[0]["tenantId"])
     for key, value in poison.items():
         producer.produce(talent_topics.tenants, value.replace(b"%s", key.encode()), key)

@@ -96,7 +96,7 @@ def test_a_group_of_workers_applies_every_record_though_one_is_killed_and_anothe
     newest = {user["userId"]: user["version"] + 1 for user in first.users}
 
     def group_lag() -> int | None:
-        return container.health.consumer_lag().total
+        return container.use_cases.health.consumer_lag().total
 
     workers = [SyncWorker(env, tmp_path / f"worker-{n}.log") for n in range(3)]
     try:

@@ -14,7 +14,8 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
 from pin_identity.adapters.postgres.grants import SCHEMA, TableGrant
-from pin_identity.composition import DATABASE_JOBS, Container
+from pin_identity.composition import Container, privileges
+from pin_identity.composition.privileges import DATABASE_JOBS
 from pin_identity.config import Settings
 from tests.support.databases import create_database, drop_database
 
@@ -53,7 +54,7 @@ def database_roles(admin_url: str, base: Settings) -> Iterator[DatabaseRoles]:
         _apply(base.model_copy(update={"database_url": roles.database_url}), names, administrator=True)
         owner = roles.settings(base, "migrations")
         with _container(owner) as container:
-            container.upgrade_schema()
+            container.connections.upgrade_schema()
         _apply(owner, names, administrator=False)
         yield roles
     finally:
@@ -65,7 +66,7 @@ def database_roles(admin_url: str, base: Settings) -> Iterator[DatabaseRoles]:
 
 def _apply(settings: Settings, names: dict[str, str], *, administrator: bool) -> None:
     with _container(settings) as container:
-        container.apply_database_grants(names, administrator=administrator)
+        privileges.apply_database_grants(container.connections, names, administrator=administrator)
 
 
 @contextmanager

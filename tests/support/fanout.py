@@ -6,7 +6,7 @@ import threading
 import time
 
 from pin_identity.composition import Container
-from pin_identity.domain.fanout import FanOutSettings
+from pin_identity.config import FanOutSettings
 from pin_identity.jobs.access_fanout import AccessFanOutJob
 from pin_identity.operations.ports.fanout import FanOutQueue
 from tests.support.clocks import ManualClock
@@ -32,7 +32,7 @@ def fanout_job(
     settings = FanOutSettings(
         polling_interval_s=0.01, batch_size=batch_size, max_lease_s=300, max_attempts=max_attempts
     )
-    return AccessFanOutJob(queue or container.fanout_queue, NoWakeups(), settings, clock)
+    return AccessFanOutJob(queue or container.stores.fanout_queue, NoWakeups(), settings, clock)
 
 
 def run_until_idle(job: AccessFanOutJob) -> None:

@@ -27,7 +27,7 @@ from tests.support.kafka_tap import EventTap
 
 
 def publish_outbox(container: Container) -> None:
-    container.outbox_relay().run(threading.Event(), once=True)
+    container.jobs.outbox_relay().run(threading.Event(), once=True)
 
 
 def access_message(key: uuid.UUID, payload: dict[str, Any]) -> OutboxMessage:
@@ -46,7 +46,7 @@ def access_message(key: uuid.UUID, payload: dict[str, Any]) -> OutboxMessage:
 def change_permissions_inline(container: Container, role: uuid.UUID, holders: int) -> None:
     """A permission change of a role of at most `holders` users: their events are written with the change."""
     identity.set_role_permissions(
-        container.transactions,
+        container.stores.transactions,
         identity.Context.fresh(),
         role_id=role,
         permissions=["deals.read", "deals.approve"],

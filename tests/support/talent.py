@@ -14,9 +14,10 @@ from uuid import UUID
 from pin_identity.adapters.kafka.talent_stream import KafkaTalentStream
 from pin_identity.adapters.talent_wire import read_item
 from pin_identity.composition import Container
+from pin_identity.config import TalentSyncSettings
 from pin_identity.domain.events import now_utc
 from pin_identity.domain.talent import ImportStage, TalentItem
-from pin_identity.jobs.talent_sync import TalentSyncJob, TalentSyncSettings
+from pin_identity.jobs.talent_sync import TalentSyncJob
 from pin_identity.operations.identity import Context
 from pin_identity.operations.ports.replica import SourceItem
 from pin_identity.operations.ports.talent import TalentStream
@@ -87,7 +88,7 @@ def apply(
     options: ApplyOptions | None = None,
 ) -> BatchOutcome:
     assert all(record.stage is stage for record in records)
-    with container.replica_transactions() as tx:
+    with container.stores.replica_transactions() as tx:
         outcome = apply_snapshots(
             tx, [SourceItem(r) for r in records], Context.fresh(), options or ApplyOptions()
         )
@@ -113,7 +114,7 @@ def sync_job(
     """The real continuous consumer on this test's topics and group."""
     return TalentSyncJob(
         stream or talent_stream(container, topics),
-        container.replica_transactions,
+        container.stores.replica_transactions,
         TalentSyncSettings(poll_timeout_s=0.3, retry_base_s=1.0),
         clock=clock,
     )
@@ -121,7 +122,7 @@ def sync_job(
 
 def talent_stream(container: Container, topics: TalentTopics) -> KafkaTalentStream:
     return KafkaTalentStream(
-        container.kafka_client_config,
+        container.connections.kafka_client_config,
         tenants_topic=topics.tenants,
         users_topic=topics.users,
         overrides={"group.id": topics.group, "session.timeout.ms": 6000},
@@ -130,7 +131,7 @@ def talent_stream(container: Container, topics: TalentTopics) -> KafkaTalentStre
 
 def produce(container: Container, topics: TalentTopics, dataset: TalentDataset, **kwargs: Any) -> None:
     produce_to_topics(
-        container.kafka_client_config,
+        container.connections.kafka_client_config,
         dataset,
         tenants_topic=topics.tenants,
         users_topic=topics.users,
@@ -159,7 +160,7 @@ WHERE u.sync_source = 'TalentIdentity' ORDER BY 1"""
 
 def replica_state(container: Container) -> dict[str, list[tuple[Any, ...]]]:
     """The Talent replica without generated ids and timestamps: what parity compares."""
-    with container.database.connection() as conn:
+    with container.connections.database.connection() as conn:
         return {
             "companies": conn.execute(_REPLICA_COMPANIES).fetchall(),
             "users": conn.execute(_REPLICA_USERS).fetchall(),
@@ -168,7 +169,7 @@ def replica_state(container: Container) -> dict[str, list[tuple[Any, ...]]]:
 
 def outbox_events(container: Container) -> list[dict[str, Any]]:
     """Unpublished events in outbox order, with generated ids replaced by Talent's and times dropped."""
-    with container.database.connection() as conn:
+    with container.connections.database.connection() as conn:
         external = dict(
             conn.execute(
                 "SELECT id::text, external_talent_tenant_id::text FROM identity.companies"

@@ -9,9 +9,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pin_identity.composition import Container
-from pin_identity.config import Settings
+from pin_identity.config import ImportSettings, Settings
 from pin_identity.domain.events import now_utc
-from pin_identity.domain.talent_import import ImportMode, ImportRequest, ImportRun, ImportSettings
+from pin_identity.domain.talent_import import (
+    ImportMode,
+    ImportRequest,
+    ImportRun,
+)
 from pin_identity.jobs.talent_import import TalentImportJob
 from pin_identity.operations.imports import start_run
 from pin_identity.simulation.talent import SimulatedTalentApi, TalentDataset, produce_to_topics
@@ -34,14 +38,20 @@ def import_container(settings: Settings, **overrides: Any) -> Iterator[Container
 
 def job(container: Container, settings: ImportSettings = FAST) -> TalentImportJob:
     return TalentImportJob(
-        container.import_store, container.run_lock(), container.talent_source, settings, now_utc
+        container.stores.import_store,
+        container.stores.run_lock(),
+        container.jobs.talent_source,
+        settings,
+        now_utc,
     )
 
 
 def run_to_end(container: Container, request: ImportRequest, settings: ImportSettings = FAST) -> ImportRun:
     """What `talent-import run` does: start or resume under the lock, then drive the run to its end."""
     runner = job(container, settings)
-    run = start_run(container.import_store, runner.lock, container.talent_source, request, now_utc())
+    run = start_run(
+        container.stores.import_store, runner.lock, container.jobs.talent_source, request, now_utc()
+    )
     return runner.drive(run, threading.Event())
 
 
@@ -77,7 +87,7 @@ class TalentWorld:
         """Make `dataset` what Talent lists (the API's content; produced to the topics once)."""
         self.api.dataset = dataset
         produce_to_topics(
-            self.container.kafka_client_config,
+            self.container.connections.kafka_client_config,
             dataset,
             tenants_topic=self.topics.tenants,
             users_topic=self.topics.users,
@@ -91,7 +101,7 @@ class TalentWorld:
 
     def start(self, runner: TalentImportJob, **fields: Any) -> ImportRun:
         """Start (or resume) a run under `runner`'s lock, which it keeps: the test drives the run."""
-        store, sources = self.container.import_store, self.container.talent_source
+        store, sources = self.container.stores.import_store, self.container.jobs.talent_source
         return start_run(store, runner.lock, sources, self.request(**fields), now_utc())
 
     def close(self) -> None:

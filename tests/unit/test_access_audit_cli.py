@@ -15,12 +15,19 @@ from pin_identity.entrypoints import access_cli
 from pin_identity.entrypoints.cli import main
 
 
-class _Audited:
+class _Audit:
     def __init__(self, report: AuditReport):
         self._report = report
 
     def access_audit(self, progress: Any) -> AuditReport:
         return self._report
+
+
+class _Audited:
+    """A container whose use cases answer one audit report."""
+
+    def __init__(self, report: AuditReport):
+        self.use_cases = _Audit(report)
 
 
 @pytest.fixture

@@ -11,9 +11,9 @@ from uuid import UUID
 
 from structlog.testing import capture_logs
 
+from pin_identity.config import FanOutSettings
 from pin_identity.domain.errors import LeaseLostError
 from pin_identity.domain.events import AccessChangeTemplate, OutboxMessage
-from pin_identity.domain.fanout import FanOutSettings
 from pin_identity.jobs.access_fanout import AccessFanOutJob, TaskOutcome
 from pin_identity.jobs.access_fanout_observer import FanOutObserver
 from pin_identity.operations.ports.fanout import FanOutTask, PageWritten, PoisonedTask, QueueStats, Release

@@ -7,9 +7,9 @@ import psycopg
 import pytest
 from psycopg_pool import PoolTimeout
 
-from pin_identity.composition import BrokerUnreachableError
 from pin_identity.config import ConfigurationError
 from pin_identity.domain.errors import (
+    BrokerUnavailableError,
     ConflictError,
     IdentityError,
     ImportNotRunningError,
@@ -42,7 +42,7 @@ UNAVAILABLE = (503, "IDENTITY_DATABASE_UNAVAILABLE", "the database is unavailabl
             SourceNotConfiguredError("PIN_IDENTITY_TALENT_API_URL: required"),
             (503, "IDENTITY_IMPORT_SOURCE_UNAVAILABLE", "PIN_IDENTITY_TALENT_API_URL: required"),
         ),
-        (BrokerUnreachableError("no broker"), (503, "IDENTITY_BROKER_UNAVAILABLE", "no broker")),
+        (BrokerUnavailableError("no broker"), (503, "IDENTITY_BROKER_UNAVAILABLE", "no broker")),
         (ConfigurationError("random partitioner"), (503, "IDENTITY_MISCONFIGURED", "random partitioner")),
         (DatabaseUnavailableError(), UNAVAILABLE),
         (psycopg.OperationalError("gone"), UNAVAILABLE),

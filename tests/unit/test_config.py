@@ -1,8 +1,15 @@
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 
-from pin_identity.config import ConfigurationError, load_settings
+from pin_identity.config import ConfigurationError, load_settings, variables
+
+OPERATORS = Path(__file__).resolve().parents[2] / "docs" / "operators.md"
+# Read by the embedded broker's launcher itself, which the tests start without settings.
+OUTSIDE_THE_TREE = {"PIN_IDENTITY_EMBEDDED_KAFKA_JVM_OPTIONS"}
 
 
 def test_defaults_follow_the_contract(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -15,19 +22,19 @@ def test_defaults_follow_the_contract(monkeypatch: pytest.MonkeyPatch) -> None:
     ):
         monkeypatch.delenv(name, raising=False)
     settings = load_settings(_env_file=None)
-    assert (settings.fanout_polling_interval_s, settings.fanout_batch_size, settings.fanout_max_lease_s) == (
+    assert (settings.fanout.polling_interval_s, settings.fanout.batch_size, settings.fanout.max_lease_s) == (
         5,
         500,
         300,
     )
-    assert (settings.fanout_max_attempts, settings.inline_fanout_threshold) == (5, 200)
-    assert (settings.import_page_lease_s, settings.import_max_page_attempts) == (600, 5)
+    assert (settings.fanout.max_attempts, settings.inline_fanout_threshold) == (5, 200)
+    assert (settings.imports.page_lease_s, settings.imports.max_page_attempts) == (600, 5)
     assert settings.talent_import_mode == "api-pull"
     assert settings.worker_http_port == 9464
     assert settings.kafka_topic_partitions == 12
     assert settings.debug is False
     # A standby takes over from a relay whose path went silent within this plus its 2 s look: under 30 s.
-    assert settings.relay_session_timeout_s == 15
+    assert settings.relay.session_timeout_s == 15
     assert settings.outbox_relay_creates_topics is True
 
 
@@ -65,3 +72,41 @@ def test_kafka_config_passes_librdkafka_properties(monkeypatch: pytest.MonkeyPat
         "security.protocol": "SASL_SSL",
         "sasl.mechanism": "PLAIN",
     }
+
+
+def test_the_configuration_table_lists_every_variable_of_the_settings_tree_and_no_other() -> None:
+    section = OPERATORS.read_text(encoding="utf-8").split("## Configuration", 1)[1].split("\n## ", 1)[0]
+    first_cells = re.findall(r"^\| ([^|]+) \|", section, re.M)
+    listed = {name for cell in first_cells for name in re.findall(r"`(PIN_IDENTITY_[A-Z_]+)`", cell)}
+    assert listed - OUTSIDE_THE_TREE == set(variables())
+
+
+def test_a_section_variable_sets_its_jobs_tunable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PIN_IDENTITY_RELAY_BATCH_SIZE", "77")
+    monkeypatch.setenv("PIN_IDENTITY_TALENT_SYNC_MAX_DEFERRALS", "3")
+    monkeypatch.setenv("PIN_IDENTITY_IMPORT_PLAN_AHEAD_PAGES", "2")
+    settings = load_settings(_env_file=None)
+    assert (
+        settings.relay.batch_size,
+        settings.talent_sync.max_deferrals,
+        settings.imports.plan_ahead_pages,
+    ) == (
+        77,
+        3,
+        2,
+    )
+    assert settings.fanout.batch_size == 500  # the others keep their defaults
+
+
+@pytest.mark.parametrize(
+    "variable",
+    [
+        "PIN_IDENTITY_RELAY_IDLE_WAIT_S",
+        "PIN_IDENTITY_IMPORT_LOCK_RETRY_S",
+        "PIN_IDENTITY_TALENT_SYNC_BATCH_SIZE",
+    ],
+)
+def test_a_bad_section_value_names_its_own_variable(monkeypatch: pytest.MonkeyPatch, variable: str) -> None:
+    monkeypatch.setenv(variable, "-1")
+    with pytest.raises(ConfigurationError, match=f"^{variable}: "):
+        load_settings(_env_file=None)

@@ -136,5 +136,5 @@ def test_the_database_password_reaches_libpq_and_not_the_url_shown(tmp_path: Pat
         database_password_file=password,
     )
     container = Container(settings)
-    assert SECRET not in container.database_url
-    assert f"password={SECRET}" in container._database_conninfo
+    assert SECRET not in container.connections.database_url
+    assert f"password={SECRET}" in container.connections.database_conninfo

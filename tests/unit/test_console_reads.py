@@ -11,7 +11,7 @@ from uuid import UUID
 
 import pytest
 
-from pin_identity.domain.errors import ConsumerLagUnavailableError, NotFoundError
+from pin_identity.domain.errors import BrokerUnavailableError, NotFoundError
 from pin_identity.domain.fanout import FanOutPolicy
 from pin_identity.domain.model import RoleStatus
 from pin_identity.entrypoints.documents import HealthSummary
@@ -50,7 +50,7 @@ class MemoryLags:
     def partition_lags(self, group: str, topics: Sequence[str]) -> list[PartitionLag]:
         self.asked.append((group, tuple(topics)))
         if self._unavailable is not None:
-            raise ConsumerLagUnavailableError(self._unavailable)
+            raise BrokerUnavailableError(self._unavailable)
         return self._lags
 
 

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import yaml  # type: ignore[import-untyped]
 
-from pin_identity.composition import DATABASE_JOBS, KAFKA_JOBS
+from pin_identity.composition.privileges import DATABASE_JOBS, KAFKA_JOBS
 from pin_identity.config import ENV_PREFIX, Settings
 from pin_identity.entrypoints.worker import ALL_JOBS
 

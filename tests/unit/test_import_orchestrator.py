@@ -7,9 +7,14 @@ import threading
 import uuid
 from datetime import UTC, datetime
 
+from pin_identity.config import ImportSettings
 from pin_identity.domain.errors import SourceNotConfiguredError
 from pin_identity.domain.talent import ImportStage
-from pin_identity.domain.talent_import import ImportMode, ImportSettings, PageStatus, RunStatus
+from pin_identity.domain.talent_import import (
+    ImportMode,
+    PageStatus,
+    RunStatus,
+)
 from pin_identity.jobs.import_orchestrator import ImportOrchestrator
 from pin_identity.jobs.talent_import import TalentImportJob
 from pin_identity.operations.ports.talent import TalentSource

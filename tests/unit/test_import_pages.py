@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 
 from pin_identity.adapters.talent_wire import read_item
+from pin_identity.config import ImportSettings
 from pin_identity.domain.errors import SourceRejectedError
 from pin_identity.domain.talent import ImportStage
 from pin_identity.domain.talent_import import (
     ImportMode,
     ImportRun,
-    ImportSettings,
     PageStatus,
     RunEnding,
     StageCounters,

@@ -15,8 +15,9 @@ from prometheus_client import REGISTRY
 from structlog.testing import capture_logs
 
 from pin_identity.adapters.postgres.outbox_queue import IdHorizon
+from pin_identity.config import RelaySettings
 from pin_identity.domain.errors import OutboxIdsWentBackError
-from pin_identity.jobs.outbox_relay import OutboxRelay, RelaySettings
+from pin_identity.jobs.outbox_relay import OutboxRelay
 from pin_identity.jobs.outbox_relay_observer import RelayObserver
 from pin_identity.operations.ports.outbox import OutboxBacklog, PendingEvent, PublishReport, RelayRole
 

@@ -11,8 +11,9 @@ from datetime import UTC, datetime, timedelta
 
 from prometheus_client import REGISTRY
 
+from pin_identity.config import TalentSyncSettings
 from pin_identity.domain.talent import SyncErrorCode
-from pin_identity.jobs.talent_sync import TalentSyncJob, TalentSyncSettings
+from pin_identity.jobs.talent_sync import TalentSyncJob
 from pin_identity.jobs.talent_sync_observer import TalentSyncObserver
 from pin_identity.operations.ports.talent import TalentRecord
 from pin_identity.operations.talent_replica import BatchOutcome

@@ -9,7 +9,7 @@ One hierarchy, and a code is always a class attribute (the contract's code, CONT
     │   └── ImportRefusedError   one subclass per IDENTITY_IMPORT_* refusal
     ├── ConfigurationError       a setting is missing or wrong (config.py)     IDENTITY_MISCONFIGURED
     ├── SourceNotConfiguredError, SourceUnavailableError (SourceRejectedError),
-    │   ConsumerLagUnavailableError, AccessLogUnavailableError: a dependency that cannot be used now
+    │   BrokerUnavailableError, BrokerUnavailableError: a dependency that cannot be used now
     └── LeaseLostError, StoreConflictError, OutboxIdsWentBackError: what a job handles itself
 
 Each entry point maps a class to what its caller sees in one table: the command line's exit status in
@@ -89,14 +89,9 @@ class SourceNotConfiguredError(ServiceError):
     code = "IDENTITY_IMPORT_SOURCE_UNAVAILABLE"
 
 
-class ConsumerLagUnavailableError(ServiceError):
-    """The broker did not say how far a group is behind: it did not answer in time, refused, or this process
-    has no broker configured."""
-
-    code = "IDENTITY_BROKER_UNAVAILABLE"
-
-
-class AccessLogUnavailableError(ServiceError):
-    """The access topic could not be read (the broker did not answer in time, or refused the read)."""
+class BrokerUnavailableError(ServiceError):
+    """The broker did not answer in time, refused, or this process has none configured: a read of the access
+    topic, a consumer group's lag. Where the message names the variable to check (`access show`), the CLI says
+    it as a configuration failure (exit 2) and the HTTP API answers 503."""
 
     code = "IDENTITY_BROKER_UNAVAILABLE"

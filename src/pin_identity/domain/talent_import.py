@@ -8,7 +8,6 @@ from enum import StrEnum
 from typing import Any, ClassVar
 from uuid import UUID
 
-from pin_identity.domain.backoff import Backoff
 from pin_identity.domain.errors import IdentityError
 from pin_identity.domain.talent import ImportStage
 
@@ -16,25 +15,6 @@ MAX_PAGE_SIZE = 2000
 RUN_LOCK_KEY = "Pin:lock:job:identity-talent-initial-import"
 # The pre-flight guard: a source listing fewer companies than this share of the replica is suspicious.
 TRUNCATED_SOURCE_SHARE = 0.5
-
-
-@dataclass(frozen=True)
-class ImportSettings:
-    """How a process takes part in runs: its page leases and attempts, its pace, how far it plans ahead."""
-
-    page_lease_s: int = 600
-    max_page_attempts: int = 5
-    idle_wait_s: float = 0.2
-    backoff_base_s: float = 1.0
-    backoff_max_s: float = 60.0
-    max_planning_failures: int = 8
-    plan_ahead_pages: int = 8
-    lock_retry_s: float = 5.0
-
-    @property
-    def backoff(self) -> Backoff:
-        """The wait after a failed page attempt or planning step."""
-        return Backoff(base_s=self.backoff_base_s, cap_s=self.backoff_max_s)
 
 
 class ImportMode(StrEnum):

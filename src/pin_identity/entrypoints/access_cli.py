@@ -38,11 +38,11 @@ def access_audit(as_json: JsonOption = False) -> None:
         if stderr.is_terminal:
             with _progress_bar(stderr) as bar:
                 task = bar.add_task("reading pin.identity.access.v1", total=None)
-                report = container.access_audit(
+                report = container.use_cases.access_audit(
                     lambda done, total: bar.update(task, completed=done, total=total)
                 )
         else:
-            report = container.access_audit(lambda done, total: None)
+            report = container.use_cases.access_audit(lambda done, total: None)
     if as_json:
         typer.echo(json.dumps(report.to_json()))
     else:
@@ -95,7 +95,7 @@ def access_show(
     Reads only the partition the user's key goes to, backwards from its end.
     """
     with container_from_env() as container:
-        access = container.access_show(user_id)
+        access = container.use_cases.access_show(user_id)
     report = UserAccessReport.of(access)
     if as_json:
         out.print_json(report)

@@ -14,7 +14,9 @@ import typer
 from rich.console import Console
 
 from pin_identity import __version__
-from pin_identity.composition import DATABASE_JOBS, KAFKA_JOBS, stop_embedded_servers
+from pin_identity.composition import privileges
+from pin_identity.composition.embedded_servers import stop_embedded_servers
+from pin_identity.composition.privileges import DATABASE_JOBS, KAFKA_JOBS
 from pin_identity.config import Settings, load_settings
 from pin_identity.entrypoints import worker as worker_entry
 from pin_identity.entrypoints.access_cli import access_app
@@ -87,7 +89,7 @@ def root(
 def db_upgrade() -> None:
     """Apply schema migrations (idempotent; safe when several pods run it at once)."""
     with container_from_env() as container:
-        container.upgrade_schema()
+        container.connections.upgrade_schema()
         typer.echo("schema is up to date")
 
 
@@ -95,8 +97,8 @@ def db_upgrade() -> None:
 def kafka_ensure_topics(as_json: JsonOption = False) -> None:
     """Create missing pin.identity.* topics (compacted)."""
     with container_from_env() as container:
-        container.require_broker()
-        created = container.ensure_topics()
+        container.connections.require_broker()
+        created = container.connections.ensure_topics()
     if as_json:
         typer.echo(json.dumps({"created": created}))
     else:
@@ -118,7 +120,7 @@ def kafka_acls(
     """Print the kafka-acls.sh commands that grant each job exactly what it uses, and nothing more."""
     chosen = _per_job(principals, KAFKA_JOBS, "--principal", "User:NAME", _is_kafka_principal)
     with container_from_env() as container:
-        typer.echo("\n".join(container.kafka_acl_script(chosen)))
+        typer.echo("\n".join(privileges.kafka_acl_script(container.settings, chosen)))
 
 
 def _per_job(
@@ -166,10 +168,10 @@ def db_grants(
     chosen = _per_job(roles, DATABASE_JOBS, "--role", "ROLE", lambda name: name.isidentifier())
     with container_from_env() as container:
         if not apply:
-            script = container.database_grant_script(chosen, administrator=administrator)
+            script = privileges.database_grant_script(container.settings, chosen, administrator=administrator)
             typer.echo("\n".join(f"{statement};" for statement in script))
             return
-        applied = container.apply_database_grants(chosen, administrator=administrator)
+        applied = privileges.apply_database_grants(container.connections, chosen, administrator=administrator)
     for statement in applied.existing_roles:
         typer.echo(f"kept: {statement} (the role exists)")
     typer.echo(f"applied {applied.statements} statements")
@@ -233,11 +235,11 @@ def demo(
 
     console = Console()
     with container_from_env() as container:
-        container.require_broker()
+        container.connections.require_broker()
         if not verbose:  # the progress bars and the summary say it; per-page log lines would drown them
             configure_logging(container.settings.log_format, level=logging.WARNING)
         report = run_demo(container, companies=companies, managers=users, console=console)
-        embedded = container.settings.database_url is None and container.kafka_is_embedded
+        embedded = container.settings.database_url is None and container.connections.kafka_is_embedded
     print_report(report, console)
     if keep_running:
         print_console(start_console(container.settings), console)

@@ -11,9 +11,15 @@ from typing import Annotated
 
 import typer
 
-from pin_identity.composition import Container, dependency_error
+from pin_identity.composition import Container
+from pin_identity.composition.failures import dependency_error
 from pin_identity.config import ConfigurationError, load_settings
-from pin_identity.domain.errors import IdentityError, ServiceError, SourceNotConfiguredError
+from pin_identity.domain.errors import (
+    BrokerUnavailableError,
+    IdentityError,
+    ServiceError,
+    SourceNotConfiguredError,
+)
 from pin_identity.domain.talent_import import (
     ImportAlreadyRunningError,
     ImportSourceIncompleteError,
@@ -58,7 +64,7 @@ def container_from_env() -> Iterator[Container]:
     container = Container(settings)
     # At start for every command, like every other variable: not when a job thread first builds a Kafka client
     # and dies of it with a traceback.
-    container.check_kafka_config()
+    container.connections.check_kafka_config()
     try:
         yield container
     finally:
@@ -94,6 +100,7 @@ _FAILURES: tuple[tuple[type[BaseException], int, Callable[[BaseException], str] 
     (ImportSourceIncompleteError, EXIT_SOURCE_UNAVAILABLE, _with_code),
     (IdentityError, EXIT_BAD_INPUT, _with_code),  # bad input, an unknown id, a conflicting state
     (ConfigurationError, EXIT_BAD_INPUT, str),
+    (BrokerUnavailableError, EXIT_BAD_INPUT, str),  # a line naming the variable to check
     (SourceNotConfiguredError, EXIT_BAD_INPUT, str),  # e.g. api-pull without PIN_IDENTITY_TALENT_API_URL
     (typer.TyperException, EXIT_BAD_INPUT, _usage),  # unknown option, bad value, missing argument
     (typer.Abort, EXIT_FAILED, lambda _: "aborted"),

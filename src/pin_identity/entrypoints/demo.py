@@ -74,10 +74,10 @@ def run_demo(container: Container, *, companies: int, managers: int, console: Co
     console.print(
         "[bold]pin-identity demo[/bold]: embedded PostgreSQL and broker unless configured otherwise"
     )
-    container.upgrade_schema()
-    container.ensure_topics()
+    container.connections.upgrade_schema()
+    container.connections.ensure_topics()
     report.rows.append(("setup (schema, topics)", f"{time.monotonic() - started:.1f} s"))
-    reader = container.topic_reader([ACCESS_TOPIC])
+    reader = container.use_cases.topic_reader([ACCESS_TOPIC])
     workers = _Workers(container)
     try:
         _bootstrap(container, report, companies, managers, console)
@@ -127,7 +127,7 @@ class _Workers:
 
     def __init__(self, container: Container):
         self._stop = threading.Event()
-        jobs: list[Job] = [container.access_fanout(), container.outbox_relay()]
+        jobs: list[Job] = [container.jobs.access_fanout(), container.jobs.outbox_relay()]
         self._threads = [threading.Thread(target=job.run, args=(self._stop,), daemon=True) for job in jobs]
         for thread in self._threads:
             thread.start()
@@ -140,13 +140,13 @@ class _Workers:
 
 def _company_with_role(container: Container, code: str) -> tuple[UUID, UUID]:
     company_id = identity.create_company(
-        container.transactions,
+        container.stores.transactions,
         identity.Context.fresh(),
         name=f"Demo {code}",
         company_type=CompanyType.DEVELOPER,
     )
     role_id = identity.create_role(
-        container.transactions, code=code, name=code, company_id=company_id, permissions=["deals.read"]
+        container.stores.transactions, code=code, name=code, company_id=company_id, permissions=["deals.read"]
     )
     return company_id, role_id
 
@@ -155,7 +155,7 @@ def _inline_change(container: Container, report: DemoReport) -> UUID:
     company_id, role_id = _company_with_role(container, "site-manager")
     for n in range(5):
         user_id = identity.create_user(
-            container.transactions,
+            container.stores.transactions,
             identity.Context.fresh(),
             identity.NewUser(
                 phone=f"8 999 {secrets.randbelow(10_000_000):07d}",
@@ -166,18 +166,18 @@ def _inline_change(container: Container, report: DemoReport) -> UUID:
             ),
         )
         identity.grant_role_assignment(
-            container.transactions,
+            container.stores.transactions,
             identity.Context.fresh(),
             user_id=user_id,
             role_id=role_id,
             scope=Scope.organization(company_id),
         )
     change = identity.set_role_permissions(
-        container.transactions,
+        container.stores.transactions,
         identity.Context.fresh(),
         role_id=role_id,
         permissions=["deals.read", "deals.approve"],
-        policy=container.fanout_policy,
+        policy=container.use_cases.fanout_policy,
     )
     report.check(
         "small role notified inline",
@@ -190,16 +190,16 @@ def _inline_change(container: Container, report: DemoReport) -> UUID:
 def _developer_manager_change(
     container: Container, report: DemoReport, console: Console
 ) -> tuple[UUID, int, UUID, int]:
-    with container.replica_transactions() as tx:
+    with container.stores.replica_transactions() as tx:
         role = tx.default_role()
-    holders = container.demo_reads.active_holders(role.role_id)
+    holders = container.stores.demo_reads.active_holders(role.role_id)
     console.print(f"changing the permissions of developer-manager, held by {holders:,} users")
     change = identity.set_role_permissions(
-        container.transactions,
+        container.stores.transactions,
         identity.Context.fresh(),
         role_id=role.role_id,
         permissions=["deals.read", "deals.approve", "chessboard.view", f"demo.{secrets.token_hex(3)}"],
-        policy=container.fanout_policy,
+        policy=container.use_cases.fanout_policy,
     )
     report.check("large role enqueued for fan-out", change.task_id is not None, f"task {change.task_id}")
     assert change.task_id is not None
@@ -215,12 +215,12 @@ def _follow_fanout(
         bar = progress.add_task("fan-out", total=users)
         status, processed, next_line = "Pending", 0, started
         while time.monotonic() - started < DEMO_TIMEOUT_S:
-            status, processed = container.demo_reads.fanout_progress(task_id)
+            status, processed = container.stores.demo_reads.fanout_progress(task_id)
             progress.update(bar, completed=processed)
             if not console.is_terminal and time.monotonic() >= next_line:  # plain lines off a terminal
                 console.print(f"fan-out: {status}, {processed:,} of {users:,} users")
                 next_line += 2
-            if status == "Completed" and container.demo_reads.outbox_is_empty():
+            if status == "Completed" and container.stores.demo_reads.outbox_is_empty():
                 break
             time.sleep(0.5 if not console.is_terminal else 0.1)
     elapsed = time.monotonic() - started
@@ -260,7 +260,7 @@ def _check_events(
 def _audit(container: Container, report: DemoReport, console: Console) -> None:
     """`access audit`: every user's last event on the topic against the database (convergence)."""
     console.print("access audit: reading pin.identity.access.v1 from the beginning")
-    audit = container.access_audit(lambda done, total: None)
+    audit = container.use_cases.access_audit(lambda done, total: None)
     counts = (
         f"users {audit.users:,}, matching {audit.matching:,}, drifted {audit.drifted:,}, "
         f"missing {audit.missing:,}, pending {audit.pending:,}"

@@ -46,8 +46,8 @@ def bootstrap_from_simulated_talent(
     with SimulatedTalentApi(dataset, token=DEMO_TALENT_TOKEN) as api:
         settings = container.settings.model_copy(
             update={
-                "database_url": container.database_url,
-                "kafka_bootstrap_servers": container.kafka_bootstrap_servers,
+                "database_url": container.connections.database_url,
+                "kafka_bootstrap_servers": container.connections.kafka_bootstrap_servers,
                 "talent_api_url": api.url,
                 "talent_api_token": DEMO_TALENT_TOKEN,
             }
@@ -62,10 +62,12 @@ def bootstrap_from_simulated_talent(
 def _import(container: Container, dataset: TalentDataset, console: Console) -> Bootstrap:
     started = time.monotonic()
     request = ImportRequest(ImportMode.API_PULL, page_size=500)
-    runner = container.talent_import()
-    run = start_run(container.import_store, runner.lock, container.talent_source, request, now_utc())
+    runner = container.jobs.talent_import()
+    run = start_run(
+        container.stores.import_store, runner.lock, container.jobs.talent_source, request, now_utc()
+    )
     stop = threading.Event()
-    helper = container.talent_import()
+    helper = container.jobs.talent_import()
     helping = threading.Thread(target=helper.run, args=(stop,), name="demo-import-worker", daemon=True)
     helping.start()
     outcome: list[ImportRun] = []
@@ -77,12 +79,12 @@ def _import(container: Container, dataset: TalentDataset, console: Console) -> B
     stop.set()
     helping.join(30)
     final = outcome[0] if outcome else run
-    failed = container.imports.failed_items(final.run_id)
+    failed = container.use_cases.imports.failed_items(final.run_id)
     return Bootstrap(
         run=final,
         seconds=time.monotonic() - started,
         quarantine=Counter(item.error_code for item in failed),
-        managers_with_one_default_role=container.demo_reads.talent_managers_with_one_default_role(),
+        managers_with_one_default_role=container.stores.demo_reads.talent_managers_with_one_default_role(),
         dataset=dataset,
     )
 
@@ -95,7 +97,7 @@ def _show_pages(container: Container, run: ImportRun, driving: threading.Thread,
         }
         next_line = time.monotonic()
         while driving.is_alive():
-            pages = container.import_store.progress(run.run_id)
+            pages = container.stores.import_store.progress(run.run_id)
             for stage, bar in bars.items():
                 progress.update(
                     bar, completed=pages.count(stage, PageStatus.DONE), total=pages.count(stage) or None

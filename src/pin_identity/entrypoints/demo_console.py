@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 from rich.console import Console
 
-from pin_identity.composition import local_port
+from pin_identity.composition.embedded_servers import local_port
 from pin_identity.config import ConfigurationError, Settings
 
 PREFERRED_PORT = 8080  # serve's own default

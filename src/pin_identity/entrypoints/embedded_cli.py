@@ -8,7 +8,7 @@ import json
 
 import typer
 
-from pin_identity.composition import embedded_servers, fetch_embedded_kafka
+from pin_identity.composition.embedded_servers import embedded_servers, fetch_embedded_kafka
 from pin_identity.config import load_settings
 from pin_identity.entrypoints.cli_common import JsonOption
 

@@ -38,7 +38,7 @@ def roles_list(
 ) -> None:
     """Roles with their permissions and size (holders): system roles first, then by company and code."""
     with container_from_env() as container:
-        roles = container.role_admin.roles(code=code, limit=limit)
+        roles = container.use_cases.role_admin.roles(code=code, limit=limit)
     if as_json:
         out.print_json([RoleView.of(role) for role in roles])
         return
@@ -65,7 +65,7 @@ def roles_show(
 ) -> None:
     """One role with its permissions and size (holders)."""
     with container_from_env() as container:
-        role = container.role_admin.role(role_id)
+        role = container.use_cases.role_admin.role(role_id)
     if as_json:
         out.print_json(RoleView.of(role))
         return
@@ -90,7 +90,7 @@ def roles_set_permissions(
 ) -> None:
     """Replace a role's permissions, bump its version, notify its users inline or via the fan-out queue."""
     with container_from_env() as container:
-        change = container.role_admin.set_permissions(role_id, codes, who=operator())
+        change = container.use_cases.role_admin.set_permissions(role_id, codes, who=operator())
     if as_json:
         out.print_json(PermissionsChanged.of(change))
         return
@@ -126,7 +126,7 @@ def fanout_list(
 ) -> None:
     """The newest fan-out tasks first."""
     with container_from_env() as container:
-        tasks = container.fanout_admin.tasks(status, limit)
+        tasks = container.use_cases.fanout_admin.tasks(status, limit)
     if as_json:
         out.print_json([FanOutTask.of(task) for task in tasks])
         return
@@ -156,7 +156,7 @@ def fanout_list(
 def fanout_replay(task_id: Annotated[UUID, typer.Argument(help="A Failed task.")]) -> None:
     """Runbook: after fixing the cause, a Failed task goes back to Pending (AttemptCount = 0)."""
     with container_from_env() as container:
-        container.fanout_admin.replay(task_id, who=operator())
+        container.use_cases.fanout_admin.replay(task_id, who=operator())
     typer.echo(f"task {task_id} is Pending again")
 
 
@@ -165,7 +165,7 @@ def fanout_discard(task_id: Annotated[UUID, typer.Argument(help="A Failed task."
     """Runbook: a Failed task that is not to be replayed (a newer task of its role notified every holder, or
     they were re-announced) is deleted; `maintenance prune` never deletes a Failed task."""
     with container_from_env() as container:
-        task = container.fanout_admin.discard(task_id, who=operator())
+        task = container.use_cases.fanout_admin.discard(task_id, who=operator())
     typer.echo(
         f"task {task_id} discarded: role {task.role_id} version {task.role_version},"
         f" {task.processed_count} users notified before it failed"
@@ -194,7 +194,7 @@ def maintenance_prune(
     than the cutoff (PII retention). Failed fan-out tasks stay until replayed or discarded."""
     age = _duration(older_than)
     with container_from_env() as container:
-        pruned = container.retention.prune(age, who=operator())
+        pruned = container.use_cases.retention.prune(age, who=operator())
     if as_json:
         out.print_json(PruneResult.of(pruned))
         return

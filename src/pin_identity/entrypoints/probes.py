@@ -40,7 +40,10 @@ class ReadinessCheck:
     @classmethod
     def of(cls, container: Container, *, warning: Callable[[], str | None] = _no_warnings) -> ReadinessCheck:
         """Ready when the database answers and the broker is reachable."""
-        return cls(lambda: container.database.ping() and container.broker_reachable(), warning=warning)
+        return cls(
+            lambda: container.connections.database.ping() and container.connections.broker_reachable(),
+            warning=warning,
+        )
 
     def _answered(self) -> bool:
         try:

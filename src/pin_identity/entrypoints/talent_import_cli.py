@@ -113,9 +113,9 @@ def run_import(container: Container, request: ImportRequest, *, as_json: bool, l
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):  # from the start: a SIGTERM never kills a half-made run
         signal.signal(signum, lambda *_: stop.set())
-    container.check_database_grants(["talent-import"])
+    container.connections.check_database_grants(["talent-import"])
     show_progress = _progress_or_logs(container, log_json)
-    run, lock = container.imports.run(request, who=operator())
+    run, lock = container.use_cases.imports.run(request, who=operator())
     final = _drive(container, lock, run, stop, show_progress=show_progress)
     result = final.result(now_utc())
     if as_json:
@@ -144,14 +144,14 @@ def _drive(
     container: Container, lock: RunLock, run: ImportRun, stop: threading.Event, *, show_progress: bool
 ) -> ImportRun:
     """The job works in a thread; this one shows progress. SIGTERM/SIGINT cancel after the current page."""
-    job = container.talent_import(lock=lock)
+    job = container.jobs.talent_import(lock=lock)
     outcome: list[ImportRun] = []
     worker = threading.Thread(target=lambda: outcome.append(job.drive(run, stop)), name="talent-import")
     worker.start()
     if show_progress:
         _show_progress(container, run, worker)
     worker.join()
-    return outcome[0] if outcome else container.imports.existing_run(run.run_id)
+    return outcome[0] if outcome else container.use_cases.imports.existing_run(run.run_id)
 
 
 def _show_progress(container: Container, run: ImportRun, worker: threading.Thread) -> None:
@@ -164,9 +164,11 @@ def _show_progress(container: Container, run: ImportRun, worker: threading.Threa
         configure_logging("console", level=logging.WARNING)  # through the bar's console: above the bar
         tasks = {stage: bar.add_task(f"{stage.value} pages", total=None) for stage in ImportStage}
         while worker.is_alive():
-            _advance(bar, tasks, container.imports.pages(run.run_id))
+            _advance(bar, tasks, container.use_cases.imports.pages(run.run_id))
             worker.join(0.5)
-        _advance(bar, tasks, container.imports.pages(run.run_id))  # the last frame: the run's real totals
+        _advance(
+            bar, tasks, container.use_cases.imports.pages(run.run_id)
+        )  # the last frame: the run's real totals
     configure_logging("console", level=logging.WARNING)  # stderr is itself again
 
 
@@ -211,7 +213,7 @@ def status_command(
 ) -> None:
     """Progress of a run: counters, pages by stage and status, an ETA, and who holds the run lock."""
     with container_from_env() as container:
-        view = container.imports.report(run_id)
+        view = container.use_cases.imports.report(run_id)
     if as_json:
         out.print_json(ImportRunReport.of(view))
     else:
@@ -262,7 +264,7 @@ def _pages(view: ImportRunView) -> Table:
 def cancel_command(run_id: RunIdArgument) -> None:
     """Cancel a Running run: pages already claimed finish, Done pages are kept."""
     with container_from_env() as container:
-        container.imports.cancel(run_id, who=operator())
+        container.use_cases.imports.cancel(run_id, who=operator())
     typer.echo(f"run {run_id} is Cancelled")
 
 
@@ -270,7 +272,7 @@ def cancel_command(run_id: RunIdArgument) -> None:
 def reset_leases_command(run_id: RunIdArgument) -> None:
     """The runbook's "stuck" case: every InProgress page of the run becomes claimable now."""
     with container_from_env() as container:
-        pages = container.imports.reset_leases(run_id, who=operator())
+        pages = container.use_cases.imports.reset_leases(run_id, who=operator())
     typer.echo(f"{pages} pages claimable again")
 
 
@@ -306,7 +308,7 @@ def failed_items_command(
     """A quarantine: stage, Talent id, error code and reason (payloads stay in the database: PII)."""
     owner = _quarantine_owner(run_id, consumer)
     with container_from_env() as container:
-        items = container.imports.failed_items(owner)
+        items = container.use_cases.imports.failed_items(owner)
     if as_json:
         out.print_json([FailedItem.of(item) for item in items])
         return
@@ -338,7 +340,7 @@ def replay_failed_command(
     """Apply quarantined items again after fixing their cause; those that apply leave the quarantine."""
     owner = _quarantine_owner(run_id, consumer)
     with container_from_env() as container:
-        replayed = container.imports.replay_failed(owner, items or None, who=operator())
+        replayed = container.use_cases.imports.replay_failed(owner, items or None, who=operator())
     if as_json:
         out.print_json(ReplayResult.of(replayed))
         return

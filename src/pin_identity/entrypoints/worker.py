@@ -36,15 +36,15 @@ class JobObservers:
 
 def _outbox_relay(container: Container, observers: JobObservers) -> OutboxRelay:
     if container.settings.outbox_relay_creates_topics:
-        container.ensure_topics()
-    return container.outbox_relay(observer=observers.relay)
+        container.connections.ensure_topics()
+    return container.jobs.outbox_relay(observer=observers.relay)
 
 
 JOB_FACTORIES: dict[str, Callable[[Container, JobObservers], Job]] = {
-    "access-fanout": lambda container, _: container.access_fanout(),
+    "access-fanout": lambda container, _: container.jobs.access_fanout(),
     "outbox-relay": _outbox_relay,
-    "talent-sync": lambda container, observers: container.talent_sync(observer=observers.talent_sync),
-    "talent-import": lambda container, _: container.talent_import(),
+    "talent-sync": lambda container, observers: container.jobs.talent_sync(observer=observers.talent_sync),
+    "talent-import": lambda container, _: container.jobs.talent_import(),
 }
 ALL_JOBS: tuple[str, ...] = tuple(JOB_FACTORIES)
 # The jobs that cannot start without the broker (talent-import needs it only to orchestrate a TopicReplay
@@ -56,8 +56,8 @@ def run_worker(container: Container, jobs: Sequence[str], *, once: bool) -> int:
     # What the operator must fix (the broker, a taken port) fails here, as one line naming its variable,
     # before any job exists; so does the database, or a role without a grant one of the jobs uses.
     if BROKER_JOBS.intersection(jobs):
-        container.require_broker()
-    container.check_database_grants(jobs)
+        container.connections.require_broker()
+    container.connections.check_database_grants(jobs)
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
@@ -120,7 +120,7 @@ def _bind_http(
         return None
     return bind_worker_http(
         container.settings.worker_http_port,
-        alive=lambda: once or (all(t.is_alive() for t in threads) and not container.relay_stalled()),
+        alive=lambda: once or (all(t.is_alive() for t in threads) and not container.jobs.relay_stalled()),
         readiness=ReadinessCheck.of(container, warning=warning),
     )
 

@@ -12,9 +12,9 @@ from collections.abc import Callable
 from datetime import datetime
 from enum import StrEnum
 
+from pin_identity.config import FanOutSettings
 from pin_identity.domain import events
 from pin_identity.domain.errors import LeaseLostError
-from pin_identity.domain.fanout import FanOutSettings
 from pin_identity.domain.model import AccessChangeReason
 from pin_identity.jobs.access_fanout_observer import FanOutObserver
 from pin_identity.observability.tracing import current_traceparent, tracer

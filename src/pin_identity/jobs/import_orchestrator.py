@@ -8,13 +8,13 @@ import time
 from collections.abc import Callable
 from datetime import datetime
 
+from pin_identity.config import ImportSettings
 from pin_identity.domain.errors import SourceRejectedError, SourceUnavailableError
 from pin_identity.domain.talent import ImportStage
 from pin_identity.domain.talent_import import (
     ImportErrorCode,
     ImportMode,
     ImportRun,
-    ImportSettings,
     PageStatus,
     RunEnding,
     RunStatus,

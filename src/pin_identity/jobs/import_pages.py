@@ -11,13 +11,13 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from uuid import UUID
 
+from pin_identity.config import ImportSettings
 from pin_identity.domain.errors import LeaseLostError, SourceRejectedError
 from pin_identity.domain.talent import ImportStage, TalentItem
 from pin_identity.domain.talent_import import (
     ImportMode,
     ImportPage,
     ImportRun,
-    ImportSettings,
     StageCounters,
 )
 from pin_identity.jobs.talent_import_observer import ImportObserver

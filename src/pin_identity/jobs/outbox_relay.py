@@ -7,7 +7,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from pin_identity.domain.backoff import Backoff
+from pin_identity.config import RelaySettings
 from pin_identity.domain.errors import OutboxIdsWentBackError
 from pin_identity.jobs.outbox_relay_observer import RelayObserver
 from pin_identity.operations.ports.outbox import (
@@ -18,28 +18,6 @@ from pin_identity.operations.ports.outbox import (
     RelayRole,
 )
 from pin_identity.operations.ports.worker import StopSignal
-
-
-@dataclass(frozen=True)
-class RelaySettings:
-    batch_size: int = 2000
-    # Events handed to the producer before the first is acknowledged: fetching the next batch
-    # overlaps the broker's work on the previous one.
-    max_in_flight: int = 20_000
-    idle_wait_s: float = 0.05
-    standby_wait_s: float = 2.0
-    max_backoff_s: float = 10.0
-    stop_grace_s: float = 10.0
-    backlog_every_s: float = 5.0
-    # How often an active relay proves its session (and so its lock) is still there, even while it only
-    # waits for the broker: a relay whose session died stops its producer within this time.
-    heartbeat_every_s: float = 0.5
-
-    @property
-    def backoff(self) -> Backoff:
-        """0.2 s after the first failure in a row, doubling up to max_backoff_s."""
-        return Backoff(base_s=0.2, cap_s=self.max_backoff_s)
-
 
 # Publishing that failed this many times in a row has the broker asked whether too few replicas are in sync
 # (a blip recovers at its first retry without the question).
@@ -187,7 +165,7 @@ class OutboxRelay:
         self,
         queue: OutboxQueue,
         publisher: EventPublisher,
-        settings: RelaySettings = RelaySettings(),
+        settings: RelaySettings,
         observer: RelayObserver | None = None,
         *,
         clock: MonotonicClock,

@@ -12,12 +12,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from pin_identity.config import ImportSettings
 from pin_identity.domain.errors import SourceNotConfiguredError, SourceRejectedError
 from pin_identity.domain.talent_import import (
     ImportErrorCode,
     ImportMode,
     ImportRun,
-    ImportSettings,
     RunEnding,
     RunStatus,
 )

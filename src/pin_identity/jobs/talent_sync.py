@@ -11,10 +11,9 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from pin_identity.domain.backoff import Backoff
+from pin_identity.config import TalentSyncSettings
 from pin_identity.jobs.talent_sync_observer import TalentSyncObserver
 from pin_identity.operations.identity import Context
 from pin_identity.operations.ports.replica import ReplicaTransactions, SourceItem
@@ -23,26 +22,6 @@ from pin_identity.operations.ports.worker import StopSignal
 from pin_identity.operations.talent_replica import ApplyOptions, BatchOutcome, apply_snapshots
 
 _LAG_REPORT_S = 10.0
-
-
-@dataclass(frozen=True)
-class TalentSyncSettings:
-    batch_size: int = 500
-    poll_timeout_s: float = 1.0
-    retry_base_s: float = 1.0
-    retry_max_s: float = 300.0
-    max_deferrals: int = 12  # then the item stays quarantined for the operator (about 20 min of retries)
-    error_backoff_max_s: float = 30.0
-
-    @property
-    def retry_backoff(self) -> Backoff:
-        """When a deferred item (a user before its tenant) is tried again."""
-        return Backoff(base_s=self.retry_base_s, cap_s=self.retry_max_s)
-
-    @property
-    def error_backoff(self) -> Backoff:
-        """The pause after a batch that failed to apply (the database is away)."""
-        return Backoff(base_s=0.5, cap_s=self.error_backoff_max_s)
 
 
 class TalentSyncJob:

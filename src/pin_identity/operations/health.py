@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from pin_identity.domain.errors import ConsumerLagUnavailableError
+from pin_identity.domain.errors import BrokerUnavailableError
 from pin_identity.operations.ports.health import ConsumerLagReader, DeadLetterReads
 from pin_identity.operations.read_models import ConsumerLag, DeadLetters, HealthReport, QueueGauges
 
@@ -27,7 +27,7 @@ class HealthReads:
         summary, not a failure of it."""
         try:
             partitions = self._lags.partition_lags(self._group, self._topics)
-        except ConsumerLagUnavailableError as exc:
+        except BrokerUnavailableError as exc:
             return ConsumerLag(self._group, (), error=str(exc))
         return ConsumerLag(self._group, tuple(partitions))
 

@@ -14,7 +14,7 @@ from pin_identity.adapters.kafka.consumers import new_consumer
 from pin_identity.adapters.kafka.denials import DenialLog, denial
 from pin_identity.adapters.kafka.offsets import end_reached, watermarks
 from pin_identity.domain.access_audit import UNREADABLE, LastEvent, UserKey, fingerprint
-from pin_identity.domain.errors import AccessLogUnavailableError
+from pin_identity.domain.errors import BrokerUnavailableError
 from pin_identity.domain.events import ACCESS_TOPIC
 from pin_identity.observability.logging import get_logger
 from pin_identity.operations.ports.audit import KeepRecords, Progress, TopicRead
@@ -81,7 +81,7 @@ class KafkaAccessLog:
         # A topic this principal may not read is no empty topic: an audit of nothing would pass.
         refused = DenialLog("access-audit").say(denial(topic.error if topic else None, "Read", self._topic))
         if refused is not None:
-            raise AccessLogUnavailableError(str(refused))
+            raise BrokerUnavailableError(str(refused))
         if topic is None or topic.error is not None:
             return _Ends({})
         ends = _Ends({})

@@ -22,12 +22,12 @@ from pin_identity.adapters.kafka.consumers import new_consumer
 from pin_identity.adapters.kafka.denials import DenialLog, denial
 from pin_identity.adapters.kafka.offsets import end_reached, watermarks
 from pin_identity.adapters.kafka.partitioning import key_partition, partitioner_of
-from pin_identity.domain.errors import AccessLogUnavailableError
+from pin_identity.domain.errors import BrokerUnavailableError
 from pin_identity.domain.events import ACCESS_TOPIC
 from pin_identity.operations.read_models import AccessLogSearch, LastAccessEvent
 
 # librdkafka's own lines (a broker that does not answer) stay out of a command's one-line answer: a failure is
-# raised as AccessLogUnavailableError with its reason.
+# raised as BrokerUnavailableError with its reason.
 _librdkafka_log = logging.getLogger("pin_identity.kafka.access_lookup")
 _librdkafka_log.addHandler(logging.NullHandler())
 _librdkafka_log.propagate = False
@@ -72,7 +72,7 @@ class KafkaUserAccessLog:
         try:
             consumer = new_consumer(self._client_config, self._settings)
         except KafkaException as exc:
-            raise AccessLogUnavailableError(self._reason(exc)) from None
+            raise BrokerUnavailableError(self._reason(exc)) from None
         try:
             partitions = self._partition_count(consumer)
             if partitions is None:  # no topic, no event
@@ -81,7 +81,7 @@ class KafkaUserAccessLog:
             found, read = self._search(consumer, partition, key)
             return AccessLogSearch(partition, read, _last_event(found) if found is not None else None)
         except KafkaException as exc:
-            raise AccessLogUnavailableError(self._reason(exc)) from None
+            raise BrokerUnavailableError(self._reason(exc)) from None
         finally:
             consumer.close()
 
@@ -129,7 +129,7 @@ class KafkaUserAccessLog:
         while True:
             messages = consumer.consume(_BATCH, _POLL_S)
             if not messages and time.monotonic() - heard > self._timeout_s:
-                raise AccessLogUnavailableError(
+                raise BrokerUnavailableError(
                     f"{self._topic} [{partition}]: nothing read from offset {start} in {self._timeout_s:g} s"
                 )
             if messages:

@@ -14,7 +14,7 @@ from pin_identity.adapters.kafka.consumers import new_consumer
 from pin_identity.adapters.kafka.denials import DenialLog, denial, group_denial
 from pin_identity.adapters.kafka.offsets import watermarks
 from pin_identity.adapters.kafka.topics import failure_reason
-from pin_identity.domain.errors import ConsumerLagUnavailableError
+from pin_identity.domain.errors import BrokerUnavailableError
 from pin_identity.operations.read_models import PartitionLag
 
 # librdkafka would write its own log lines to stderr: the caller reports the failure as one line instead.
@@ -26,7 +26,7 @@ _denials = DenialLog("serve")
 
 class KafkaConsumerLag:
     """ConsumerLagReader over the broker. `client_config` is asked at each read: it may raise
-    ConsumerLagUnavailableError itself (no broker configured)."""
+    BrokerUnavailableError itself (no broker configured)."""
 
     def __init__(self, client_config: Callable[[], Mapping[str, str]], *, timeout_s: float = 3.0):
         self._client_config, self._timeout_s = client_config, timeout_s
@@ -39,7 +39,7 @@ def consumer_group_lag(
     client_config: Mapping[str, str], group: str, topics: Sequence[str], *, timeout_s: float = 3.0
 ) -> list[PartitionLag]:
     """Every partition of those `topics` that exist: records the group has not consumed yet. Raises
-    ConsumerLagUnavailableError when the broker does not answer in time, or refuses."""
+    BrokerUnavailableError when the broker does not answer in time, or refuses."""
     consumer = new_consumer(client_config, {"group.id": group, "enable.auto.commit": False, "logger": _quiet})
     try:
         partitions = _partitions(consumer, topics, timeout_s)
@@ -49,7 +49,7 @@ def consumer_group_lag(
         return [_lag(consumer, stored, timeout_s) for stored in committed]
     except KafkaException as exc:
         refused = denial(exc, "Describe", group) or group_denial(consumer, "Describe", group)
-        raise ConsumerLagUnavailableError(str(_denials.say(refused) or failure_reason(exc))) from None
+        raise BrokerUnavailableError(str(_denials.say(refused) or failure_reason(exc))) from None
     finally:
         consumer.close()
 

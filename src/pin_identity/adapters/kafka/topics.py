@@ -146,7 +146,7 @@ def broker_reachable(client_config: dict[str, str], timeout_s: float = 3.0) -> b
     try:
         probe_broker(client_config, timeout_s=timeout_s)
         return True
-    except BrokerUnavailableError:  # or refused
+    except BrokerProbeError:  # or refused
         return False
 
 
@@ -166,13 +166,13 @@ class BrokerFailure(StrEnum):
     PARTITIONS = "partitions"
 
 
-class BrokerUnavailableError(Exception):
+class BrokerProbeError(Exception):
     """No broker answered; `failure` is what that says about the configuration."""
 
     failure = BrokerFailure.UNREACHABLE
 
 
-class BrokerRefusedError(BrokerUnavailableError):
+class BrokerRefusedError(BrokerProbeError):
     """A broker answered and refused the client (authentication, TLS, authorization)."""
 
     failure = BrokerFailure.REFUSED
@@ -208,7 +208,7 @@ def probe_broker(client_config: Mapping[str, str], *, timeout_s: float = 5.0) ->
         if any(error.code() in _HOPELESS for error in heard):
             raise _failure(heard)
         if time.monotonic() >= deadline:
-            silent = BrokerUnavailableError(f"no answer in {timeout_s:g} s: {last}")
+            silent = BrokerProbeError(f"no answer in {timeout_s:g} s: {last}")
             raise _failure(heard) if heard else silent
 
 
@@ -229,7 +229,7 @@ def _failure(heard: Sequence[KafkaError]) -> Exception:
     refused = [error for error in heard if error.code() in _REFUSED]
     if refused:
         return BrokerRefusedError(refused[0].str())
-    return BrokerUnavailableError(_first_cause(heard))
+    return BrokerProbeError(_first_cause(heard))
 
 
 def _first_cause(heard: Sequence[KafkaError]) -> str:

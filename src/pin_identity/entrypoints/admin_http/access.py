@@ -17,4 +17,4 @@ def show_user_access(user_id: UserId, container: ContainerDep) -> UserAccessRepo
     `missing`); 200 whatever the verdict. 503 `IDENTITY_BROKER_UNAVAILABLE` when the broker does not answer
     within 5 s; 503 `IDENTITY_MISCONFIGURED` when PIN_IDENTITY_KAFKA_CONFIG sets a partitioner whose
     placement cannot be computed (`random`)."""
-    return UserAccessReport.of(container.access_show(user_id))
+    return UserAccessReport.of(container.use_cases.access_show(user_id))

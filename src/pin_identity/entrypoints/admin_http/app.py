@@ -118,9 +118,9 @@ def serve_admin_api(container: Container, *, host: str, port: int) -> None:
     """Run the API until SIGTERM/SIGINT. No operator, an unusable tokens file, an unreachable database, a
     database role without serve's grants or a busy port fail at start (ConfigurationError: exit 2)."""
     app = create_app(container)
-    if not container.database.ping():
+    if not container.connections.database.ping():
         raise ConfigurationError("PIN_IDENTITY_DATABASE_URL: database unreachable")
-    container.check_database_grants(["serve"])
+    container.connections.check_database_grants(["serve"])
     listener = _listen(host, port)
     log.info("admin-api-started", host=host, port=listener.getsockname()[1], **app.state.operators.counts())
     # uvicorn re-raises the signal that stopped it once it has shut down gracefully; with these handlers in

@@ -21,13 +21,13 @@ def list_fanout_tasks(
     limit: Annotated[int, Query(ge=1, le=10_000)] = 100,
 ) -> list[FanOutTask]:
     """The newest fan-out tasks first."""
-    return [FanOutTask.of(task) for task in container.fanout_admin.tasks(status, limit)]
+    return [FanOutTask.of(task) for task in container.use_cases.fanout_admin.tasks(status, limit)]
 
 
 @fanout.post("/tasks/{taskId}/replay", response_model=TaskReplayed, responses=problem_responses(404, 409))
 def replay_fanout_task(task_id: TaskId, container: ContainerDep, who: Who) -> TaskReplayed:
     """The runbook's replay: a Failed task goes back to Pending with AttemptCount = 0, from its cursor."""
-    container.fanout_admin.replay(task_id, who=who)
+    container.use_cases.fanout_admin.replay(task_id, who=who)
     return TaskReplayed(task_id=task_id, status=FanOutTaskStatus.PENDING)
 
 
@@ -36,4 +36,4 @@ def discard_fanout_task(task_id: TaskId, container: ContainerDep, who: Who) -> T
     """The runbook's discard: a Failed task that is not to be replayed (a newer task of its role notified
     every holder, or they were re-announced) is deleted, and no longer counts as failed. `maintenance prune`
     never deletes a Failed task."""
-    return TaskDiscarded.of(container.fanout_admin.discard(task_id, who=who))
+    return TaskDiscarded.of(container.use_cases.fanout_admin.discard(task_id, who=who))

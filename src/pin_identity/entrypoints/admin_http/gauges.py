@@ -43,14 +43,14 @@ class _QueueReads:
 
     def __call__(self) -> QueueGauges:
         if self._outbox is None:
-            self._outbox = self._container.outbox_backlog_reader()
+            self._outbox = self._container.stores.outbox_backlog_reader()
         try:
             outbox = self._outbox.backlog()
         except psycopg.Error:
             self.close()  # reconnect at the next read
             raise
-        stats = self._container.fanout_queue.stats(now_utc())
-        running = self._container.import_store.running_run()
+        stats = self._container.stores.fanout_queue.stats(now_utc())
+        running = self._container.stores.import_store.running_run()
         return QueueGauges(
             outbox_backlog=outbox.waiting,
             outbox_oldest_age_s=outbox.oldest_age_s,

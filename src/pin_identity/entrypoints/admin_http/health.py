@@ -19,4 +19,4 @@ def health_summary(request: Request, container: ContainerDep) -> HealthSummary:
     `IDENTITY_DATABASE_UNAVAILABLE` when the last read of the gauges failed: stale figures must not pass for
     the present."""
     queues = request.app.state.gauges.read()
-    return HealthSummary.of(container.health.report(queues, now_utc()))
+    return HealthSummary.of(container.use_cases.health.report(queues, now_utc()))

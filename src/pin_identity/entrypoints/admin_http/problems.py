@@ -19,9 +19,9 @@ from fastapi.routing import APIRoute
 from psycopg_pool import PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from pin_identity.composition import BrokerUnreachableError
 from pin_identity.config import ConfigurationError
 from pin_identity.domain.errors import (
+    BrokerUnavailableError,
     ConflictError,
     IdentityError,
     InvalidInputError,
@@ -70,7 +70,7 @@ ERRORS: tuple[tuple[type[BaseException], Answer], ...] = (
     (ConflictError, Answer(409)),
     (InvalidInputError, Answer(422)),
     (IdentityError, Answer(422)),
-    (BrokerUnreachableError, Answer(503, "IDENTITY_BROKER_UNAVAILABLE")),  # a ConfigurationError: first
+    (BrokerUnavailableError, Answer(503)),
     # e.g. PIN_IDENTITY_KAFKA_CONFIG sets a partitioner whose placement access show cannot compute
     (ConfigurationError, Answer(503, "IDENTITY_MISCONFIGURED")),
     (DatabaseUnavailableError, _UNAVAILABLE),

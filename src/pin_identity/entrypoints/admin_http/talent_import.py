@@ -43,7 +43,7 @@ def start_import_run(
     `IDENTITY_IMPORT_SOURCE_UNAVAILABLE` when the source cannot be read or is not configured for the mode,
     503 with `IDENTITY_IMPORT_SOURCE_INCOMPLETE` when it lists far fewer companies than the replica
     holds (send `force` to override)."""
-    run = container.imports.start(body.to_request(), who=who)
+    run = container.use_cases.imports.start(body.to_request(), who=who)
     response.headers["Location"] = f"{imports.prefix}/runs/{run.run_id}"
     return RunAccepted(run_id=run.run_id)
 
@@ -51,20 +51,20 @@ def start_import_run(
 @imports.get("/runs/{runId}", response_model=ImportRunReport, responses=problem_responses(404))
 def get_import_run(run_id: RunId, container: ContainerDep) -> ImportRunReport:
     """The run's counters (TalentInitialImportResult), pages by stage and status, an ETA, the lock holder."""
-    return ImportRunReport.of(container.imports.report(run_id))
+    return ImportRunReport.of(container.use_cases.imports.report(run_id))
 
 
 @imports.post("/runs/{runId}/cancel", response_model=RunCancelled, responses=problem_responses(404, 409))
 def cancel_import_run(run_id: RunId, container: ContainerDep, who: Who) -> RunCancelled:
     """Cancel a Running run at once: pages already claimed finish, Done pages are kept."""
-    container.imports.cancel(run_id, who=who)
+    container.use_cases.imports.cancel(run_id, who=who)
     return RunCancelled(run_id=run_id, status=RunStatus.CANCELLED)
 
 
 @imports.get("/runs/{runId}/failed-items", response_model=list[FailedItem], responses=problem_responses(404))
 def list_failed_items(run_id: RunId, container: ContainerDep) -> list[FailedItem]:
     """The run's quarantine, oldest first (payloads stay in the database: they hold PII)."""
-    return [FailedItem.of(item) for item in container.imports.failed_items(run_id)]
+    return [FailedItem.of(item) for item in container.use_cases.imports.failed_items(run_id)]
 
 
 @imports.get("/runs", response_model=list[ImportRunSummary])
@@ -72,14 +72,14 @@ def list_import_runs(
     container: ContainerDep, limit: Annotated[int, Query(ge=1, le=500)] = 20
 ) -> list[ImportRunSummary]:
     """The newest runs first."""
-    return [ImportRunSummary.of(run) for run in container.imports.recent_runs(limit)]
+    return [ImportRunSummary.of(run) for run in container.use_cases.imports.recent_runs(limit)]
 
 
 @imports.post("/runs/{runId}/reset-leases", response_model=LeasesReset, responses=problem_responses(404))
 def reset_import_leases(run_id: RunId, container: ContainerDep, who: Who) -> LeasesReset:
     """The runbook's "stuck" case (`talent-import reset-leases`): every InProgress page of the run becomes
     claimable now, its holder taken for dead."""
-    return LeasesReset(run_id=run_id, pages=container.imports.reset_leases(run_id, who=who))
+    return LeasesReset(run_id=run_id, pages=container.use_cases.imports.reset_leases(run_id, who=who))
 
 
 @imports.post(
@@ -90,4 +90,4 @@ def replay_run_failed_items(
 ) -> ReplayResult:
     """Apply a run's quarantined items again after fixing their cause (all, or `itemIds`); those that apply
     leave the quarantine (`talent-import replay-failed`)."""
-    return ReplayResult.of(container.imports.replay_failed(run_id, request.item_ids, who=who))
+    return ReplayResult.of(container.use_cases.imports.replay_failed(run_id, request.item_ids, who=who))

@@ -12,10 +12,10 @@ sync = admin_router("/admin/v1/talent-sync", "talent-sync")
 @sync.get("/failed-items", response_model=list[FailedItem])
 def list_consumer_failed_items(container: ContainerDep) -> list[FailedItem]:
     """Items the continuous talent-sync consumer quarantined (run_id null), oldest first."""
-    return [FailedItem.of(item) for item in container.imports.failed_items(None)]
+    return [FailedItem.of(item) for item in container.use_cases.imports.failed_items(None)]
 
 
 @sync.post("/failed-items/replay", response_model=ReplayResult, responses=problem_responses(404, 422))
 def replay_consumer_failed_items(request: ReplayRequest, container: ContainerDep, who: Who) -> ReplayResult:
     """Apply quarantined items again after fixing their cause (all, or `itemIds`); those that apply leave."""
-    return ReplayResult.of(container.imports.replay_failed(None, request.item_ids, who=who))
+    return ReplayResult.of(container.use_cases.imports.replay_failed(None, request.item_ids, who=who))

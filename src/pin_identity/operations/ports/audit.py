@@ -68,7 +68,7 @@ class AccessTruth(Protocol):
 class UserAccessLog(Protocol):
     def last_event(self, user_id: UUID) -> AccessLogSearch:
         """The user's last record, searched from the end of the one partition their key goes to;
-        AccessLogUnavailableError when the broker does not answer."""
+        BrokerUnavailableError when the broker does not answer."""
         ...
 
 

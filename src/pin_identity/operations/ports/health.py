@@ -16,5 +16,5 @@ class ConsumerLagReader(Protocol):
     """Read from the broker without joining the group: committed offsets against high watermarks."""
 
     def partition_lags(self, group: str, topics: Sequence[str]) -> list[PartitionLag]:
-        """Every partition of those `topics` that exist; raises ConsumerLagUnavailableError."""
+        """Every partition of those `topics` that exist; raises BrokerUnavailableError."""
         ...
