@@ -16,7 +16,7 @@ from pin_identity.adapters.kafka.embedded import JVM_OPTIONS_VARIABLE, start_bro
 from pin_identity.adapters.kafka.topics import TopicLayout, ensure_topics
 from pin_identity.adapters.postgres.embedded import ensure_embedded_postgres, stop_embedded_postgres
 from pin_identity.composition import Container
-from pin_identity.config import Settings
+from pin_identity.config import FanOutSettings, Settings
 from pin_identity.domain.events import PUBLISHED_TOPICS
 from pin_identity.domain.talent_import import ImportMode
 from pin_identity.simulation.talent import SimulatedTalentApi, TalentDataset, create_talent_topics
@@ -124,7 +124,7 @@ def settings(database_url: str, broker: str, tmp_path: Path) -> Settings:
         worker_http_port=0,
         kafka_topic_partitions=3,
         kafka_replication_factor=1,
-        fanout_polling_interval_s=0.5,
+        fanout=FanOutSettings(polling_interval_s=0.5),
     )
 
 
