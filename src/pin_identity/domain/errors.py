@@ -8,8 +8,8 @@ One hierarchy, and a code is always a class attribute (the contract's code, CONT
     │   ├── NotFoundError, ConflictError (ImportNotRunningError), InvalidInputError
     │   └── ImportRefusedError   one subclass per IDENTITY_IMPORT_* refusal
     ├── ConfigurationError       a setting is missing or wrong (config.py)     IDENTITY_MISCONFIGURED
-    ├── SourceNotConfiguredError, SourceUnavailableError (SourceRejectedError),
-    │   BrokerUnavailableError, BrokerUnavailableError: a dependency that cannot be used now
+    ├── SourceNotConfiguredError, SourceUnavailableError (SourceRejectedError): Talent cannot be read
+    ├── BrokerUnavailableError   the broker did not answer, or refused          IDENTITY_BROKER_UNAVAILABLE
     └── LeaseLostError, StoreConflictError, OutboxIdsWentBackError: what a job handles itself
 
 Each entry point maps a class to what its caller sees in one table: the command line's exit status in
@@ -73,9 +73,8 @@ class StoreConflictError(ServiceError):
 
 
 class SourceUnavailableError(ServiceError):
-    """Talent cannot be read now (down, timing out, malformed answers); worth trying again later."""
-
-    code = "IDENTITY_IMPORT_SOURCE_UNAVAILABLE"
+    """Talent cannot be read now (down, timing out, malformed answers); worth trying again later. The jobs
+    handle it; a use case says it to its caller as ImportSourceUnavailableError, whose code that is."""
 
 
 class SourceRejectedError(SourceUnavailableError):
@@ -84,9 +83,8 @@ class SourceRejectedError(SourceUnavailableError):
 
 class SourceNotConfiguredError(ServiceError):
     """This process has no way to read the run's source (e.g. api-pull without the Talent API URL); the
-    message names the variable to set. To a client starting a run the source is as good as unavailable."""
-
-    code = "IDENTITY_IMPORT_SOURCE_UNAVAILABLE"
+    message names the variable to set. To a client starting a run the source is as good as unavailable: the
+    HTTP API answers it with ImportSourceUnavailableError's code, the CLI as a configuration failure."""
 
 
 class BrokerUnavailableError(ServiceError):

@@ -84,9 +84,9 @@ class RunEnding:
 
 class ImportRefusedError(IdentityError):
     """The import did not start (or resume): nothing was written. Raised as one of the subclasses below, whose
-    `code` (an ImportErrorCode) says why."""
+    `code` (an ImportErrorCode) says why; each code is one subclass's."""
 
-    code: ClassVar[ImportErrorCode] = ImportErrorCode.INVALID_REQUEST
+    code: ClassVar[ImportErrorCode]
 
 
 class ImportInvalidRequestError(ImportRefusedError):
