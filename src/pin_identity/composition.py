@@ -84,7 +84,7 @@ from pin_identity.operations.ports.audit import Progress
 from pin_identity.operations.ports.imports import RunLock
 from pin_identity.operations.ports.outbox import OutboxBacklogSession
 from pin_identity.operations.ports.talent import TalentSource
-from pin_identity.operations.read_models import UserAccess
+from pin_identity.operations.read_models import UserAccessReport
 from pin_identity.operations.retention import RetentionAdmin
 from pin_identity.operations.roles import RoleAdmin
 
@@ -427,7 +427,7 @@ class Container:
         self.require_broker()
         return audit_access(KafkaAccessLog(self.kafka_client_config), truth, progress)
 
-    def access_show(self, user_id: UUID) -> UserAccess:
+    def access_show(self, user_id: UUID) -> UserAccessReport:
         """NotFoundError for an unknown user; BrokerUnreachableError when the broker does not answer;
         ConfigurationError when PIN_IDENTITY_KAFKA_CONFIG sets a partitioner whose placement cannot be
         computed."""
