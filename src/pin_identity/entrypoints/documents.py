@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 from http import HTTPStatus
+from pathlib import Path
 from typing import Annotated, Literal
 from uuid import UUID
 
@@ -177,3 +178,42 @@ class Problem(ApiModel):
             instance=instance,
             errors=errors,
         )
+
+
+# ---------------------------------------------------------------- the process's own setup (CLI only)
+
+
+class TopicsEnsured(ApiModel):
+    """`kafka ensure-topics --json`."""
+
+    created: list[str]
+
+
+class EmbeddedPostgres(ApiModel):
+    software: str
+    url: str | None = Field(description="Null until the server has been started once under this data dir.")
+    running: bool
+    pid: int | None
+    in_use: bool = Field(description="False when a URL is configured: commands then never touch this server.")
+    log_file: Path
+
+
+class EmbeddedBroker(ApiModel):
+    software: str
+    bootstrap_servers: str | None = Field(
+        description="Null until the broker has been started once under this data dir."
+    )
+    running: bool
+    pid: int | None
+    in_use: bool = Field(
+        description="False when bootstrap servers are configured: commands then never touch this broker."
+    )
+    log_file: Path
+
+
+class EmbeddedInfo(ApiModel):
+    """`embedded info --json`."""
+
+    data_dir: Path
+    postgres: EmbeddedPostgres
+    broker: EmbeddedBroker
