@@ -62,9 +62,10 @@ class ImportResult(ApiModel):
     users: StageCounts
     duration_ms: int
 
-    @classmethod
-    def of(cls, run: ImportRun, now: datetime) -> ImportResult:
-        return cls(**_result_fields(run, now))
+    @staticmethod
+    def of(run: ImportRun, now: datetime) -> ImportResult:
+        """Only the result, whichever class it is called on: a report is built by ImportRunReport.of_run."""
+        return ImportResult(**_result_fields(run, now))
 
 
 def _result_fields(run: ImportRun, now: datetime) -> dict[str, Any]:
