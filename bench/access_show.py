@@ -178,7 +178,7 @@ def in_process(settings: Settings, user: uuid.UUID) -> tuple[float, dict[str, An
     finally:
         container.close()
     assert shown.verdict.value == "matching", shown.verdict
-    return elapsed, {"records_read": shown.search.records_read, "partition": shown.search.partition}
+    return elapsed, {"records_read": shown.records_read, "partition": shown.partition}
 
 
 def as_process(env: dict[str, str], user: uuid.UUID) -> float:

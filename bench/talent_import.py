@@ -63,6 +63,7 @@ from pin_identity.domain.talent_import import ImportMode, ImportRequest, ImportR
 from pin_identity.jobs.talent_import import TalentImportJob
 from pin_identity.operations.imports import start_run
 from pin_identity.operations.ports.talent import TalentSource
+from pin_identity.operations.read_models import ImportResult
 from pin_identity.simulation.talent import (
     TALENT_PARTITIONS,
     SimulatedTalentApi,
@@ -228,7 +229,7 @@ def verify(url: str, run: ImportRun, dataset: TalentDataset, pages: int, timings
     for name, counters, expected in (("companies", run.companies, tenants), ("users", run.users, users)):
         counted = (counters.planned, counters.applied, counters.skipped, counters.failed)
         if counted != (expected, expected, 0, 0):
-            problems.append(f"{name} {counters.as_json()}, expected {expected} planned and applied")
+            problems.append(f"{name} {asdict(counters)}, expected {expected} planned and applied")
     held = replica_counts(url)
     if (held["companies"], held["users"]) != (tenants, users):
         problems.append(f"the replica holds {held}, expected {tenants} companies and {users} users")
@@ -294,7 +295,7 @@ def run_once(bench: Bench, mode: ImportMode, run: int) -> RunResult:
         read_p50_ms=percentile(timings.reads_ms, 0.5),
         read_p99_ms=percentile(timings.reads_ms, 0.99),
         read_max_ms=max(timings.reads_ms),
-        run_duration_ms=int(final.result(now_utc())["durationMs"]),
+        run_duration_ms=ImportResult.of(final, now_utc()).duration_ms,
         breakdown_s=breakdown,
     )
 

@@ -91,7 +91,7 @@ class Scene:
             )
         except BrokerUnavailableError:
             return None
-        return sum(lag.committed or 0 for lag in lags)
+        return sum(lag.committed_offset or 0 for lag in lags)
 
     def coordinator(self) -> int:
         """The node the group's coordinator runs on, as the cluster describes the group."""

@@ -12,6 +12,7 @@ import pytest
 from pin_identity.composition import Container
 from pin_identity.domain.fanout import FanOutPath, FanOutPolicy
 from pin_identity.operations import identity
+from pin_identity.operations.read_models import PermissionsChanged
 from tests.support import seed
 from tests.support.clocks import ManualClock
 from tests.support.convergence import Background, CommitHold, assert_converged
@@ -59,7 +60,7 @@ def test_a_role_wide_snapshot_never_overtakes_a_point_revoke_that_commits_meanwh
     assert_converged(tap, database_url, users)
 
 
-def _set_permissions(container: Container, role: object, policy: FanOutPolicy) -> identity.PermissionsChange:
+def _set_permissions(container: Container, role: object, policy: FanOutPolicy) -> PermissionsChanged:
     return seed.change_permissions(
         container.stores.transactions,
         role,  # type: ignore[arg-type]

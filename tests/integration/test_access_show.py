@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from typing import Any
 from uuid import UUID
 
 import psycopg
@@ -16,13 +17,29 @@ from pin_identity.adapters.kafka.partitioning import key_partition
 from pin_identity.adapters.kafka.publisher import producer_config
 from pin_identity.adapters.postgres.access_truth import PostgresAccessTruth
 from pin_identity.composition import Container
-from pin_identity.domain.access_audit import AssignmentDifference, Verdict
+from pin_identity.domain.access_audit import AssignmentDifferenceView, Verdict
 from pin_identity.domain.errors import NotFoundError
 from pin_identity.domain.events import ACCESS_TOPIC
 from pin_identity.operations import identity
 from pin_identity.operations.access_show import show_access
+from pin_identity.operations.read_models import UserAccessReport
 from tests.support import seed
 from tests.support.relay import publish_outbox
+
+
+def _rendered(shown: UserAccessReport) -> list[dict[str, Any]]:
+    """The Active assignments as the event renders them."""
+    return [assignment.model_dump() for assignment in shown.active_assignments]
+
+
+def _difference(
+    only_in_database: list[str] | None = None,
+    only_on_topic: list[str] | None = None,
+    changed: list[str] | None = None,
+) -> AssignmentDifferenceView:
+    return AssignmentDifferenceView(
+        only_in_database=only_in_database or [], only_on_topic=only_on_topic or [], changed=changed or []
+    )
 
 
 def _sql(database_url: str, statement: str, *params: object) -> None:
@@ -44,14 +61,14 @@ def test_a_published_grant_is_matching_and_names_its_event(container: Container)
     user, role, assignment = _granted_user(container)
     shown = container.use_cases.access_show(user)
     assert shown.verdict is Verdict.MATCHING
-    assert [a["assignmentId"] for a in shown.state.active_assignments] == [str(assignment)]
-    event = shown.search.last_event
+    assert [a.assignment_id for a in shown.active_assignments] == [str(assignment)]
+    event = shown.last_event
     assert event is not None
     assert (event.change_reason, event.version, event.changed_role_id) == ("RoleAssigned", 1, str(role))
-    assert event.active_assignments == shown.state.active_assignments
-    assert event.partition == shown.search.partition
-    assert shown.search.partition == key_partition(str(user).encode(), 3)  # the session broker's 3
-    assert shown.state.waiting == () and shown.difference == AssignmentDifference()
+    assert event.active_assignments == _rendered(shown)
+    assert event.partition == shown.partition
+    assert shown.partition == key_partition(str(user).encode(), 3)  # the session broker's 3
+    assert shown.outbox == [] and shown.difference == _difference()
 
 
 def test_a_change_still_in_the_outbox_is_pending(container: Container) -> None:
@@ -59,14 +76,14 @@ def test_a_change_still_in_the_outbox_is_pending(container: Container) -> None:
     identity.revoke_role_assignment(container.stores.transactions, identity.Context.fresh(), assignment)
     shown = container.use_cases.access_show(user)
     assert shown.verdict is Verdict.PENDING
-    assert [(e.change_reason, e.version) for e in shown.state.waiting] == [("RoleRevoked", 2)]
-    assert shown.difference.only_on_topic == (str(assignment),)  # until the relay publishes the revoke
+    assert [(e.change_reason, e.version) for e in shown.outbox] == [("RoleRevoked", 2)]
+    assert shown.difference.only_on_topic == [str(assignment)]  # until the relay publishes the revoke
 
     publish_outbox(container)
     after = container.use_cases.access_show(user)
     assert after.verdict is Verdict.MATCHING
-    assert after.search.last_event is not None and after.search.last_event.change_reason == "RoleRevoked"
-    assert after.state.active_assignments == [] and after.search.last_event.active_assignments == []
+    assert after.last_event is not None and after.last_event.change_reason == "RoleRevoked"
+    assert after.active_assignments == [] and after.last_event.active_assignments == []
 
 
 def test_a_revoke_behind_the_services_back_is_drift_the_topic_still_grants(
@@ -76,7 +93,7 @@ def test_a_revoke_behind_the_services_back_is_drift_the_topic_still_grants(
     _sql(database_url, "UPDATE identity.role_assignments SET status = 'Revoked' WHERE id = %s", assignment)
     shown = container.use_cases.access_show(user)
     assert shown.verdict is Verdict.DRIFTED
-    assert shown.difference == AssignmentDifference(only_on_topic=(str(assignment),))
+    assert shown.difference == _difference(only_on_topic=[str(assignment)])
 
 
 def test_a_changed_scope_behind_the_services_back_is_drift_of_that_assignment(
@@ -90,7 +107,7 @@ def test_a_changed_scope_behind_the_services_back_is_drift_of_that_assignment(
     )
     shown = container.use_cases.access_show(user)
     assert shown.verdict is Verdict.DRIFTED
-    assert shown.difference == AssignmentDifference(changed=(str(assignment),))
+    assert shown.difference == _difference(changed=[str(assignment)])
 
 
 def test_an_assignment_without_any_event_is_missing(
@@ -117,15 +134,15 @@ def test_an_assignment_without_any_event_is_missing(
     assert producer.flush(10) == 0
     shown = container.use_cases.access_show(user)
     assert shown.verdict is Verdict.MISSING
-    assert shown.search.last_event is None and shown.search.records_read > 0
-    assert shown.difference == AssignmentDifference(only_in_database=(str(granted),))
+    assert shown.last_event is None and shown.records_read > 0
+    assert shown.difference == _difference(only_in_database=[str(granted)])
 
 
 def test_a_user_with_no_assignment_and_no_event_has_nothing_to_carry(container: Container) -> None:
     user = seed.user(container.stores.transactions, seed.company(container.stores.transactions))
     publish_outbox(container)
     shown = container.use_cases.access_show(user)
-    assert (shown.verdict, shown.search.last_event, shown.state.active_assignments) == (
+    assert (shown.verdict, shown.last_event, shown.active_assignments) == (
         Verdict.MATCHING,
         None,
         [],
@@ -149,10 +166,8 @@ def test_a_dead_lettered_access_event_is_shown_beside_the_drift_it_leaves(
     )
     shown = container.use_cases.access_show(user)
     assert shown.verdict is Verdict.DRIFTED
-    assert shown.state.waiting == ()
-    assert [(e.change_reason, e.error) for e in shown.state.dead_letters] == [
-        ("RoleRevoked", "MSG_SIZE_TOO_LARGE")
-    ]
+    assert shown.outbox == []
+    assert [(e.change_reason, e.error) for e in shown.dead_letters] == [("RoleRevoked", "MSG_SIZE_TOO_LARGE")]
 
 
 def test_an_unknown_user_is_not_found_without_reading_the_topic(container: Container) -> None:
@@ -181,7 +196,7 @@ def test_the_last_event_is_found_windows_back_and_the_newest_of_the_user_wins(
     container: Container, broker: str
 ) -> None:
     user, _, _ = _granted_user(container)
-    truth = container.use_cases.access_show(user).state.active_assignments
+    truth = _rendered(container.use_cases.access_show(user))
     key = str(user).encode()
     partition = key_partition(key, 3)
     # Older to newer: a stale event of the user, a few others, the user's true one, then 3,000 others.
@@ -193,9 +208,9 @@ def test_the_last_event_is_found_windows_back_and_the_newest_of_the_user_wins(
     log = KafkaUserAccessLog({"bootstrap.servers": broker}, first_window=100)
     shown = show_access(log, PostgresAccessTruth(container.connections.database), user)
     assert shown.verdict is Verdict.MATCHING
-    assert shown.search.last_event is not None and shown.search.last_event.version == 8
+    assert shown.last_event is not None and shown.last_event.version == 8
     # Windows of 100, 200, 400, 800, 1,600, 3,200 from the end: the event is in the sixth, not at the start.
-    assert 3000 < shown.search.records_read < 2 * 3000 + 100 * 2
+    assert 3000 < shown.records_read < 2 * 3000 + 100 * 2
 
     _produce(broker, partition, [(key, None)])  # a tombstone: the user's events are to be forgotten
     assert (

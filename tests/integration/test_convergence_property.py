@@ -285,5 +285,5 @@ def test_the_access_stream_converges_whatever_runs_at_once(
         stand.proxy.restore()
         relay.stop()
     report = stand.container.use_cases.access_audit(lambda done, total: None)
-    assert (report.drifted, report.missing, report.pending) == (0, 0, 0), report.to_json()
+    assert (report.drifted, report.missing, report.pending) == (0, 0, 0), report.model_dump_json()
     assert report.users > 0

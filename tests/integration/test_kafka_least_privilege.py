@@ -64,7 +64,7 @@ def test_the_topic_admin_creates_the_topics_the_relay_publishes_and_the_reader_a
     publish_outbox(writer)
     report = containers["access-reader"].use_cases.access_audit(lambda done, total: None)
     # The broker is shared: users of other tests' databases may show as drifted here, never ours.
-    assert (report.missing, report.pending, report.incomplete) == (0, 0, [])
+    assert (report.missing, report.pending, report.incomplete_partitions) == (0, 0, [])
     assert report.users >= USERS and not {str(user) for user in users} & set(report.examples)
     shown = containers["access-reader"].use_cases.access_show(users[0])
     assert shown.verdict is Verdict.MATCHING

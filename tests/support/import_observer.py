@@ -3,8 +3,6 @@ operators would have seen, in words a test can compare."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 from pin_identity.domain.talent import ImportStage
 from pin_identity.domain.talent_import import (
     ImportMode,
@@ -15,6 +13,7 @@ from pin_identity.domain.talent_import import (
     StageCounters,
 )
 from pin_identity.jobs.talent_import_observer import ImportObserver
+from pin_identity.operations.read_models import ImportResult
 from pin_identity.operations.talent_replica import BatchOutcome
 
 
@@ -52,7 +51,7 @@ class RecordingImportObserver(ImportObserver):
     def cancelled(self, run: ImportRun) -> None:
         self.calls.append("cancelled")
 
-    def ended(self, run: ImportRun, ending: RunEnding, result: Mapping[str, object]) -> None:
+    def ended(self, run: ImportRun, ending: RunEnding, result: ImportResult) -> None:
         status = ending.status.value
         self.calls.append(f"{status} {ending.code.value}" if ending.code else status)
 

@@ -13,6 +13,7 @@ from pin_identity.domain.fanout import FanOutPolicy
 from pin_identity.domain.model import CompanyType, Scope, UserType
 from pin_identity.operations import identity
 from pin_identity.operations.ports.identity import IdentityTransactions
+from pin_identity.operations.read_models import PermissionsChanged
 from tests.support.phones import next_phone
 
 
@@ -81,7 +82,7 @@ def held_role(
 
 def change_permissions(
     transactions: IdentityTransactions, role_id: UUID, permissions: Sequence[str], policy: FanOutPolicy
-) -> identity.PermissionsChange:
+) -> PermissionsChanged:
     """The role's permissions replaced through the use case (inline or queued, as the policy decides)."""
     return identity.set_role_permissions(
         transactions, identity.Context.fresh(), role_id=role_id, permissions=permissions, policy=policy

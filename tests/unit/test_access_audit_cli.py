@@ -32,7 +32,7 @@ class _Audited:
 
 @pytest.fixture
 def incomplete(monkeypatch: pytest.MonkeyPatch) -> None:
-    report = AuditReport(users=3, matching=3, incomplete=[1, 4])
+    report = AuditReport(users=3, matching=3, incomplete_partitions=[1, 4])
 
     @contextmanager
     def container_from_env() -> Iterator[_Audited]:

@@ -12,7 +12,7 @@ import pytest
 from pin_identity.domain.access_audit import (
     NO_ASSIGNMENTS,
     UNREADABLE,
-    AssignmentDifference,
+    AssignmentDifferenceView,
     Verdict,
     compare,
     difference,
@@ -52,11 +52,15 @@ def test_verdict(last: int | None, truth: int, pending: bool, expected: Verdict)
 def test_difference_by_assignment_id() -> None:
     database = [_assignment("a"), _assignment("b", expiresAt="2027-01-01T00:00:00.000000Z"), _assignment("c")]
     topic = [_assignment("a"), _assignment("b"), _assignment("d"), {"no": "id"}, "junk"]
-    assert difference(database, topic) == AssignmentDifference(
-        only_in_database=("c",), only_on_topic=("d",), changed=("b",)
+    assert difference(database, topic) == AssignmentDifferenceView(
+        only_in_database=["c"], only_on_topic=["d"], changed=["b"]
     )
-    assert difference(database, None) == AssignmentDifference(only_in_database=("a", "b", "c"))
-    assert difference([], {"not": "a list"}) == AssignmentDifference()
+    assert difference(database, None) == AssignmentDifferenceView(
+        only_in_database=["a", "b", "c"], only_on_topic=[], changed=[]
+    )
+    assert difference([], {"not": "a list"}) == AssignmentDifferenceView(
+        only_in_database=[], only_on_topic=[], changed=[]
+    )
 
 
 def test_the_audit_counts_by_the_same_rule() -> None:

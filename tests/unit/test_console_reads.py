@@ -14,11 +14,10 @@ import pytest
 from pin_identity.domain.errors import BrokerUnavailableError, NotFoundError
 from pin_identity.domain.fanout import FanOutPolicy
 from pin_identity.domain.model import RoleStatus
-from pin_identity.entrypoints.documents import HealthSummary
 from pin_identity.operations.health import HealthReads
 from pin_identity.operations.ports.identity import IdentityTransaction
 from pin_identity.operations.ports.outbox import OutboxWriter
-from pin_identity.operations.read_models import DeadLetters, PartitionLag, QueueGauges, RoleSummary
+from pin_identity.operations.read_models import DeadLetters, PartitionLagView, QueueGauges, RoleView
 from pin_identity.operations.roles import RoleAdmin
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -29,12 +28,12 @@ TOPICS = ("talent.tenants.v1", "talent.users.v1")
 class MemoryReads:
     """RoleSummaries and DeadLetterReads in memory."""
 
-    def __init__(self, roles: Sequence[RoleSummary] = ()):
+    def __init__(self, roles: Sequence[RoleView] = ()):
         self._roles = list(roles)
 
     def roles(
         self, *, role_id: UUID | None = None, code: str | None = None, limit: int = 100
-    ) -> list[RoleSummary]:
+    ) -> list[RoleView]:
         found = [r for r in self._roles if role_id in (None, r.role_id) and code in (None, r.code)]
         return found[:limit]
 
@@ -43,19 +42,33 @@ class MemoryReads:
 
 
 class MemoryLags:
-    def __init__(self, lags: Sequence[PartitionLag] = (), unavailable: str | None = None):
+    def __init__(self, lags: Sequence[PartitionLagView] = (), unavailable: str | None = None):
         self._lags, self._unavailable = list(lags), unavailable
         self.asked: list[tuple[str, tuple[str, ...]]] = []
 
-    def partition_lags(self, group: str, topics: Sequence[str]) -> list[PartitionLag]:
+    def partition_lags(self, group: str, topics: Sequence[str]) -> list[PartitionLagView]:
         self.asked.append((group, tuple(topics)))
         if self._unavailable is not None:
             raise BrokerUnavailableError(self._unavailable)
         return self._lags
 
 
-def _role(code: str) -> RoleSummary:
-    return RoleSummary(uuid.uuid4(), code, code.title(), None, None, RoleStatus.ACTIVE, 1, ("a.read",), 2)
+def _role(code: str) -> RoleView:
+    return RoleView(
+        role_id=uuid.uuid4(),
+        code=code,
+        name=code.title(),
+        company_id=None,
+        company_name=None,
+        status=RoleStatus.ACTIVE,
+        version=1,
+        permissions=["a.read"],
+        holders=2,
+    )
+
+
+def _lag(topic: str, lag: int, committed: int | None) -> PartitionLagView:
+    return PartitionLagView(topic=topic, partition=0, lag=lag, committed_offset=committed)
 
 
 def _no_transactions() -> AbstractContextManager[IdentityTransaction]:
@@ -73,7 +86,7 @@ def test_a_role_is_found_by_id_and_an_unknown_one_is_not_found() -> None:
 
 
 def test_the_consumer_lag_totals_the_partitions_of_the_group_on_its_topics() -> None:
-    lags = MemoryLags([PartitionLag(TOPICS[0], 0, 5, 10), PartitionLag(TOPICS[1], 0, 7, None)])
+    lags = MemoryLags([_lag(TOPICS[0], 5, 10), _lag(TOPICS[1], 7, None)])
     health = HealthReads(MemoryReads(), lags, GROUP, TOPICS)
     lag = health.consumer_lag()
     assert (lag.group, lag.total, lag.error, len(lag.partitions)) == (GROUP, 12, None, 2)
@@ -84,7 +97,7 @@ def test_the_consumer_lag_totals_the_partitions_of_the_group_on_its_topics() -> 
 def test_a_broker_that_does_not_say_makes_the_lag_unknown_not_the_summary_fail() -> None:
     health = HealthReads(MemoryReads(), MemoryLags(unavailable="broker timed out"), GROUP, TOPICS)
     lag = health.consumer_lag()
-    assert (lag.total, lag.partitions, lag.error) == (None, (), "broker timed out")
+    assert (lag.total, lag.partitions, lag.error) == (None, [], "broker timed out")
 
 
 def test_no_partitions_yet_is_a_lag_of_zero_not_an_unknown_one() -> None:
@@ -96,9 +109,8 @@ def test_the_health_summary_is_the_gauges_as_read_with_dead_letters_and_lag() ->
     """The document shows the figures the gauges were read with (no round trip through the registry)."""
     held = OutboxWriter(pid=42, application_name="pin-identity", transaction_s=1.5)
     queues = QueueGauges(7, 2.5, 1.5, held, fanout_backlog=3, fanout_failed=1, import_started_at=NOW)
-    lags = MemoryLags([PartitionLag(TOPICS[0], 0, 5, 10)])
-    report = HealthReads(MemoryReads(), lags, GROUP, TOPICS).report(queues, NOW)
-    summary = HealthSummary.of(report).model_dump(mode="json")
+    lags = MemoryLags([_lag(TOPICS[0], 5, 10)])
+    summary = HealthReads(MemoryReads(), lags, GROUP, TOPICS).report(queues, NOW).model_dump(mode="json")
     assert summary == {
         "outboxBacklog": 7,
         "outboxOldestAgeSeconds": 2.5,
@@ -118,5 +130,5 @@ def test_the_health_summary_is_the_gauges_as_read_with_dead_letters_and_lag() ->
         "readAt": "2026-03-01T12:00:00Z",
     }
     idle = QueueGauges(0, 0.0, 0.0, None, fanout_backlog=0, fanout_failed=0, import_started_at=None)
-    quiet = HealthSummary.of(HealthReads(MemoryReads(), lags, GROUP, TOPICS).report(idle, NOW))
+    quiet = HealthReads(MemoryReads(), lags, GROUP, TOPICS).report(idle, NOW)
     assert (quiet.outbox_held_by, quiet.import_running) == (None, False)

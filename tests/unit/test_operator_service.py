@@ -38,7 +38,7 @@ from pin_identity.operations.imports import ImportOperations
 from pin_identity.operations.ports.fanout import TaskReplay
 from pin_identity.operations.ports.replica import ReplicaTransaction
 from pin_identity.operations.ports.talent import SourceCheck
-from pin_identity.operations.read_models import FailedItemView, FanOutTaskView, Pruned, RunSummary
+from pin_identity.operations.read_models import FailedItem, FanOutTask, ImportRunSummary, PruneResult
 from pin_identity.operations.retention import RetentionAdmin
 from tests.support.memory_talent import MemoryImportStore, MemoryRunLock, MemorySource
 
@@ -71,7 +71,7 @@ class MemoryRuns(MemoryImportStore):
     def __init__(self, *runs: ImportRun):
         super().__init__(runs={run.run_id: run for run in runs})
         self.progress_counts: dict[tuple[ImportStage, PageStatus], int] = {}
-        self.items: list[FailedItemView] = []
+        self.items: list[FailedItem] = []
 
     def progress(self, run_id: UUID) -> PageProgress:
         return PageProgress(self.progress_counts)
@@ -83,10 +83,10 @@ class MemoryRuns(MemoryImportStore):
     def reset_leases(self, run_id: UUID) -> int:
         return 2
 
-    def failed_items(self, run_id: UUID | None) -> list[FailedItemView]:
+    def failed_items(self, run_id: UUID | None) -> list[FailedItem]:
         return self.items
 
-    def recent_runs(self, limit: int) -> list[RunSummary]:
+    def recent_runs(self, limit: int) -> list[ImportRunSummary]:
         return []  # the list is the adapter's query; test_console_reads covers the service's side
 
 
@@ -191,7 +191,7 @@ def test_the_report_of_a_running_run_has_an_eta_from_the_pace_of_done_pages() ->
     }
     view = World(runs).operations.report(running.run_id)
     assert view.eta_seconds == 60.0  # 3 pages in 60 s, 3 to go
-    assert (view.duration_ms, view.pages(ImportStage.USERS, PageStatus.DONE)) == (60_000, 3)
+    assert (view.duration_ms, view.page_count(ImportStage.USERS, PageStatus.DONE)) == (60_000, 3)
     assert World(MemoryRuns(_run(listed=False))).operations.report().eta_seconds is None  # still listing
 
 
@@ -229,17 +229,17 @@ def test_cancel_and_reset_leases_each_write_one_audit_line() -> None:
 
 class MemoryTasks:
     def __init__(
-        self, outcome: TaskReplay, status: FanOutTaskStatus | None, discarded: FanOutTaskView | None = None
+        self, outcome: TaskReplay, status: FanOutTaskStatus | None, discarded: FanOutTask | None = None
     ):
         self.outcome, self.status, self.discarded = outcome, status, discarded
 
-    def list_tasks(self, status: FanOutTaskStatus | None, limit: int) -> list[FanOutTaskView]:
+    def list_tasks(self, status: FanOutTaskStatus | None, limit: int) -> list[FanOutTask]:
         return []
 
     def replay(self, task_id: UUID, now: datetime) -> TaskReplay:
         return self.outcome
 
-    def discard(self, task_id: UUID) -> FanOutTaskView | None:
+    def discard(self, task_id: UUID) -> FanOutTask | None:
         return self.discarded
 
     def task_status(self, task_id: UUID) -> FanOutTaskStatus | None:
@@ -287,7 +287,7 @@ def test_a_task_that_cannot_be_discarded_is_an_error_without_audit(
 
 
 def test_a_discarded_task_is_audited_once_with_what_it_was() -> None:
-    task = FanOutTaskView(
+    task = FanOutTask(
         task_id=uuid.uuid4(),
         role_id=uuid.uuid4(),
         company_id=None,
@@ -318,9 +318,9 @@ def test_prune_cuts_off_at_now_minus_the_age() -> None:
     cutoffs: list[datetime] = []
 
     class Retention:
-        def prune(self, cutoff: datetime) -> Pruned:
+        def prune(self, cutoff: datetime) -> PruneResult:
             cutoffs.append(cutoff)
-            return Pruned(fanout_tasks=1, import_runs=2, quarantine_payloads=3)
+            return PruneResult(fanout_tasks=1, import_runs=2, quarantine_payloads=3)
 
     with audit() as lines:
         pruned = RetentionAdmin(Retention(), lambda: NOW).prune(timedelta(days=30), who=WHO)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import psycopg
 
@@ -25,16 +24,6 @@ class EmbeddedServer:
     pid: int | None
     in_use: bool  # False when a URL is configured: commands then never touch this server
     log_file: Path
-
-    def as_json(self, address_key: str) -> dict[str, Any]:
-        return {
-            "software": self.software,
-            address_key: self.address,
-            "running": self.running,
-            "pid": self.pid,
-            "inUse": self.in_use,
-            "logFile": str(self.log_file),
-        }
 
     def state(self, variable: str) -> str:
         """One line: running where, or why not; `variable` is the setting that makes it unused."""

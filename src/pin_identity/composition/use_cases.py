@@ -34,7 +34,7 @@ from pin_identity.operations.health import HealthReads
 from pin_identity.operations.imports import ImportOperations
 from pin_identity.operations.ports.audit import Progress
 from pin_identity.operations.ports.talent import TalentSource
-from pin_identity.operations.read_models import UserAccess
+from pin_identity.operations.read_models import UserAccessReport
 from pin_identity.operations.retention import RetentionAdmin
 from pin_identity.operations.roles import RoleAdmin
 
@@ -102,7 +102,7 @@ class UseCases:
         self.connections.require_broker()
         return audit_access(KafkaAccessLog(self.connections.kafka_client_config), truth, progress)
 
-    def access_show(self, user_id: UUID) -> UserAccess:
+    def access_show(self, user_id: UUID) -> UserAccessReport:
         """NotFoundError for an unknown user; BrokerUnavailableError naming the variable to check when the
         broker does not answer; ConfigurationError when PIN_IDENTITY_KAFKA_CONFIG sets a partitioner whose
         placement cannot be computed."""

@@ -9,12 +9,15 @@ each user's last event and each user's truth, as one merge: its memory does not 
 from __future__ import annotations
 
 import hashlib
+from collections import Counter
 from collections.abc import Iterable, Iterator, Set
-from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
 import orjson
+from pydantic import Field
+
+from pin_identity.domain.api_model import ApiModel
 
 # A user key is the 16 bytes of the user's uuid (ordered as PostgreSQL orders uuids); a fingerprint is 8 bytes
 # of a hash, kept as a signed int (a bigint column holds it).
@@ -67,24 +70,24 @@ def verdict(last: Fingerprint | None, truth: Fingerprint, *, pending: bool) -> V
     return Verdict.MATCHING if last == truth else Verdict.DRIFTED
 
 
-@dataclass(frozen=True)
-class AssignmentDifference:
-    """Assignment ids by where they stand. `only_on_topic`: what consumers still grant and the database no
-    longer holds Active (the incident's first question); `only_in_database`: what consumers do not know yet;
-    `changed`: the same assignment with other fields (role code, scope, expiry)."""
+# Assignment ids by where they stand. `only_on_topic`: what consumers still grant and the database no longer
+# holds Active (the incident's first question); `only_in_database`: what consumers do not know yet; `changed`:
+# the same assignment with other fields. (`access show`'s document, whose schema has no description.)
+class AssignmentDifferenceView(ApiModel):
+    only_in_database: list[str] = Field(description="Active now, not in the last event: consumers lack it.")
+    only_on_topic: list[str] = Field(
+        description="In the last event, not Active now: consumers still grant it."
+    )
+    changed: list[str] = Field(description="In both, with other fields (role code, scope, expiry).")
 
-    only_in_database: tuple[str, ...] = ()
-    only_on_topic: tuple[str, ...] = ()
-    changed: tuple[str, ...] = ()
 
-
-def difference(database: Any, topic: Any) -> AssignmentDifference:
+def difference(database: Any, topic: Any) -> AssignmentDifferenceView:
     """Both sides as activeAssignments arrays (the event's wire form); entries without an id are ignored."""
     ours, theirs = _by_id(database), _by_id(topic)
-    return AssignmentDifference(
-        only_in_database=tuple(sorted(ours.keys() - theirs.keys())),
-        only_on_topic=tuple(sorted(theirs.keys() - ours.keys())),
-        changed=tuple(sorted(a for a in ours.keys() & theirs.keys() if ours[a] != theirs[a])),
+    return AssignmentDifferenceView(
+        only_in_database=sorted(ours.keys() - theirs.keys()),
+        only_on_topic=sorted(theirs.keys() - ours.keys()),
+        changed=sorted(a for a in ours.keys() & theirs.keys() if ours[a] != theirs[a]),
     )
 
 
@@ -98,46 +101,22 @@ def _by_id(assignments: Any) -> dict[str, Any]:
     }
 
 
-@dataclass
-class AuditReport:
+class AuditReport(ApiModel):
+    """`access audit --json`: users by verdict, some of those not converged, and the partitions not read to
+    the end offsets taken when the audit began (stalled or unreachable): the counts then say nothing of the
+    users whose events lie there."""
+
     users: int = 0
     matching: int = 0
     drifted: int = 0
     missing: int = 0
     pending: int = 0
-    examples: list[str] = field(default_factory=list)
-    # Partitions not read to the end offsets taken when the audit began (stalled or unreachable): the counts
-    # then say nothing of the users whose events lie there.
-    incomplete: list[int] = field(default_factory=list)
+    examples: list[str] = Field(default_factory=list)
+    incomplete_partitions: list[int] = Field(default_factory=list)
 
     @property
     def converged(self) -> bool:
         return self.drifted == 0 and self.missing == 0
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "users": self.users,
-            "matching": self.matching,
-            "drifted": self.drifted,
-            "missing": self.missing,
-            "pending": self.pending,
-            "examples": self.examples,
-            "incompletePartitions": self.incomplete,
-        }
-
-    def count(self, user: UserKey, judged: Verdict) -> None:
-        self.users += 1
-        match judged:
-            case Verdict.MATCHING:
-                self.matching += 1
-            case Verdict.PENDING:
-                self.pending += 1
-            case Verdict.MISSING:
-                self.missing += 1
-            case Verdict.DRIFTED:
-                self.drifted += 1
-        if not judged.converged and len(self.examples) < MAX_EXAMPLES:
-            self.examples.append(_uuid_text(user))
 
 
 def compare(
@@ -145,11 +124,23 @@ def compare(
 ) -> AuditReport:
     """Both streams ordered by user key. `truths`: every user with an Active assignment; a user only on the
     topic must have none. A user with an outbox row not yet published is pending, whatever the topic says."""
-    report = AuditReport()
+    # Counted in plain locals and made a report once: the audit judges millions of users.
+    tally: Counter[Verdict] = Counter()
+    examples: list[str] = []
     for user, last, truth in _merge(iter(last_events), iter(truths)):
         if last is not None or truth != NO_ASSIGNMENTS:  # a user only tombstoned on the topic is no one's
-            report.count(user, verdict(last, truth, pending=user in pending))
-    return report
+            judged = verdict(last, truth, pending=user in pending)
+            tally[judged] += 1
+            if not judged.converged and len(examples) < MAX_EXAMPLES:
+                examples.append(_uuid_text(user))
+    return AuditReport(
+        users=tally.total(),
+        matching=tally[Verdict.MATCHING],
+        drifted=tally[Verdict.DRIFTED],
+        missing=tally[Verdict.MISSING],
+        pending=tally[Verdict.PENDING],
+        examples=examples,
+    )
 
 
 def _merge(

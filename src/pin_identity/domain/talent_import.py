@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, ClassVar
+from typing import ClassVar
 from uuid import UUID
 
 from pin_identity.domain.errors import IdentityError
@@ -147,14 +147,6 @@ class StageCounters:
     skipped: int = 0
     failed: int = 0
 
-    def as_json(self) -> dict[str, int]:
-        return {
-            "planned": self.planned,
-            "applied": self.applied,
-            "skipped": self.skipped,
-            "failed": self.failed,
-        }
-
 
 @dataclass(frozen=True)
 class ImportRun:
@@ -184,19 +176,6 @@ class ImportRun:
         if not self.users_listed:
             return ImportStage.USERS
         return None
-
-    def result(self, now: datetime) -> dict[str, Any]:
-        """TalentInitialImportResult (CONTRACTS section 2)."""
-        end = self.finished_at or now
-        return {
-            "runId": str(self.run_id),
-            "mode": self.mode.value,
-            "status": self.status.value,
-            "dryRun": self.dry_run,
-            "companies": self.companies.as_json(),
-            "users": self.users.as_json(),
-            "durationMs": max(int((end - self.started_at).total_seconds() * 1000), 0),
-        }
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from typing import Annotated, Any
 from uuid import UUID
@@ -16,7 +15,7 @@ from rich.table import Table
 from pin_identity.domain.access_audit import AuditReport
 from pin_identity.entrypoints import cli_output as out
 from pin_identity.entrypoints.cli_common import JsonOption, command_group, container_from_env
-from pin_identity.entrypoints.documents import QueuedAccessEventView, UserAccessReport
+from pin_identity.operations.read_models import QueuedAccessEventView, UserAccessReport
 
 EXIT_DRIFT = 1
 # The topic could not be read to its end (a partition stalled or unreachable): the counts are not a verdict.
@@ -44,10 +43,10 @@ def access_audit(as_json: JsonOption = False) -> None:
         else:
             report = container.use_cases.access_audit(lambda done, total: None)
     if as_json:
-        typer.echo(json.dumps(report.to_json()))
+        out.print_json(report)
     else:
         _print(report)
-    if report.incomplete:
+    if report.incomplete_partitions:
         raise typer.Exit(EXIT_INCOMPLETE)
     if not report.converged:
         raise typer.Exit(EXIT_DRIFT)
@@ -72,8 +71,8 @@ def _print(report: AuditReport) -> None:
     console.print(table)
     if report.examples:
         console.print("drifted or missing (up to 20): " + ", ".join(report.examples), soft_wrap=True)
-    if report.incomplete:
-        partitions = ", ".join(str(p) for p in report.incomplete)
+    if report.incomplete_partitions:
+        partitions = ", ".join(str(p) for p in report.incomplete_partitions)
         console.print(f"INCOMPLETE: partitions {partitions} not read to their end; the counts are no verdict")
     elif report.converged:
         console.print("converged")
@@ -95,13 +94,12 @@ def access_show(
     Reads only the partition the user's key goes to, backwards from its end.
     """
     with container_from_env() as container:
-        access = container.use_cases.access_show(user_id)
-    report = UserAccessReport.of(access)
+        report = container.use_cases.access_show(user_id)
     if as_json:
         out.print_json(report)
     else:
         _print_access(report)
-    if not access.verdict.converged:
+    if not report.verdict.converged:
         raise typer.Exit(EXIT_DRIFT)
 
 

@@ -4,7 +4,6 @@ failure is one line on stderr and a contract exit status."""
 
 from __future__ import annotations
 
-import json
 import logging
 import sys
 from collections.abc import Callable, Sequence
@@ -18,6 +17,7 @@ from pin_identity.composition import privileges
 from pin_identity.composition.embedded_servers import stop_embedded_servers
 from pin_identity.composition.privileges import DATABASE_JOBS, KAFKA_JOBS
 from pin_identity.config import Settings, load_settings
+from pin_identity.entrypoints import cli_output as out
 from pin_identity.entrypoints import worker as worker_entry
 from pin_identity.entrypoints.access_cli import access_app
 from pin_identity.entrypoints.cli_common import (
@@ -30,6 +30,7 @@ from pin_identity.entrypoints.cli_common import (
     fail,
 )
 from pin_identity.entrypoints.demo_console import print_console, start_console, stop_console
+from pin_identity.entrypoints.documents import TopicsEnsured
 from pin_identity.entrypoints.embedded_cli import embedded_fetch, embedded_info
 from pin_identity.entrypoints.operator_cli import fanout_app, maintenance_app, roles_app
 from pin_identity.entrypoints.talent_import_cli import run_initial_import, talent_import_app
@@ -100,7 +101,7 @@ def kafka_ensure_topics(as_json: JsonOption = False) -> None:
         container.connections.require_broker()
         created = container.connections.ensure_topics()
     if as_json:
-        typer.echo(json.dumps({"created": created}))
+        out.print_json(TopicsEnsured(created=created))
     else:
         typer.echo(f"created {', '.join(created)}" if created else "every topic exists")
 

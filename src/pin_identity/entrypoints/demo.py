@@ -29,6 +29,7 @@ from pin_identity.domain.talent_import import RunStatus
 from pin_identity.entrypoints.demo_bootstrap import EXPECTED_QUARANTINE, bootstrap_from_simulated_talent
 from pin_identity.operations import identity
 from pin_identity.operations.ports.worker import Job
+from pin_identity.operations.read_models import ImportResult
 
 DEMO_TIMEOUT_S = 300
 
@@ -98,7 +99,7 @@ def _bootstrap(
 ) -> None:
     console.print(f"bootstrapping {companies:,} companies and {managers:,} managers from a simulated Talent")
     done = bootstrap_from_simulated_talent(container, companies=companies, managers=managers, console=console)
-    result = done.run.result(now_utc())
+    result = ImportResult.of(done.run, now_utc()).model_dump(mode="json")
     items = result["companies"]["planned"] + result["users"]["planned"]
     report.rows.append((f"bootstrap ({result['mode']}, run {result['runId'][:8]})", f"{done.seconds:.1f} s"))
     report.rows.append(("bootstrap throughput", f"{items / done.seconds:,.0f} items/s"))
@@ -267,10 +268,10 @@ def _audit(container: Container, report: DemoReport, console: Console) -> None:
     )
     report.rows.append(("access audit", counts))
     # A rerun on the same data dir audits every earlier run's users too: their events are still on the topic.
-    ok = audit.converged and audit.pending == 0 and not audit.incomplete
+    ok = audit.converged and audit.pending == 0 and not audit.incomplete_partitions
     detail = f"{audit.drifted} drifted, {audit.missing} missing"
-    if audit.incomplete:
-        detail += f", partitions {audit.incomplete} not read to their end"
+    if audit.incomplete_partitions:
+        detail += f", partitions {audit.incomplete_partitions} not read to their end"
     report.check("access audit: the topic converged on the database", ok, detail)
 
 

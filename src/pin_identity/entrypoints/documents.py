@@ -1,149 +1,30 @@
-"""Every JSON document of the operator surfaces, in the contract's camelCase (CONTRACTS sections 2 and 6):
-what operators read and what their actions answer (the HTTP API answers them and the CLI prints them with
-`--json`, so both speak one shape), the admin API's request bodies, its problem answers and its probes'
-answers. Each answer is built from the operator service's read model; timestamps are ISO-8601. Python code
-names fields in snake_case; JSON carries the camelCase aliases."""
+"""The JSON documents of the operator surfaces that no use case returns as a read model: the admin API's
+request bodies, the short answers of its actions, its problem answers and its probes' answers, and what the
+CLI prints with `--json` about the process's own setup. Every other document is a read model of
+pin_identity.operations.read_models, answered and printed as it is. All speak the contract's camelCase
+(CONTRACTS sections 2 and 6); timestamps are ISO-8601."""
 
 from __future__ import annotations
 
-from datetime import datetime
 from enum import StrEnum
 from http import HTTPStatus
-from typing import Annotated, Any, Literal, Self
+from pathlib import Path
+from typing import Annotated, Literal
 from uuid import UUID
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, StringConstraints
-from pydantic.alias_generators import to_camel
+from pydantic import Field, StringConstraints
 
-from pin_identity.domain.access_audit import Verdict
-from pin_identity.domain.fanout import FanOutPath
-from pin_identity.domain.model import FanOutTaskStatus, RoleStatus
-from pin_identity.domain.talent import ImportStage
+from pin_identity.domain.api_model import ApiModel
+from pin_identity.domain.model import FanOutTaskStatus
 from pin_identity.domain.talent_import import (
     MAX_PAGE_SIZE,
     ImportMode,
     ImportRequest,
-    PageStatus,
     RunStatus,
 )
-from pin_identity.operations.read_models import (
-    HealthReport,
-    ImportRunView,
-    UserAccess,
-)
-
-
-class ApiModel(BaseModel):
-    model_config = ConfigDict(
-        alias_generator=to_camel,
-        validate_by_name=True,
-        validate_by_alias=True,
-        serialize_by_alias=True,
-    )
-
-    @classmethod
-    def of(cls, view: Any) -> Self:
-        """The document of a read model whose attributes carry its fields by name (nested ones too); a
-        document whose read model says things otherwise builds itself in its own `of`."""
-        return cls.model_validate(view, from_attributes=True)
-
+from pin_identity.operations.read_models import FanOutTask
 
 # ---------------------------------------------------------------- talent import
-
-
-class StageCounts(ApiModel):
-    planned: int
-    applied: int
-    skipped: int
-    failed: int
-
-
-class ImportRunReport(ApiModel):
-    """TalentInitialImportResult plus progress: `GET .../runs/{runId}` and `talent-import status --json`."""
-
-    run_id: UUID
-    mode: ImportMode
-    status: RunStatus
-    dry_run: bool
-    companies: StageCounts
-    users: StageCounts
-    duration_ms: int
-    started_at: datetime
-    finished_at: datetime | None
-    planning: ImportStage | None = Field(description="The stage still being listed; null once both are.")
-    pages: dict[str, dict[str, int]] = Field(
-        description="Page counts by stage (`Tenants`, `Users`) and page status "
-        "(`Pending`, `InProgress`, `Done`, `Failed`)."
-    )
-    eta_seconds: float | None
-    lock_holder: str | None = Field(description="The session holding the single-run lock, if any.")
-    error_code: str | None
-    error: str | None
-
-    @classmethod
-    def of(cls, view: ImportRunView) -> ImportRunReport:
-        run = view.run
-        return cls(
-            run_id=run.run_id,
-            mode=run.mode,
-            status=run.status,
-            dry_run=run.dry_run,
-            companies=StageCounts.of(run.companies),
-            users=StageCounts.of(run.users),
-            duration_ms=view.duration_ms,
-            started_at=run.started_at,
-            finished_at=run.finished_at,
-            planning=run.planning_stage,
-            pages={
-                stage.value: {status.value: view.pages(stage, status) for status in PageStatus}
-                for stage in ImportStage
-            },
-            eta_seconds=view.eta_seconds,
-            lock_holder=view.lock_holder,
-            error_code=run.error_code,
-            error=run.error,
-        )
-
-
-class FailedItem(ApiModel):
-    """A quarantined item; its payload stays in the database (it holds PII)."""
-
-    item_id: UUID
-    stage: ImportStage
-    external_id: UUID | None = Field(description="The Talent tenant or user id.")
-    error_code: str
-    reason: str | None = Field(
-        description="What was wrong, in words: the field and the rule, never the value."
-    )
-    attempts: int
-    created_at: datetime
-    updated_at: datetime
-
-
-class ReplayResult(ApiModel):
-    applied: int
-    skipped: int
-    failed: int
-
-
-class ImportRunSummary(ApiModel):
-    """A run in the list: its counters; `GET .../runs/{runId}` adds pages, ETA and the lock holder."""
-
-    run_id: UUID
-    mode: ImportMode
-    status: RunStatus
-    dry_run: bool
-    # The read model calls it by the domain's name.
-    talent_tenant_id_filter: UUID | None = Field(
-        validation_alias=AliasChoices("tenant_filter", "talent_tenant_id_filter", "talentTenantIdFilter")
-    )
-    page_size: int
-    companies: StageCounts
-    users: StageCounts
-    started_at: datetime
-    finished_at: datetime | None
-    error_code: str | None
-    quarantined: int = Field(description="Items of this run in the quarantine now.")
 
 
 class StartImportRun(ApiModel):
@@ -196,46 +77,6 @@ class ReplayRequest(ApiModel):
 # ---------------------------------------------------------------- access fan-out and roles
 
 
-class FanOutTask(ApiModel):
-    task_id: UUID
-    role_id: UUID
-    company_id: UUID | None
-    role_version: int
-    reason: str
-    status: FanOutTaskStatus
-    cursor: UUID | None
-    processed_count: int
-    attempt_count: int
-    lease_expires_at: datetime | None
-    created_at: datetime
-    started_at: datetime | None
-    completed_at: datetime | None
-    updated_at: datetime
-    last_error: str | None
-
-
-class RoleView(ApiModel):
-    """`GET /admin/v1/roles[/{roleId}]`, `roles list|show --json`."""
-
-    role_id: UUID
-    code: str
-    name: str
-    company_id: UUID | None = Field(description="Null for a system role.")
-    company_name: str | None
-    status: RoleStatus
-    version: int
-    permissions: list[str]
-    holders: int = Field(description="Users holding an Active assignment of the role: its fan-out size.")
-
-
-class PermissionsChanged(ApiModel):
-    role_id: UUID
-    role_version: int
-    path: FanOutPath = Field(description="`inline`: events written now; `queued`: a fan-out task.")
-    users_notified_inline: int
-    task_id: UUID | None = Field(description="The enqueued fan-out task (path `queued`).")
-
-
 class TaskReplayed(ApiModel):
     task_id: UUID
     status: FanOutTaskStatus
@@ -249,6 +90,15 @@ class TaskDiscarded(ApiModel):
     role_version: int
     processed_count: int = Field(description="Users notified before it failed; those after were not by it.")
 
+    @classmethod
+    def of(cls, task: FanOutTask) -> TaskDiscarded:
+        return cls(
+            task_id=task.task_id,
+            role_id=task.role_id,
+            role_version=task.role_version,
+            processed_count=task.processed_count,
+        )
+
 
 # No control characters (PostgreSQL text refuses NUL) and short enough for the primary key's index.
 PermissionCode = Annotated[
@@ -260,105 +110,6 @@ class SetRolePermissions(ApiModel):
     permissions: list[PermissionCode] = Field(
         max_length=1000, description="The complete new permission set (may be empty)."
     )
-
-
-# ---------------------------------------------------------------- one user's access
-
-
-class AccessAssignment(ApiModel):
-    """An Active assignment as UserAccessChanged's activeAssignments carries it (CONTRACTS section 4), its
-    values in the event's own text."""
-
-    assignment_id: str
-    role_id: str
-    role_code: str
-    scope_type: str
-    scope_organization_id: str | None
-    scope_project_group_id: str | None
-    scope_project_id: str | None
-    expires_at: str | None
-
-
-class AccessEventOnTopic(ApiModel):
-    """The user's last record on pin.identity.access.v1, as far as its value could be read."""
-
-    partition: int
-    offset: int
-    event_id: str | None
-    version: int | None
-    change_reason: str | None
-    changed_role_id: str | None
-    occurred_at: datetime | None
-    active_assignments: Any = Field(description="The event's activeAssignments as it was sent.")
-
-
-class QueuedAccessEventView(ApiModel):
-    outbox_id: int
-    event_id: UUID
-    change_reason: str | None
-    version: int | None
-    queued_at: datetime
-    error: str | None = Field(description="A dead letter's: why the broker refused it for good.")
-
-
-class AssignmentDifferenceView(ApiModel):
-    only_in_database: list[str] = Field(description="Active now, not in the last event: consumers lack it.")
-    only_on_topic: list[str] = Field(
-        description="In the last event, not Active now: consumers still grant it."
-    )
-    changed: list[str] = Field(description="In both, with other fields (role code, scope, expiry).")
-
-
-class UserAccessReport(ApiModel):
-    """`GET /admin/v1/access/users/{userId}`, `access show --json`."""
-
-    user_id: UUID
-    company_id: UUID | None
-    verdict: Verdict = Field(
-        description="`matching`: the last event carries the Active assignments; `pending`: an access event "
-        "of the user waits in the outbox; `drifted`: the last event carries other assignments; `missing`: "
-        "Active assignments and no event."
-    )
-    active_assignments: list[AccessAssignment] = Field(
-        description="The user's Active assignments now, rendered as the event renders them."
-    )
-    last_event: AccessEventOnTopic | None
-    partition: int | None = Field(
-        description="The partition the user's key goes to (null: the topic does not exist)."
-    )
-    records_read: int = Field(description="Records read from that partition's end to find the last event.")
-    difference: AssignmentDifferenceView
-    outbox: list[QueuedAccessEventView] = Field(description="The user's access events not yet published.")
-    dead_letters: list[QueuedAccessEventView] = Field(
-        description="The user's access events the broker refused for good (outbox_dead_letters)."
-    )
-
-    @classmethod
-    def of(cls, access: UserAccess) -> UserAccessReport:
-        state, search, last = access.state, access.search, access.search.last_event
-        return cls(
-            user_id=state.user_id,
-            company_id=state.company_id,
-            verdict=access.verdict,
-            active_assignments=[AccessAssignment.model_validate(a) for a in state.active_assignments],
-            last_event=AccessEventOnTopic.of(last) if last is not None else None,
-            partition=search.partition,
-            records_read=search.records_read,
-            difference=AssignmentDifferenceView.model_validate(access.difference, from_attributes=True),
-            outbox=[QueuedAccessEventView.of(event) for event in state.waiting],
-            dead_letters=[QueuedAccessEventView.of(event) for event in state.dead_letters],
-        )
-
-
-# ---------------------------------------------------------------- retention
-
-
-class PruneResult(ApiModel):
-    fanout_tasks: int = Field(
-        description="Completed fan-out tasks deleted (a Failed one stays until replayed or discarded)."
-    )
-    import_runs: int = Field(description="Finished import runs deleted, with their pages and quarantine.")
-    quarantine_payloads: int = Field(description="Quarantined snapshots (PII) emptied.")
 
 
 # ---------------------------------------------------------------- operators
@@ -378,78 +129,6 @@ class AdminRole(StrEnum):
 class SignedInOperator(ApiModel):
     name: str = Field(description="As the tokens file names them; `admin` for PIN_IDENTITY_ADMIN_TOKEN.")
     role: AdminRole = Field(description="`viewer`: every GET; `operator`: every route.")
-
-
-# ---------------------------------------------------------------- health
-
-
-class PartitionLagView(ApiModel):
-    topic: str
-    partition: int
-    lag: int
-    committed_offset: int | None = Field(
-        validation_alias=AliasChoices("committed", "committed_offset", "committedOffset"),
-        description="Null when the group has committed nothing there.",
-    )
-
-
-class ConsumerLag(ApiModel):
-    group: str
-    total: int | None = Field(
-        description="Records behind on Talent's topics; null when the broker did not say."
-    )
-    partitions: list[PartitionLagView]
-    error: str | None = Field(description="Why the broker did not say.")
-
-
-class OutboxWriterView(ApiModel):
-    """A session whose transaction took an outbox id and has not ended (null figures: not visible to the
-    admin API's database role; see the runbook)."""
-
-    pid: int | None
-    application_name: str | None
-    transaction_seconds: float | None = Field(
-        validation_alias=AliasChoices("transaction_s", "transaction_seconds", "transactionSeconds")
-    )
-
-
-class HealthSummary(ApiModel):
-    """The gauges `/metrics` serves, read the same way at the same moment, plus what only a worker's
-    `/metrics` carries (consumer lag, dead letters), read from the broker and the database."""
-
-    outbox_backlog: int = Field(description="`identity_outbox_backlog`")
-    outbox_oldest_age_seconds: float = Field(description="`identity_outbox_oldest_age_seconds`")
-    outbox_publishing_held_seconds: float = Field(
-        description="`identity_outbox_publishing_held_seconds`: how long the oldest running transaction that "
-        "took an outbox id has run (nothing after its id is published until it ends)"
-    )
-    outbox_held_by: OutboxWriterView | None = Field(
-        description="That transaction's session (null when no transaction holds an outbox id)"
-    )
-    fanout_backlog: int = Field(description="`identity_access_fanout_queue_backlog`")
-    fanout_failed: int = Field(description="`identity_access_fanout_failed_tasks`")
-    import_running: bool = Field(description="`identity_import_running`: a run is Running")
-    dead_letters: int = Field(description="Rows of identity.outbox_dead_letters")
-    newest_dead_letter_at: datetime | None
-    consumer_lag: ConsumerLag = Field(description="The talent-sync group on Talent's topics")
-    read_at: datetime
-
-    @classmethod
-    def of(cls, health: HealthReport) -> HealthSummary:
-        queues, dead = health.queues, health.dead_letters
-        return cls(
-            outbox_backlog=queues.outbox_backlog,
-            outbox_oldest_age_seconds=queues.outbox_oldest_age_s,
-            outbox_publishing_held_seconds=queues.outbox_held_s,
-            outbox_held_by=OutboxWriterView.of(queues.outbox_held_by) if queues.outbox_held_by else None,
-            fanout_backlog=queues.fanout_backlog,
-            fanout_failed=queues.fanout_failed,
-            import_running=queues.import_started_at is not None,
-            dead_letters=dead.count,
-            newest_dead_letter_at=dead.newest_failed_at,
-            consumer_lag=ConsumerLag.of(health.consumer_lag),
-            read_at=health.read_at,
-        )
 
 
 # ---------------------------------------------------------------- probes and problems (the admin API's own)
@@ -499,3 +178,42 @@ class Problem(ApiModel):
             instance=instance,
             errors=errors,
         )
+
+
+# ---------------------------------------------------------------- the process's own setup (CLI only)
+
+
+class TopicsEnsured(ApiModel):
+    """`kafka ensure-topics --json`."""
+
+    created: list[str]
+
+
+class EmbeddedPostgres(ApiModel):
+    software: str
+    url: str | None = Field(description="Null until the server has been started once under this data dir.")
+    running: bool
+    pid: int | None
+    in_use: bool = Field(description="False when a URL is configured: commands then never touch this server.")
+    log_file: Path
+
+
+class EmbeddedBroker(ApiModel):
+    software: str
+    bootstrap_servers: str | None = Field(
+        description="Null until the broker has been started once under this data dir."
+    )
+    running: bool
+    pid: int | None
+    in_use: bool = Field(
+        description="False when bootstrap servers are configured: commands then never touch this broker."
+    )
+    log_file: Path
+
+
+class EmbeddedInfo(ApiModel):
+    """`embedded info --json`."""
+
+    data_dir: Path
+    postgres: EmbeddedPostgres
+    broker: EmbeddedBroker

@@ -11,7 +11,6 @@ import typer
 from pin_identity.domain.model import FanOutTaskStatus
 from pin_identity.entrypoints import cli_output as out
 from pin_identity.entrypoints.cli_common import JsonOption, command_group, container_from_env, operator
-from pin_identity.entrypoints.documents import FanOutTask, PermissionsChanged, PruneResult, RoleView
 
 roles_app = command_group("Role definitions.")
 fanout_app = command_group("The access fan-out queue.")
@@ -40,7 +39,7 @@ def roles_list(
     with container_from_env() as container:
         roles = container.use_cases.role_admin.roles(code=code, limit=limit)
     if as_json:
-        out.print_json([RoleView.of(role) for role in roles])
+        out.print_json(roles)
         return
     rows = [
         (
@@ -67,7 +66,7 @@ def roles_show(
     with container_from_env() as container:
         role = container.use_cases.role_admin.role(role_id)
     if as_json:
-        out.print_json(RoleView.of(role))
+        out.print_json(role)
         return
     fields = [
         ("role id", role.role_id),
@@ -92,7 +91,7 @@ def roles_set_permissions(
     with container_from_env() as container:
         change = container.use_cases.role_admin.set_permissions(role_id, codes, who=operator())
     if as_json:
-        out.print_json(PermissionsChanged.of(change))
+        out.print_json(change)
         return
     fields = [
         ("role id", change.role_id),
@@ -128,7 +127,7 @@ def fanout_list(
     with container_from_env() as container:
         tasks = container.use_cases.fanout_admin.tasks(status, limit)
     if as_json:
-        out.print_json([FanOutTask.of(task) for task in tasks])
+        out.print_json(tasks)
         return
     rows = [
         (
@@ -196,7 +195,7 @@ def maintenance_prune(
     with container_from_env() as container:
         pruned = container.use_cases.retention.prune(age, who=operator())
     if as_json:
-        out.print_json(PruneResult.of(pruned))
+        out.print_json(pruned)
         return
     fields = [
         ("fan-out tasks deleted", pruned.fanout_tasks),

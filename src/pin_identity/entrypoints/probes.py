@@ -11,7 +11,8 @@ from collections.abc import Callable
 
 from pin_identity.composition import Container
 from pin_identity.config import ConfigurationError
-from pin_identity.entrypoints.documents import ApiModel, Problem, Readiness
+from pin_identity.domain.api_model import ApiModel
+from pin_identity.entrypoints.documents import Problem, Readiness
 
 NOT_READY = "IDENTITY_NOT_READY"
 NOT_READY_DETAIL = "the database or the broker is unreachable"

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import signal
 import sys
 import threading
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import Annotated
 from uuid import UUID
 
 import typer
@@ -41,10 +40,9 @@ from pin_identity.entrypoints.cli_common import (
     container_from_env,
     operator,
 )
-from pin_identity.entrypoints.documents import FailedItem, ImportRunReport, ReplayResult
 from pin_identity.observability.logging import configure_logging
 from pin_identity.operations.ports.imports import RunLock
-from pin_identity.operations.read_models import ImportRunView
+from pin_identity.operations.read_models import ImportResult, ImportRunReport
 
 # CONTRACTS section 2: the exit status each end of a run maps to (a refusal's: cli_common's table).
 RUN_EXIT_STATUS = {
@@ -117,9 +115,9 @@ def run_import(container: Container, request: ImportRequest, *, as_json: bool, l
     show_progress = _progress_or_logs(container, log_json)
     run, lock = container.use_cases.imports.run(request, who=operator())
     final = _drive(container, lock, run, stop, show_progress=show_progress)
-    result = final.result(now_utc())
+    result = ImportResult.of(final, now_utc())
     if as_json:
-        typer.echo(json.dumps(result))
+        out.print_json(result)
     else:
         _print_result(result, final)
     if final.error_code == ImportErrorCode.SOURCE_UNAVAILABLE.value:
@@ -166,9 +164,8 @@ def _show_progress(container: Container, run: ImportRun, worker: threading.Threa
         while worker.is_alive():
             _advance(bar, tasks, container.use_cases.imports.pages(run.run_id))
             worker.join(0.5)
-        _advance(
-            bar, tasks, container.use_cases.imports.pages(run.run_id)
-        )  # the last frame: the run's real totals
+        # The last frame: the run's real totals.
+        _advance(bar, tasks, container.use_cases.imports.pages(run.run_id))
     configure_logging("console", level=logging.WARNING)  # stderr is itself again
 
 
@@ -177,7 +174,7 @@ def _advance(bar: Progress, tasks: dict[ImportStage, TaskID], pages: PageProgres
         bar.update(task, completed=pages.count(stage, PageStatus.DONE), total=pages.count(stage) or None)
 
 
-def _counters(run: ImportRun, title: str) -> Table:
+def _counters(result: ImportResult, title: str) -> Table:
     table = Table(
         "aggregate",
         "planned",
@@ -188,17 +185,17 @@ def _counters(run: ImportRun, title: str) -> Table:
         title_justify="left",
         box=SIMPLE_HEAD,
     )
-    for aggregate, counters in (("companies", run.companies), ("users", run.users)):
+    for aggregate, counters in (("companies", result.companies), ("users", result.users)):
         counts = (counters.planned, counters.applied, counters.skipped, counters.failed)
         table.add_row(aggregate, *(out.text(count) for count in counts))
     return table
 
 
-def _print_result(result: dict[str, Any], run: ImportRun) -> None:
+def _print_result(result: ImportResult, run: ImportRun) -> None:
     console = out.stdout()
-    console.print(_counters(run, f"run {run.run_id}"))
+    console.print(_counters(result, f"run {run.run_id}"))
     dry = " (dry run)" if run.dry_run else ""
-    console.print(f"{run.mode.value} {run.status.value}{dry} in {result['durationMs'] / 1000:.1f} s")
+    console.print(f"{run.mode.value} {run.status.value}{dry} in {result.duration_ms / 1000:.1f} s")
     if run.error:
         console.print(f"{run.error_code}: {run.error}")
 
@@ -213,41 +210,38 @@ def status_command(
 ) -> None:
     """Progress of a run: counters, pages by stage and status, an ETA, and who holds the run lock."""
     with container_from_env() as container:
-        view = container.use_cases.imports.report(run_id)
+        report = container.use_cases.imports.report(run_id)
     if as_json:
-        out.print_json(ImportRunReport.of(view))
+        out.print_json(report)
     else:
-        _print_status(view)
+        _print_status(report)
 
 
-def _print_status(view: ImportRunView) -> None:
-    run, console = view.run, out.stdout()
-    eta = f"about {view.eta_seconds:,.0f} s" if view.eta_seconds is not None else None
+def _print_status(report: ImportRunReport) -> None:
+    console = out.stdout()
+    eta = f"about {report.eta_seconds:,.0f} s" if report.eta_seconds is not None else None
     fields: list[tuple[str, object]] = [
-        ("run", run.run_id),
-        ("mode", run.mode.value),
-        ("status", run.status.value),
-        ("dry run", run.dry_run),
-        ("started", out.when(run.started_at)),
-        ("finished", out.when(run.finished_at) if run.finished_at else None),
-        ("duration", f"{view.duration_ms / 1000:,.1f} s"),
-        (
-            "still listing",
-            run.planning_stage.value if run.planning_stage else "nothing: every page is planned",
-        ),
+        ("run", report.run_id),
+        ("mode", report.mode.value),
+        ("status", report.status.value),
+        ("dry run", report.dry_run),
+        ("started", out.when(report.started_at)),
+        ("finished", out.when(report.finished_at) if report.finished_at else None),
+        ("duration", f"{report.duration_ms / 1000:,.1f} s"),
+        ("still listing", report.planning.value if report.planning else "nothing: every page is planned"),
         ("ETA", eta),
-        ("run lock held by", view.lock_holder or "nobody"),
-        ("correlation id", run.correlation_id),
+        ("run lock held by", report.lock_holder or "nobody"),
+        ("correlation id", report.correlation_id),
     ]
-    if run.error_code:
-        fields.append(("error", f"{run.error_code}: {run.error}"))
+    if report.error_code:
+        fields.append(("error", f"{report.error_code}: {report.error}"))
     out.print_fields(fields, title="import run", console=console)
     console.print()
-    console.print(_counters(run, "items"))
-    console.print(_pages(view))
+    console.print(_counters(report, "items"))
+    console.print(_pages(report))
 
 
-def _pages(view: ImportRunView) -> Table:
+def _pages(report: ImportRunReport) -> Table:
     table = Table(
         "stage",
         *(status.value for status in PageStatus),
@@ -256,7 +250,7 @@ def _pages(view: ImportRunView) -> Table:
         box=SIMPLE_HEAD,
     )
     for stage in ImportStage:
-        table.add_row(stage.value, *(out.text(view.pages(stage, status)) for status in PageStatus))
+        table.add_row(stage.value, *(out.text(report.page_count(stage, status)) for status in PageStatus))
     return table
 
 
@@ -310,7 +304,7 @@ def failed_items_command(
     with container_from_env() as container:
         items = container.use_cases.imports.failed_items(owner)
     if as_json:
-        out.print_json([FailedItem.of(item) for item in items])
+        out.print_json(items)
         return
     rows = [
         (
@@ -342,7 +336,7 @@ def replay_failed_command(
     with container_from_env() as container:
         replayed = container.use_cases.imports.replay_failed(owner, items or None, who=operator())
     if as_json:
-        out.print_json(ReplayResult.of(replayed))
+        out.print_json(replayed)
         return
     fields = [("applied", replayed.applied), ("skipped", replayed.skipped), ("failed", replayed.failed)]
     out.print_fields(fields, title="quarantined items applied again", console=out.stdout())

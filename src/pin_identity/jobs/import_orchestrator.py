@@ -23,6 +23,7 @@ from pin_identity.jobs.talent_import_observer import ImportObserver
 from pin_identity.observability.logging import describe_error
 from pin_identity.operations.ports.imports import ImportStore, RunLock
 from pin_identity.operations.ports.talent import TalentSource
+from pin_identity.operations.read_models import ImportResult
 
 
 class ImportOrchestrator:
@@ -167,4 +168,4 @@ class ImportOrchestrator:
         if not self._store.finish_run(run.run_id, ending, self._clock()):
             return
         ended = self._store.load_run(run.run_id) or run
-        self._observer.ended(run, ending, ended.result(self._clock()))
+        self._observer.ended(run, ending, ImportResult.of(ended, self._clock()))

@@ -7,8 +7,6 @@ wait on those hooks as signals instead of polling or sleeping.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 from pin_identity.domain.talent import ImportStage, ItemResult
 from pin_identity.domain.talent_import import (
     ImportMode,
@@ -22,6 +20,7 @@ from pin_identity.domain.talent_import import (
 from pin_identity.jobs.replica_outcomes import record_outcome
 from pin_identity.observability import metrics
 from pin_identity.observability.logging import describe_error, get_logger
+from pin_identity.operations.read_models import ImportResult
 from pin_identity.operations.talent_replica import BatchOutcome
 
 log = get_logger("talent-import")
@@ -64,7 +63,7 @@ class ImportObserver:
     def cancelled(self, run: ImportRun) -> None:
         log.info("import-cancelled", run_id=str(run.run_id), correlation_id=str(run.correlation_id))
 
-    def ended(self, run: ImportRun, ending: RunEnding, result: Mapping[str, object]) -> None:
+    def ended(self, run: ImportRun, ending: RunEnding, result: ImportResult) -> None:
         """Completed or Failed, by this process; `result` is the run's report as the status API gives it."""
         log.info(
             "import-completed" if ending.status is RunStatus.COMPLETED else "import-failed",
@@ -72,7 +71,7 @@ class ImportObserver:
             correlation_id=str(run.correlation_id),
             error_code=ending.error_code,
             error=ending.error,
-            **{k: v for k, v in result.items() if k != "runId"},
+            **result.model_dump(mode="json", exclude={"run_id"}),
         )
 
     # ------------------------------------------------------------ pages

@@ -14,5 +14,4 @@ def audit_access(log: AccessLog, truth: AccessTruth, progress: Progress) -> Audi
         read = log.read(session.keep, progress)
         with session.snapshot() as snapshot:
             report = compare(snapshot.last_events(), snapshot.truths(), snapshot.pending())
-    report.incomplete = read.incomplete
-    return report
+    return report.model_copy(update={"incomplete_partitions": list(read.incomplete)})

@@ -7,10 +7,10 @@ from uuid import UUID
 from pin_identity.domain.access_audit import difference, fingerprint, verdict
 from pin_identity.domain.errors import NotFoundError
 from pin_identity.operations.ports.audit import UserAccessLog, UserAccessStates
-from pin_identity.operations.read_models import UserAccess
+from pin_identity.operations.read_models import UserAccessReport
 
 
-def show_access(log: UserAccessLog, states: UserAccessStates, user_id: UUID) -> UserAccess:
+def show_access(log: UserAccessLog, states: UserAccessStates, user_id: UUID) -> UserAccessReport:
     """NotFoundError for a user the database does not hold (the topic is not read for it)."""
     if not states.user_exists(user_id):
         raise NotFoundError(f"user {user_id} does not exist")
@@ -28,4 +28,4 @@ def show_access(log: UserAccessLog, states: UserAccessStates, user_id: UUID) -> 
         fingerprint(state.active_assignments),
         pending=bool(state.waiting),
     )
-    return UserAccess(state, search, judged, difference(state.active_assignments, on_topic or []))
+    return UserAccessReport.of(state, search, judged, difference(state.active_assignments, on_topic or []))

@@ -11,14 +11,14 @@ from pin_identity.domain.errors import ConflictError, NotFoundError
 from pin_identity.domain.model import FanOutTaskStatus
 from pin_identity.operations.audit import Actor, admin_action
 from pin_identity.operations.ports.fanout import FanOutTasks, TaskReplay
-from pin_identity.operations.read_models import FanOutTaskView
+from pin_identity.operations.read_models import FanOutTask
 
 
 class FanOutAdmin:
     def __init__(self, tasks: FanOutTasks, clock: Callable[[], datetime]):
         self._tasks, self._clock = tasks, clock
 
-    def tasks(self, status: FanOutTaskStatus | None = None, limit: int = 100) -> list[FanOutTaskView]:
+    def tasks(self, status: FanOutTaskStatus | None = None, limit: int = 100) -> list[FanOutTask]:
         """The newest first."""
         return self._tasks.list_tasks(status, limit)
 
@@ -34,7 +34,7 @@ class FanOutAdmin:
             raise self._not_failed(task_id, "replayed")
         admin_action("fanout-replay", who, task_id=str(task_id))
 
-    def discard(self, task_id: UUID, *, who: Actor) -> FanOutTaskView:
+    def discard(self, task_id: UUID, *, who: Actor) -> FanOutTask:
         """The operator's decision that a Failed task is not to be replayed (a newer task of its role notified
         every holder, or they were re-announced): the task is deleted. Pruning never deletes a Failed task,
         so this is the only way one leaves the queue without being replayed; the audit line keeps what it

@@ -9,7 +9,7 @@ from datetime import datetime
 
 from pin_identity.domain.errors import BrokerUnavailableError
 from pin_identity.operations.ports.health import ConsumerLagReader, DeadLetterReads
-from pin_identity.operations.read_models import ConsumerLag, DeadLetters, HealthReport, QueueGauges
+from pin_identity.operations.read_models import ConsumerLag, DeadLetters, HealthSummary, QueueGauges
 
 
 class HealthReads:
@@ -28,9 +28,9 @@ class HealthReads:
         try:
             partitions = self._lags.partition_lags(self._group, self._topics)
         except BrokerUnavailableError as exc:
-            return ConsumerLag(self._group, (), error=str(exc))
-        return ConsumerLag(self._group, tuple(partitions))
+            return ConsumerLag.unknown(self._group, str(exc))
+        return ConsumerLag.measured(self._group, partitions)
 
-    def report(self, queues: QueueGauges, read_at: datetime) -> HealthReport:
+    def report(self, queues: QueueGauges, read_at: datetime) -> HealthSummary:
         """The whole summary around the gauges just read."""
-        return HealthReport(queues, self.dead_letters(), self.consumer_lag(), read_at)
+        return HealthSummary.of(queues, self.dead_letters(), self.consumer_lag(), read_at)

@@ -31,6 +31,7 @@ from pin_identity.operations.ports.identity import (
     NewAssignment,
     RoleRecord,
 )
+from pin_identity.operations.read_models import PermissionsChanged
 
 
 @dataclass(frozen=True)
@@ -222,15 +223,6 @@ def archive_role(transactions: IdentityTransactions, ctx: Context, role_id: UUID
     return len(affected)
 
 
-@dataclass(frozen=True)
-class PermissionsChange:
-    role_id: UUID
-    role_version: int
-    path: FanOutPath
-    users_notified_inline: int
-    task_id: UUID | None
-
-
 def set_role_permissions(
     transactions: IdentityTransactions,
     ctx: Context,
@@ -238,7 +230,7 @@ def set_role_permissions(
     role_id: UUID,
     permissions: Sequence[str],
     policy: FanOutPolicy,
-) -> PermissionsChange:
+) -> PermissionsChanged:
     """Replace the permission set, bump the role's version, then notify inline or enqueue the fan-out."""
     codes = _permission_set(permissions)
     with transactions() as tx:
@@ -263,7 +255,9 @@ def set_role_permissions(
         else:
             task_id = tx.enqueue_fanout_task(role, version, ctx.now)
         tx.commit()
-    return PermissionsChange(role_id, version, path, notified, task_id)
+    return PermissionsChanged(
+        role_id=role_id, role_version=version, path=path, users_notified_inline=notified, task_id=task_id
+    )
 
 
 def _permission_set(permissions: Sequence[str]) -> list[str]:

@@ -31,11 +31,10 @@ from pin_identity.operations.ports.imports import ImportRuns, RunLock, RunSummar
 from pin_identity.operations.ports.replica import ReplicaTransactions
 from pin_identity.operations.ports.talent import SourceCheck
 from pin_identity.operations.read_models import (
-    FailedItemView,
-    ImportRunView,
-    Replayed,
-    RunSummary,
-    eta_seconds,
+    FailedItem,
+    ImportRunReport,
+    ImportRunSummary,
+    ReplayResult,
 )
 from pin_identity.operations.talent_replica import replay_quarantined
 
@@ -190,18 +189,17 @@ class ImportOperations:
 
     # ---------------------------------------------------------------- watching and steering a run
 
-    def recent_runs(self, limit: int = 20) -> list[RunSummary]:
+    def recent_runs(self, limit: int = 20) -> list[ImportRunSummary]:
         """The newest runs first, with their counters and quarantine size."""
         return self._summaries.recent_runs(limit)
 
-    def report(self, run_id: UUID | None = None) -> ImportRunView:
+    def report(self, run_id: UUID | None = None) -> ImportRunReport:
         """A run (the newest when None) with its pages by stage and status, an ETA and the lock holder."""
         run = self.existing_run(run_id) if run_id else self._runs.latest_run()
         if run is None:
             raise NotFoundError("there is no import run yet")
-        now = self._clock()
         progress = self._runs.progress(run.run_id)
-        return ImportRunView(run, progress, eta_seconds(run, progress, now), self._locks().holder(), now)
+        return ImportRunReport.of_run(run, progress, self._locks().holder(), self._clock())
 
     def pages(self, run_id: UUID) -> PageProgress:
         """The run's pages by stage and status (what a progress bar shows)."""
@@ -231,13 +229,15 @@ class ImportOperations:
 
     # ---------------------------------------------------------------- the quarantine
 
-    def failed_items(self, run_id: UUID | None) -> list[FailedItemView]:
+    def failed_items(self, run_id: UUID | None) -> list[FailedItem]:
         """A run's quarantine (the run must exist) or, for None, the continuous consumer's; oldest first."""
         if run_id is not None:
             self.existing_run(run_id)
         return self._runs.failed_items(run_id)
 
-    def replay_failed(self, run_id: UUID | None, item_ids: Sequence[UUID] | None, *, who: Actor) -> Replayed:
+    def replay_failed(
+        self, run_id: UUID | None, item_ids: Sequence[UUID] | None, *, who: Actor
+    ) -> ReplayResult:
         """Apply quarantined items again (all when `item_ids` is None) after the operator fixed their cause;
         those that apply leave the quarantine."""
         if run_id is not None:
@@ -246,4 +246,4 @@ class ImportOperations:
         action = "talent-import-replay-failed" if run_id else "talent-sync-replay-failed"
         items = [str(item) for item in item_ids or []]
         admin_action(action, who, run_id=str(run_id) if run_id else None, items=items)
-        return Replayed(batch.applied, batch.skipped, batch.failed)
+        return ReplayResult(applied=batch.applied, skipped=batch.skipped, failed=batch.failed)

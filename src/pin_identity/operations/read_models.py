@@ -1,19 +1,25 @@
 """What operators read: a run with its progress, the list of runs, a quarantined item, a fan-out task, a role
-with its size, what a prune removed, the health the console shows (the database gauges of `/metrics`, dead
-letters, a consumer group's lag), and one user's access (`access show`).
+with its size, what an action changed or removed, the health the console shows (the database gauges of
+`/metrics`, dead letters, a consumer group's lag), and one user's access (`access show`).
 
-The stores answer with these values and the operator service hands them on; the CLI and the HTTP API render
-them (one JSON shape for both, in entrypoints.documents).
+The stores answer with these values and the operator service hands them on; each one that operators see is
+its own document (an ApiModel): the HTTP API answers it and the CLI prints it with `--json`, in one shape.
+Values the stores hand on only to be summed up into a document stay plain dataclasses.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 from uuid import UUID
 
-from pin_identity.domain.access_audit import AssignmentDifference, Verdict
+from pydantic import Field
+
+from pin_identity.domain.access_audit import AssignmentDifferenceView, Verdict
+from pin_identity.domain.api_model import ApiModel
+from pin_identity.domain.fanout import FanOutPath
 from pin_identity.domain.model import FanOutTaskStatus, RoleStatus
 from pin_identity.domain.talent import ImportStage
 from pin_identity.domain.talent_import import (
@@ -25,24 +31,96 @@ from pin_identity.domain.talent_import import (
     StageCounters,
 )
 
+# ---------------------------------------------------------------- talent import
 
-@dataclass(frozen=True)
-class ImportRunView:
-    """A run as `talent-import status` and `GET .../runs/{runId}` show it."""
 
-    run: ImportRun
-    progress: PageProgress
+class StageCounts(ApiModel):
+    planned: int
+    applied: int
+    skipped: int
+    failed: int
+
+    @classmethod
+    def of(cls, counters: StageCounters) -> StageCounts:
+        # The jobs count a page at a time in the domain's plain StageCounters; operators read them here.
+        return cls(
+            planned=counters.planned,
+            applied=counters.applied,
+            skipped=counters.skipped,
+            failed=counters.failed,
+        )
+
+
+class ImportResult(ApiModel):
+    """TalentInitialImportResult (CONTRACTS section 2): how a run ended, or stands."""
+
+    run_id: UUID
+    mode: ImportMode
+    status: RunStatus
+    dry_run: bool
+    companies: StageCounts
+    users: StageCounts
+    duration_ms: int
+
+    @staticmethod
+    def of(run: ImportRun, now: datetime) -> ImportResult:
+        """Only the result, whichever class it is called on: a report is built by ImportRunReport.of_run."""
+        return ImportResult(**_result_fields(run, now))
+
+
+def _result_fields(run: ImportRun, now: datetime) -> dict[str, Any]:
+    end = run.finished_at or now
+    return {
+        "run_id": run.run_id,
+        "mode": run.mode,
+        "status": run.status,
+        "dry_run": run.dry_run,
+        "companies": StageCounts.of(run.companies),
+        "users": StageCounts.of(run.users),
+        "duration_ms": max(int((end - run.started_at).total_seconds() * 1000), 0),
+    }
+
+
+class ImportRunReport(ImportResult):
+    """TalentInitialImportResult plus progress: `GET .../runs/{runId}` and `talent-import status --json`."""
+
+    started_at: datetime
+    finished_at: datetime | None
+    planning: ImportStage | None = Field(description="The stage still being listed; null once both are.")
+    pages: dict[str, dict[str, int]] = Field(
+        description="Page counts by stage (`Tenants`, `Users`) and page status "
+        "(`Pending`, `InProgress`, `Done`, `Failed`)."
+    )
     eta_seconds: float | None
-    lock_holder: str | None  # the session holding the one-run lock, whichever run it works on
-    as_of: datetime
+    lock_holder: str | None = Field(description="The session holding the single-run lock, if any.")
+    error_code: str | None
+    error: str | None
+    # Shown to people by `talent-import status`, never part of the document.
+    correlation_id: UUID = Field(exclude=True)
 
-    @property
-    def duration_ms(self) -> int:
-        end = self.run.finished_at or self.as_of
-        return max(int((end - self.run.started_at).total_seconds() * 1000), 0)
+    @classmethod
+    def of_run(
+        cls, run: ImportRun, progress: PageProgress, lock_holder: str | None, now: datetime
+    ) -> ImportRunReport:
+        """`lock_holder`: the session holding the one-run lock, whichever run it works on."""
+        return cls(
+            **_result_fields(run, now),
+            started_at=run.started_at,
+            finished_at=run.finished_at,
+            planning=run.planning_stage,
+            pages={
+                stage.value: {status.value: progress.count(stage, status) for status in PageStatus}
+                for stage in ImportStage
+            },
+            eta_seconds=eta_seconds(run, progress, now),
+            lock_holder=lock_holder,
+            error_code=run.error_code,
+            error=run.error,
+            correlation_id=run.correlation_id,
+        )
 
-    def pages(self, stage: ImportStage, status: PageStatus) -> int:
-        return self.progress.count(stage, status)
+    def page_count(self, stage: ImportStage, status: PageStatus) -> int:
+        return self.pages[stage.value][status.value]
 
 
 def eta_seconds(run: ImportRun, progress: PageProgress, now: datetime) -> float | None:
@@ -54,40 +132,49 @@ def eta_seconds(run: ImportRun, progress: PageProgress, now: datetime) -> float 
     return round((total - done) * elapsed / done, 1)
 
 
-@dataclass(frozen=True)
-class RunSummary:
-    """A run in the list of runs: its counters and its quarantine now (ImportRunView adds pages and ETA)."""
+class ImportRunSummary(ApiModel):
+    """A run in the list: its counters; `GET .../runs/{runId}` adds pages, ETA and the lock holder."""
 
     run_id: UUID
     mode: ImportMode
     status: RunStatus
     dry_run: bool
-    tenant_filter: UUID | None
+    talent_tenant_id_filter: UUID | None
     page_size: int
-    companies: StageCounters
-    users: StageCounters
+    companies: StageCounts
+    users: StageCounts
     started_at: datetime
     finished_at: datetime | None
     error_code: str | None
-    quarantined: int  # items of this run in the quarantine now
+    quarantined: int = Field(description="Items of this run in the quarantine now.")
 
 
-@dataclass(frozen=True)
-class FailedItemView:
+class FailedItem(ApiModel):
     """A quarantined item; its payload stays in the database (it holds PII)."""
 
     item_id: UUID
     stage: ImportStage
-    external_id: UUID | None  # the Talent tenant or user id
+    external_id: UUID | None = Field(description="The Talent tenant or user id.")
     error_code: str
-    reason: str | None  # what was wrong, in words: the field and the rule, never the value
+    reason: str | None = Field(
+        description="What was wrong, in words: the field and the rule, never the value."
+    )
     attempts: int
     created_at: datetime
     updated_at: datetime
 
 
-@dataclass(frozen=True)
-class FanOutTaskView:
+# Quarantined items applied again: applied ones left the quarantine, failed ones stay (new reason).
+class ReplayResult(ApiModel):
+    applied: int
+    skipped: int
+    failed: int
+
+
+# ---------------------------------------------------------------- access fan-out and roles
+
+
+class FanOutTask(ApiModel):
     task_id: UUID
     role_id: UUID
     company_id: UUID | None
@@ -105,37 +192,41 @@ class FanOutTaskView:
     last_error: str | None
 
 
-@dataclass(frozen=True)
-class Pruned:
-    """What `maintenance prune` removed: rows of finished work, and quarantine payloads emptied."""
-
-    fanout_tasks: int
-    import_runs: int
-    quarantine_payloads: int
-
-
-@dataclass(frozen=True)
-class Replayed:
-    """Quarantined items applied again: applied ones left the quarantine, failed ones stay (new reason)."""
-
-    applied: int
-    skipped: int
-    failed: int
-
-
-@dataclass(frozen=True)
-class RoleSummary:
-    """A role with its permissions and its size."""
+# A role with its permissions and its size.
+class RoleView(ApiModel):
+    """`GET /admin/v1/roles[/{roleId}]`, `roles list|show --json`."""
 
     role_id: UUID
     code: str
     name: str
-    company_id: UUID | None  # None: a system role
+    company_id: UUID | None = Field(description="Null for a system role.")
     company_name: str | None
     status: RoleStatus
     version: int
-    permissions: tuple[str, ...]
-    holders: int  # users holding an Active assignment of the role: the size its fan-out counts
+    permissions: list[str]
+    holders: int = Field(description="Users holding an Active assignment of the role: its fan-out size.")
+
+
+# set-role-permissions' answer: how the role's users are told.
+class PermissionsChanged(ApiModel):
+    role_id: UUID
+    role_version: int
+    path: FanOutPath = Field(description="`inline`: events written now; `queued`: a fan-out task.")
+    users_notified_inline: int
+    task_id: UUID | None = Field(description="The enqueued fan-out task (path `queued`).")
+
+
+# ---------------------------------------------------------------- retention
+
+
+class PruneResult(ApiModel):
+    """What `maintenance prune` removed: rows of finished work, and quarantine payloads emptied."""
+
+    fanout_tasks: int = Field(
+        description="Completed fan-out tasks deleted (a Failed one stays until replayed or discarded)."
+    )
+    import_runs: int = Field(description="Finished import runs deleted, with their pages and quarantine.")
+    quarantine_payloads: int = Field(description="Quarantined snapshots (PII) emptied.")
 
 
 # ---------------------------------------------------------------- health: the console's summary
@@ -176,35 +267,110 @@ class DeadLetters:
     newest_failed_at: datetime | None
 
 
-@dataclass(frozen=True)
-class PartitionLag:
+class PartitionLagView(ApiModel):
     topic: str
     partition: int
     lag: int
-    committed: int | None  # None: the group has committed nothing here (it would start from the beginning)
+    committed_offset: int | None = Field(description="Null when the group has committed nothing there.")
 
 
-@dataclass(frozen=True)
-class ConsumerLag:
-    """How far a consumer group is behind on its topics, or why the broker did not say."""
-
+# How far a consumer group is behind on its topics, or why the broker did not say. (A docstring would be the
+# document's description in the OpenAPI schema, which has none.)
+class ConsumerLag(ApiModel):
     group: str
-    partitions: tuple[PartitionLag, ...]
-    error: str | None = None
+    total: int | None = Field(
+        description="Records behind on Talent's topics; null when the broker did not say."
+    )
+    partitions: list[PartitionLagView]
+    error: str | None = Field(description="Why the broker did not say.")
 
-    @property
-    def total(self) -> int | None:
-        """Records behind on every partition; None when the broker did not say."""
-        return None if self.error is not None else sum(lag.lag for lag in self.partitions)
+    @classmethod
+    def measured(cls, group: str, partitions: Sequence[PartitionLagView]) -> ConsumerLag:
+        total = sum(lag.lag for lag in partitions)
+        return cls(group=group, total=total, partitions=list(partitions), error=None)
+
+    @classmethod
+    def unknown(cls, group: str, error: str) -> ConsumerLag:
+        return cls(group=group, total=None, partitions=[], error=error)
+
+
+class OutboxWriterView(ApiModel):
+    """A session whose transaction took an outbox id and has not ended (null figures: not visible to the
+    admin API's database role; see the runbook)."""
+
+    pid: int | None
+    application_name: str | None
+    transaction_seconds: float | None
+
+    @classmethod
+    def of(cls, holder: OutboxHolder) -> OutboxWriterView:
+        return cls(
+            pid=holder.pid, application_name=holder.application_name, transaction_seconds=holder.transaction_s
+        )
+
+
+class HealthSummary(ApiModel):
+    """The gauges `/metrics` serves, read the same way at the same moment, plus what only a worker's
+    `/metrics` carries (consumer lag, dead letters), read from the broker and the database."""
+
+    outbox_backlog: int = Field(description="`identity_outbox_backlog`")
+    outbox_oldest_age_seconds: float = Field(description="`identity_outbox_oldest_age_seconds`")
+    outbox_publishing_held_seconds: float = Field(
+        description="`identity_outbox_publishing_held_seconds`: how long the oldest running transaction that "
+        "took an outbox id has run (nothing after its id is published until it ends)"
+    )
+    outbox_held_by: OutboxWriterView | None = Field(
+        description="That transaction's session (null when no transaction holds an outbox id)"
+    )
+    fanout_backlog: int = Field(description="`identity_access_fanout_queue_backlog`")
+    fanout_failed: int = Field(description="`identity_access_fanout_failed_tasks`")
+    import_running: bool = Field(description="`identity_import_running`: a run is Running")
+    dead_letters: int = Field(description="Rows of identity.outbox_dead_letters")
+    newest_dead_letter_at: datetime | None
+    consumer_lag: ConsumerLag = Field(description="The talent-sync group on Talent's topics")
+    read_at: datetime
+
+    @classmethod
+    def of(
+        cls, queues: QueueGauges, dead: DeadLetters, consumer_lag: ConsumerLag, read_at: datetime
+    ) -> HealthSummary:
+        held_by = queues.outbox_held_by
+        return cls(
+            outbox_backlog=queues.outbox_backlog,
+            outbox_oldest_age_seconds=queues.outbox_oldest_age_s,
+            outbox_publishing_held_seconds=queues.outbox_held_s,
+            outbox_held_by=OutboxWriterView.of(held_by) if held_by else None,
+            fanout_backlog=queues.fanout_backlog,
+            fanout_failed=queues.fanout_failed,
+            import_running=queues.import_started_at is not None,
+            dead_letters=dead.count,
+            newest_dead_letter_at=dead.newest_failed_at,
+            consumer_lag=consumer_lag,
+            read_at=read_at,
+        )
 
 
 # ---------------------------------------------------------------- one user's access (`access show`)
 
 
-@dataclass(frozen=True)
-class LastAccessEvent:
-    """A user's last record on the access topic. Fields its value did not carry readably are None; an
-    unreadable `active_assignments` matches no truth."""
+class AccessAssignment(ApiModel):
+    """An Active assignment as UserAccessChanged's activeAssignments carries it (CONTRACTS section 4), its
+    values in the event's own text."""
+
+    assignment_id: str
+    role_id: str
+    role_code: str
+    scope_type: str
+    scope_organization_id: str | None
+    scope_project_group_id: str | None
+    scope_project_id: str | None
+    expires_at: str | None
+
+
+# Fields the record's value did not carry readably are None; an unreadable `active_assignments` matches no
+# truth.
+class AccessEventOnTopic(ApiModel):
+    """The user's last record on pin.identity.access.v1, as far as its value could be read."""
 
     partition: int
     offset: int
@@ -213,7 +379,7 @@ class LastAccessEvent:
     change_reason: str | None
     changed_role_id: str | None
     occurred_at: datetime | None
-    active_assignments: Any  # the event's activeAssignments as it was sent
+    active_assignments: Any = Field(description="The event's activeAssignments as it was sent.")
 
 
 @dataclass(frozen=True)
@@ -223,19 +389,17 @@ class AccessLogSearch:
 
     partition: int | None
     records_read: int
-    last_event: LastAccessEvent | None
+    last_event: AccessEventOnTopic | None
 
 
-@dataclass(frozen=True)
-class QueuedAccessEvent:
-    """A UserAccessChanged of the user still in the outbox, or refused by the broker for good (`error`)."""
-
+# A UserAccessChanged of the user still in the outbox, or refused by the broker for good (`error`).
+class QueuedAccessEventView(ApiModel):
     outbox_id: int
     event_id: UUID
     change_reason: str | None
     version: int | None
     queued_at: datetime
-    error: str | None = None
+    error: str | None = Field(description="A dead letter's: why the broker refused it for good.")
 
 
 @dataclass(frozen=True)
@@ -245,26 +409,51 @@ class UserAccessState:
     user_id: UUID
     company_id: UUID | None
     active_assignments: list[dict[str, Any]]  # rendered as the event's activeAssignments
-    waiting: tuple[QueuedAccessEvent, ...]  # in the outbox, oldest first
-    dead_letters: tuple[QueuedAccessEvent, ...]
+    waiting: tuple[QueuedAccessEventView, ...]  # in the outbox, oldest first
+    dead_letters: tuple[QueuedAccessEventView, ...]
 
 
-@dataclass(frozen=True)
-class UserAccess:
-    state: UserAccessState
-    search: AccessLogSearch
-    verdict: Verdict
-    difference: AssignmentDifference
+class UserAccessReport(ApiModel):
+    """`GET /admin/v1/access/users/{userId}`, `access show --json`."""
 
+    user_id: UUID
+    company_id: UUID | None
+    verdict: Verdict = Field(
+        description="`matching`: the last event carries the Active assignments; `pending`: an access event "
+        "of the user waits in the outbox; `drifted`: the last event carries other assignments; `missing`: "
+        "Active assignments and no event."
+    )
+    active_assignments: list[AccessAssignment] = Field(
+        description="The user's Active assignments now, rendered as the event renders them."
+    )
+    last_event: AccessEventOnTopic | None
+    partition: int | None = Field(
+        description="The partition the user's key goes to (null: the topic does not exist)."
+    )
+    records_read: int = Field(description="Records read from that partition's end to find the last event.")
+    difference: AssignmentDifferenceView
+    outbox: list[QueuedAccessEventView] = Field(description="The user's access events not yet published.")
+    dead_letters: list[QueuedAccessEventView] = Field(
+        description="The user's access events the broker refused for good (outbox_dead_letters)."
+    )
 
-# ---------------------------------------------------------------- health: the summary as a whole
-
-
-@dataclass(frozen=True)
-class HealthReport:
-    """The console's health summary: the database gauges of `/metrics`, dead letters, the consumer's lag."""
-
-    queues: QueueGauges
-    dead_letters: DeadLetters
-    consumer_lag: ConsumerLag
-    read_at: datetime
+    @classmethod
+    def of(
+        cls,
+        state: UserAccessState,
+        search: AccessLogSearch,
+        verdict: Verdict,
+        difference: AssignmentDifferenceView,
+    ) -> UserAccessReport:
+        return cls(
+            user_id=state.user_id,
+            company_id=state.company_id,
+            verdict=verdict,
+            active_assignments=[AccessAssignment.model_validate(a) for a in state.active_assignments],
+            last_event=search.last_event,
+            partition=search.partition,
+            records_read=search.records_read,
+            difference=difference,
+            outbox=list(state.waiting),
+            dead_letters=list(state.dead_letters),
+        )

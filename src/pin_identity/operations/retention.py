@@ -7,14 +7,14 @@ from datetime import datetime, timedelta
 
 from pin_identity.operations.audit import Actor, admin_action
 from pin_identity.operations.ports.retention import Retention
-from pin_identity.operations.read_models import Pruned
+from pin_identity.operations.read_models import PruneResult
 
 
 class RetentionAdmin:
     def __init__(self, retention: Retention, clock: Callable[[], datetime]):
         self._retention, self._clock = retention, clock
 
-    def prune(self, older_than: timedelta, *, who: Actor) -> Pruned:
+    def prune(self, older_than: timedelta, *, who: Actor) -> PruneResult:
         """Completed fan-out tasks, finished import runs with their pages, and quarantine payloads older than
         the cutoff, in one transaction. Failed fan-out tasks stay until replayed or discarded
         (FanOutAdmin): their users past the cursor never got their event."""

@@ -11,26 +11,24 @@ from pin_identity.domain.fanout import FanOutPolicy
 from pin_identity.operations import identity
 from pin_identity.operations.audit import Actor, admin_action
 from pin_identity.operations.ports.identity import IdentityTransactions, RoleSummaries
-from pin_identity.operations.read_models import RoleSummary
+from pin_identity.operations.read_models import PermissionsChanged, RoleView
 
 
 class RoleAdmin:
     def __init__(self, transactions: IdentityTransactions, policy: FanOutPolicy, summaries: RoleSummaries):
         self._transactions, self._policy, self._summaries = transactions, policy, summaries
 
-    def roles(self, code: str | None = None, limit: int = 100) -> list[RoleSummary]:
+    def roles(self, code: str | None = None, limit: int = 100) -> list[RoleView]:
         """Roles with their permissions and size: system roles first, then by company and code."""
         return self._summaries.roles(code=code, limit=limit)
 
-    def role(self, role_id: UUID) -> RoleSummary:
+    def role(self, role_id: UUID) -> RoleView:
         found = self._summaries.roles(role_id=role_id, limit=1)
         if not found:
             raise NotFoundError(f"role {role_id} does not exist")
         return found[0]
 
-    def set_permissions(
-        self, role_id: UUID, permissions: Sequence[str], *, who: Actor
-    ) -> identity.PermissionsChange:
+    def set_permissions(self, role_id: UUID, permissions: Sequence[str], *, who: Actor) -> PermissionsChanged:
         """Replace the set, bump the role's version, notify its users inline (a small role) or enqueue a
         fan-out task, in one transaction."""
         change = identity.set_role_permissions(

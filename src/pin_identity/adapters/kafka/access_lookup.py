@@ -24,7 +24,7 @@ from pin_identity.adapters.kafka.offsets import end_reached, watermarks
 from pin_identity.adapters.kafka.partitioning import key_partition, partitioner_of
 from pin_identity.domain.errors import BrokerUnavailableError
 from pin_identity.domain.events import ACCESS_TOPIC
-from pin_identity.operations.read_models import AccessLogSearch, LastAccessEvent
+from pin_identity.operations.read_models import AccessEventOnTopic, AccessLogSearch
 
 # librdkafka's own lines (a broker that does not answer) stay out of a command's one-line answer: a failure is
 # raised as BrokerUnavailableError with its reason.
@@ -146,7 +146,7 @@ class KafkaUserAccessLog:
                     return found, count
 
 
-def _last_event(message: Message) -> LastAccessEvent | None:
+def _last_event(message: Message) -> AccessEventOnTopic | None:
     """None for a tombstone: compaction forgets the user's events (the audit reads it the same way)."""
     value = message.value()
     if value is None:
@@ -154,7 +154,7 @@ def _last_event(message: Message) -> LastAccessEvent | None:
     body = _json_object(value)
     payload = body.get("payload")
     payload = payload if isinstance(payload, dict) else {}
-    return LastAccessEvent(
+    return AccessEventOnTopic(
         partition=message.partition() or 0,
         offset=message.offset() or 0,
         event_id=_text(body.get("eventId")),

@@ -15,7 +15,7 @@ from pin_identity.adapters.kafka.denials import DenialLog, denial, group_denial
 from pin_identity.adapters.kafka.offsets import watermarks
 from pin_identity.adapters.kafka.topics import failure_reason
 from pin_identity.domain.errors import BrokerUnavailableError
-from pin_identity.operations.read_models import PartitionLag
+from pin_identity.operations.read_models import PartitionLagView
 
 # librdkafka would write its own log lines to stderr: the caller reports the failure as one line instead.
 _quiet = logging.getLogger("pin_identity.kafka.group_lag")
@@ -31,13 +31,13 @@ class KafkaConsumerLag:
     def __init__(self, client_config: Callable[[], Mapping[str, str]], *, timeout_s: float = 3.0):
         self._client_config, self._timeout_s = client_config, timeout_s
 
-    def partition_lags(self, group: str, topics: Sequence[str]) -> list[PartitionLag]:
+    def partition_lags(self, group: str, topics: Sequence[str]) -> list[PartitionLagView]:
         return consumer_group_lag(self._client_config(), group, topics, timeout_s=self._timeout_s)
 
 
 def consumer_group_lag(
     client_config: Mapping[str, str], group: str, topics: Sequence[str], *, timeout_s: float = 3.0
-) -> list[PartitionLag]:
+) -> list[PartitionLagView]:
     """Every partition of those `topics` that exist: records the group has not consumed yet. Raises
     BrokerUnavailableError when the broker does not answer in time, or refuses."""
     consumer = new_consumer(client_config, {"group.id": group, "enable.auto.commit": False, "logger": _quiet})
@@ -64,9 +64,11 @@ def _partitions(consumer: Consumer, topics: Sequence[str], timeout_s: float) -> 
     ]
 
 
-def _lag(consumer: Consumer, stored: TopicPartition, timeout_s: float) -> PartitionLag:
+def _lag(consumer: Consumer, stored: TopicPartition, timeout_s: float) -> PartitionLagView:
     low, high = watermarks(consumer, stored, timeout_s)
     committed = stored.offset if stored.offset >= 0 else None
     # With nothing committed the group starts from the beginning (auto.offset.reset = earliest).
     at = committed if committed is not None else low
-    return PartitionLag(stored.topic, stored.partition, max(high - at, 0), committed)
+    return PartitionLagView(
+        topic=stored.topic, partition=stored.partition, lag=max(high - at, 0), committed_offset=committed
+    )

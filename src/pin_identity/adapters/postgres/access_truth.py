@@ -20,7 +20,7 @@ from pin_identity.adapters.postgres.database import NIL_UUID, Database, read
 from pin_identity.domain.access_audit import Fingerprint, LastEvent, UserKey, fingerprint
 from pin_identity.domain.events import ACCESS_TOPIC
 from pin_identity.domain.model import RenderedAccessSnapshot
-from pin_identity.operations.read_models import QueuedAccessEvent, UserAccessState
+from pin_identity.operations.read_models import QueuedAccessEventView, UserAccessState
 
 _COPY_NULL = "\\N"
 
@@ -164,8 +164,8 @@ class PostgresAccessTruth:
         )
 
 
-def _queued(*, dead: bool, version: str | None, **columns: Any) -> tuple[bool, QueuedAccessEvent]:
+def _queued(*, dead: bool, version: str | None, **columns: Any) -> tuple[bool, QueuedAccessEventView]:
     """A row of queued_access_events_of_user: whether it is a dead letter, and the event (its other columns
-    are named as QueuedAccessEvent's fields)."""
+    are named as QueuedAccessEventView's fields)."""
     number = int(version) if version is not None and version.isdigit() else None
-    return dead, QueuedAccessEvent(version=number, **columns)
+    return dead, QueuedAccessEventView(version=number, **columns)

@@ -11,23 +11,28 @@ from psycopg.rows import dict_row
 
 from pin_identity.adapters.postgres.database import Database
 from pin_identity.domain.model import RoleStatus
-from pin_identity.domain.talent_import import ImportMode, RunStatus, StageCounters
-from pin_identity.operations.read_models import DeadLetters, RoleSummary, RunSummary
+from pin_identity.domain.talent_import import ImportMode, RunStatus
+from pin_identity.operations.read_models import DeadLetters, ImportRunSummary, RoleView, StageCounts
 
 Columns = dict[str, Any]  # one row, by column name
 
 
-def _counters(row: Columns, stage: str) -> StageCounters:
-    return StageCounters(*(row[f"{stage}_{count}"] for count in ("planned", "applied", "skipped", "failed")))
+def _counters(row: Columns, stage: str) -> StageCounts:
+    return StageCounts(
+        planned=row[f"{stage}_planned"],
+        applied=row[f"{stage}_applied"],
+        skipped=row[f"{stage}_skipped"],
+        failed=row[f"{stage}_failed"],
+    )
 
 
-def _run_summary(row: Columns) -> RunSummary:
-    return RunSummary(
+def _run_summary(row: Columns) -> ImportRunSummary:
+    return ImportRunSummary(
         run_id=row["run_id"],
         mode=ImportMode(row["mode"]),
         status=RunStatus(row["status"]),
         dry_run=row["dry_run"],
-        tenant_filter=row["tenant_filter"],
+        talent_tenant_id_filter=row["tenant_filter"],
         page_size=row["page_size"],
         companies=_counters(row, "companies"),
         users=_counters(row, "users"),
@@ -38,10 +43,8 @@ def _run_summary(row: Columns) -> RunSummary:
     )
 
 
-def _role(row: Columns) -> RoleSummary:
-    return RoleSummary(
-        **{**row, "status": RoleStatus(row["status"]), "permissions": tuple(row["permissions"])}
-    )
+def _role(row: Columns) -> RoleView:
+    return RoleView(**{**row, "status": RoleStatus(row["status"])})
 
 
 class PostgresAdminReads:
@@ -53,12 +56,12 @@ class PostgresAdminReads:
     def _rows(self, name: str, params: dict[str, Any]) -> list[Columns]:
         return self._database.fetch(name, params, dict_row)
 
-    def recent_runs(self, limit: int) -> list[RunSummary]:
+    def recent_runs(self, limit: int) -> list[ImportRunSummary]:
         return [_run_summary(row) for row in self._rows("recent_import_runs", {"limit": limit})]
 
     def roles(
         self, *, role_id: UUID | None = None, code: str | None = None, limit: int = 100
-    ) -> list[RoleSummary]:
+    ) -> list[RoleView]:
         params = {"role_id": role_id, "code": code, "limit": limit}
         return [_role(row) for row in self._rows("admin_roles", params)]
 

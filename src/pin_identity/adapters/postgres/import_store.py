@@ -33,7 +33,7 @@ from pin_identity.domain.talent_import import (
     RunStatus,
     StageCounters,
 )
-from pin_identity.operations.read_models import FailedItemView
+from pin_identity.operations.read_models import FailedItem
 
 _COUNTERS = tuple(field.name for field in fields(StageCounters))
 
@@ -50,9 +50,9 @@ def _counters(row: DictRow, stage: str) -> StageCounters:
     return StageCounters(**{counter: row.pop(f"{stage}_{counter}") for counter in _COUNTERS})
 
 
-def _failed_item(*, stage: str, **columns: Any) -> FailedItemView:
-    """A row of import_failed_items, whose columns are named as FailedItemView's fields."""
-    return FailedItemView(stage=ImportStage(stage), **columns)
+def _failed_item(*, stage: str, **columns: Any) -> FailedItem:
+    """A row of import_failed_items, whose columns are named as FailedItem's fields."""
+    return FailedItem(stage=ImportStage(stage), **columns)
 
 
 class PostgresDryRunMemory:
@@ -240,7 +240,7 @@ class PostgresImportStore:
     def reset_leases(self, run_id: UUID) -> int:
         return len(self._database.execute("reset_import_leases", {"run_id": run_id}))
 
-    def failed_items(self, run_id: UUID | None) -> list[FailedItemView]:
+    def failed_items(self, run_id: UUID | None) -> list[FailedItem]:
         return self._database.fetch("import_failed_items", {"run_id": run_id}, kwargs_row(_failed_item))
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pin_identity.entrypoints.admin_http.problems import problem_responses
 from pin_identity.entrypoints.admin_http.routing import ContainerDep, UserId, admin_router
-from pin_identity.entrypoints.documents import UserAccessReport
+from pin_identity.operations.read_models import UserAccessReport
 
 access = admin_router("/admin/v1/access", "access")
 
@@ -17,4 +17,4 @@ def show_user_access(user_id: UserId, container: ContainerDep) -> UserAccessRepo
     `missing`); 200 whatever the verdict. 503 `IDENTITY_BROKER_UNAVAILABLE` when the broker does not answer
     within 5 s; 503 `IDENTITY_MISCONFIGURED` when PIN_IDENTITY_KAFKA_CONFIG sets a partitioner whose
     placement cannot be computed (`random`)."""
-    return UserAccessReport.of(container.use_cases.access_show(user_id))
+    return container.use_cases.access_show(user_id)

@@ -9,7 +9,8 @@ from fastapi import Query
 from pin_identity.domain.model import FanOutTaskStatus
 from pin_identity.entrypoints.admin_http.problems import problem_responses
 from pin_identity.entrypoints.admin_http.routing import ContainerDep, TaskId, Who, admin_router
-from pin_identity.entrypoints.documents import FanOutTask, TaskDiscarded, TaskReplayed
+from pin_identity.entrypoints.documents import TaskDiscarded, TaskReplayed
+from pin_identity.operations.read_models import FanOutTask
 
 fanout = admin_router("/admin/v1/access-fanout", "access-fanout")
 
@@ -21,7 +22,7 @@ def list_fanout_tasks(
     limit: Annotated[int, Query(ge=1, le=10_000)] = 100,
 ) -> list[FanOutTask]:
     """The newest fan-out tasks first."""
-    return [FanOutTask.of(task) for task in container.use_cases.fanout_admin.tasks(status, limit)]
+    return container.use_cases.fanout_admin.tasks(status, limit)
 
 
 @fanout.post("/tasks/{taskId}/replay", response_model=TaskReplayed, responses=problem_responses(404, 409))

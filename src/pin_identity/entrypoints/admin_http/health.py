@@ -7,7 +7,7 @@ from fastapi import Request
 from pin_identity.domain.events import now_utc
 from pin_identity.entrypoints.admin_http.problems import problem_responses
 from pin_identity.entrypoints.admin_http.routing import ContainerDep, admin_router
-from pin_identity.entrypoints.documents import HealthSummary
+from pin_identity.operations.read_models import HealthSummary
 
 health = admin_router("/admin/v1/health", "health")
 
@@ -19,4 +19,4 @@ def health_summary(request: Request, container: ContainerDep) -> HealthSummary:
     `IDENTITY_DATABASE_UNAVAILABLE` when the last read of the gauges failed: stale figures must not pass for
     the present."""
     queues = request.app.state.gauges.read()
-    return HealthSummary.of(container.use_cases.health.report(queues, now_utc()))
+    return container.use_cases.health.report(queues, now_utc())

@@ -8,7 +8,8 @@ from fastapi import Query
 
 from pin_identity.entrypoints.admin_http.problems import problem_responses
 from pin_identity.entrypoints.admin_http.routing import ContainerDep, RoleId, Who, admin_router
-from pin_identity.entrypoints.documents import PermissionsChanged, RoleView, SetRolePermissions
+from pin_identity.entrypoints.documents import SetRolePermissions
+from pin_identity.operations.read_models import PermissionsChanged, RoleView
 
 roles = admin_router("/admin/v1/roles", "roles")
 
@@ -21,9 +22,7 @@ def set_role_permissions(
 ) -> PermissionsChanged:
     """set-role-permissions: replace the set, bump the role's version, notify its users inline (role size
     <= PIN_IDENTITY_INLINE_FANOUT_THRESHOLD) or enqueue a fan-out task, in one transaction."""
-    return PermissionsChanged.of(
-        container.use_cases.role_admin.set_permissions(role_id, body.permissions, who=who)
-    )
+    return container.use_cases.role_admin.set_permissions(role_id, body.permissions, who=who)
 
 
 @roles.get("", response_model=list[RoleView])
@@ -37,10 +36,10 @@ def list_roles(
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> list[RoleView]:
     """Roles with their permissions and size: system roles first, then by company and code."""
-    return [RoleView.of(role) for role in container.use_cases.role_admin.roles(code=code, limit=limit)]
+    return container.use_cases.role_admin.roles(code=code, limit=limit)
 
 
 @roles.get("/{roleId}", response_model=RoleView, responses=problem_responses(404))
 def get_role(role_id: RoleId, container: ContainerDep) -> RoleView:
     """One role with its permissions and size."""
-    return RoleView.of(container.use_cases.role_admin.role(role_id))
+    return container.use_cases.role_admin.role(role_id)

@@ -11,16 +11,13 @@ from pin_identity.domain.talent_import import RunStatus
 from pin_identity.entrypoints.admin_http.problems import problem_responses
 from pin_identity.entrypoints.admin_http.routing import ContainerDep, RunId, Who, admin_router
 from pin_identity.entrypoints.documents import (
-    FailedItem,
-    ImportRunReport,
-    ImportRunSummary,
     LeasesReset,
     ReplayRequest,
-    ReplayResult,
     RunAccepted,
     RunCancelled,
     StartImportRun,
 )
+from pin_identity.operations.read_models import FailedItem, ImportRunReport, ImportRunSummary, ReplayResult
 
 imports = admin_router("/admin/v1/talent-import", "talent-import")
 
@@ -51,7 +48,7 @@ def start_import_run(
 @imports.get("/runs/{runId}", response_model=ImportRunReport, responses=problem_responses(404))
 def get_import_run(run_id: RunId, container: ContainerDep) -> ImportRunReport:
     """The run's counters (TalentInitialImportResult), pages by stage and status, an ETA, the lock holder."""
-    return ImportRunReport.of(container.use_cases.imports.report(run_id))
+    return container.use_cases.imports.report(run_id)
 
 
 @imports.post("/runs/{runId}/cancel", response_model=RunCancelled, responses=problem_responses(404, 409))
@@ -64,7 +61,7 @@ def cancel_import_run(run_id: RunId, container: ContainerDep, who: Who) -> RunCa
 @imports.get("/runs/{runId}/failed-items", response_model=list[FailedItem], responses=problem_responses(404))
 def list_failed_items(run_id: RunId, container: ContainerDep) -> list[FailedItem]:
     """The run's quarantine, oldest first (payloads stay in the database: they hold PII)."""
-    return [FailedItem.of(item) for item in container.use_cases.imports.failed_items(run_id)]
+    return container.use_cases.imports.failed_items(run_id)
 
 
 @imports.get("/runs", response_model=list[ImportRunSummary])
@@ -72,7 +69,7 @@ def list_import_runs(
     container: ContainerDep, limit: Annotated[int, Query(ge=1, le=500)] = 20
 ) -> list[ImportRunSummary]:
     """The newest runs first."""
-    return [ImportRunSummary.of(run) for run in container.use_cases.imports.recent_runs(limit)]
+    return container.use_cases.imports.recent_runs(limit)
 
 
 @imports.post("/runs/{runId}/reset-leases", response_model=LeasesReset, responses=problem_responses(404))
@@ -90,4 +87,4 @@ def replay_run_failed_items(
 ) -> ReplayResult:
     """Apply a run's quarantined items again after fixing their cause (all, or `itemIds`); those that apply
     leave the quarantine (`talent-import replay-failed`)."""
-    return ReplayResult.of(container.use_cases.imports.replay_failed(run_id, request.item_ids, who=who))
+    return container.use_cases.imports.replay_failed(run_id, request.item_ids, who=who)

@@ -12,8 +12,8 @@ from uuid import UUID
 
 from pin_identity.domain.events import AccessChangeTemplate
 from pin_identity.domain.model import FanOutTaskStatus
+from pin_identity.operations import read_models
 from pin_identity.operations.ports.transactions import Transaction
-from pin_identity.operations.read_models import FanOutTaskView
 
 
 @dataclass(frozen=True)
@@ -109,12 +109,12 @@ class TaskReplay(StrEnum):
 
 
 class FanOutTasks(Protocol):
-    def list_tasks(self, status: FanOutTaskStatus | None, limit: int) -> list[FanOutTaskView]:
+    def list_tasks(self, status: FanOutTaskStatus | None, limit: int) -> list[read_models.FanOutTask]:
         """The newest first."""
         ...
 
     def replay(self, task_id: UUID, now: datetime) -> TaskReplay: ...
-    def discard(self, task_id: UUID) -> FanOutTaskView | None:
+    def discard(self, task_id: UUID) -> read_models.FanOutTask | None:
         """Removes a Failed task; what it was, or None when the task is in another status or absent."""
         ...
 

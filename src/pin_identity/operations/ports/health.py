@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from pin_identity.operations.read_models import DeadLetters, PartitionLag
+from pin_identity.operations.read_models import DeadLetters, PartitionLagView
 
 
 class DeadLetterReads(Protocol):
@@ -15,6 +15,6 @@ class DeadLetterReads(Protocol):
 class ConsumerLagReader(Protocol):
     """Read from the broker without joining the group: committed offsets against high watermarks."""
 
-    def partition_lags(self, group: str, topics: Sequence[str]) -> list[PartitionLag]:
+    def partition_lags(self, group: str, topics: Sequence[str]) -> list[PartitionLagView]:
         """Every partition of those `topics` that exist; raises BrokerUnavailableError."""
         ...

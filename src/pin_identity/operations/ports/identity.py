@@ -12,7 +12,7 @@ from pin_identity.domain.events import CompanyState, UserState
 from pin_identity.domain.model import RoleStatus, Scope
 from pin_identity.operations.ports.access import AccessEventWriter
 from pin_identity.operations.ports.transactions import Transaction, Transactions
-from pin_identity.operations.read_models import RoleSummary
+from pin_identity.operations.read_models import RoleView
 
 
 @dataclass(frozen=True)
@@ -78,7 +78,7 @@ IdentityTransactions: TypeAlias = Transactions[IdentityTransaction]
 class RoleSummaries(Protocol):
     def roles(
         self, *, role_id: UUID | None = None, code: str | None = None, limit: int = 100
-    ) -> list[RoleSummary]:
+    ) -> list[RoleView]:
         """One role by id, or roles by code, or the first `limit`: system roles first, then by company and
         code."""
         ...

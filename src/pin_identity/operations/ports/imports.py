@@ -22,7 +22,7 @@ from pin_identity.domain.talent_import import (
 )
 from pin_identity.operations.ports.replica import DryRunMemory, ReplicaTransaction
 from pin_identity.operations.ports.transactions import Transaction
-from pin_identity.operations.read_models import FailedItemView, RunSummary
+from pin_identity.operations.read_models import FailedItem, ImportRunSummary
 
 
 class ImportRunRecords(Protocol):
@@ -47,7 +47,7 @@ class ImportRuns(ImportRunRecords, Protocol):
         """Every InProgress page of the run becomes claimable now; returns how many."""
         ...
 
-    def failed_items(self, run_id: UUID | None) -> list[FailedItemView]:
+    def failed_items(self, run_id: UUID | None) -> list[FailedItem]:
         """A run's quarantine, or the continuous consumer's (None), oldest first."""
         ...
 
@@ -102,6 +102,6 @@ class RunLock(Protocol):
 
 
 class RunSummaries(Protocol):
-    def recent_runs(self, limit: int) -> list[RunSummary]:
+    def recent_runs(self, limit: int) -> list[ImportRunSummary]:
         """The newest first."""
         ...

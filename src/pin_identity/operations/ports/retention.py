@@ -5,10 +5,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Protocol
 
-from pin_identity.operations.read_models import Pruned
+from pin_identity.operations.read_models import PruneResult
 
 
 class Retention(Protocol):
-    def prune(self, cutoff: datetime) -> Pruned:
+    def prune(self, cutoff: datetime) -> PruneResult:
         """In one transaction: finished work and quarantine payloads last changed before the cutoff."""
         ...
