@@ -2,12 +2,12 @@
 
     .venv/bin/python bench/access_audit.py [--users 1000000] [--runs 3] [--seed simple|realistic]
 
-Starts its own embedded PostgreSQL and broker (bench_brokers.py: Apache Kafka, or `BENCH_BROKER=tansu`),
-seeds a role held by `--users` users, and publishes one UserAccessChanged per user with the product's own
-processes (a permission change fanned out by `worker --jobs access-fanout`, published by `worker --jobs
-outbox-relay`). Then it runs `pin-identity access audit --json` as a subprocess `--runs` times and reports
-each run's wall time, the audit's peak RSS (from the kernel's rusage of that child) and its verdict, and the
-medians. Target on Kafka: 1,000,000 users in <= 30 s and <= 250 MB peak RSS.
+Starts its own embedded PostgreSQL and broker (bench_brokers.py), seeds a role held by `--users` users, and
+publishes one UserAccessChanged per user with the product's own processes (a permission change fanned out by
+`worker --jobs access-fanout`, published by `worker --jobs outbox-relay`). Then it runs `pin-identity access
+audit --json` as a subprocess `--runs` times and reports each run's wall time, the audit's peak RSS (from the
+kernel's rusage of that child) and its verdict, and the medians. Target on Kafka: 1,000,000 users in <= 30 s
+and <= 250 MB peak RSS.
 
 `--profile FILE` attaches `py-spy record --idle` to each audit once it runs (collapsed stacks, the waits
 included, 100 Hz, into FILE.<run>): where the audit's time goes. Its figures are then the profiled process's,
