@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 import uuid
@@ -12,9 +11,10 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+from confluent_kafka import Consumer
 
 from pin_identity.adapters.kafka.embedded import free_port, start_broker, stop_broker
+from pin_identity.adapters.kafka.reader import TopicReader
 from pin_identity.adapters.postgres.outbox_queue import PostgresOutboxQueue
 from pin_identity.adapters.postgres.outbox_writer import write_outbox
 from pin_identity.composition import Container
@@ -363,40 +363,14 @@ def proxied_broker(tmp_path: Path) -> Iterator[ProxiedBroker]:
     broker.stop()
 
 
-def _event_ids_in_log(bootstrap: str, timeout_s: float = 30.0) -> set[str]:
+def _event_ids_in_log(bootstrap: str) -> set[str]:
     """Every event id on the access topic, read from each partition's first offset to the end offset it has
-    now. No group: nothing to join or commit."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": "log-reader",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-        }
-    )
+    now."""
+    reader = TopicReader({"bootstrap.servers": bootstrap}, [ACCESS_TOPIC], from_beginning=True)
     try:
-        topic = consumer.list_topics(ACCESS_TOPIC, timeout=10).topics[ACCESS_TOPIC]
-        ends = {
-            p: consumer.get_watermark_offsets(TopicPartition(ACCESS_TOPIC, p), timeout=10)[1]
-            for p in topic.partitions
-        }
-        behind = {p for p, end in ends.items() if end > 0}
-        consumer.assign([TopicPartition(ACCESS_TOPIC, p, OFFSET_BEGINNING) for p in behind])
-        ids: set[str] = set()
-        deadline = time.monotonic() + timeout_s
-        while behind:
-            for message in consumer.consume(5000, 0.5):
-                error, partition = message.error(), message.partition()
-                if error is None:
-                    ids.add(json.loads(message.value())["eventId"])
-                if error is None and message.offset() + 1 < ends[partition]:
-                    continue
-                if error is None or error.code() == KafkaError._PARTITION_EOF:
-                    behind.discard(partition)
-            assert time.monotonic() < deadline, f"partitions {sorted(behind)} not read to their end"
-        return ids
+        return {event.body["eventId"] for event in reader.read_to_end(timeout_s=30)}
     finally:
-        consumer.close()
+        reader.close()
 
 
 FIRST_WAVE, IN_FLIGHT = 2_000, 18_000
