@@ -37,6 +37,7 @@ from tests.support.fanout import fanout_job, run_until_idle
 from tests.support.kafka_tap import ConsumedEvent, EventTap
 from tests.support.relay import outbox_count, publish_outbox
 from tests.support.schemas import validate_event
+from tests.support.waiting import wait_until
 
 QUEUED = FanOutPolicy(inline_threshold=0)
 
@@ -465,11 +466,8 @@ def test_a_paused_worker_cannot_write_while_the_worker_that_took_over_holds_the_
 
 def _wait_for_listener(database_url: str, timeout_s: float = 10.0) -> None:
     """Until the worker's wake-up connection has run LISTEN: it runs it only after a claim found nothing."""
-    deadline = time.monotonic() + timeout_s
     with psycopg.connect(database_url, autocommit=True) as conn:
-        while not _listening(conn):
-            assert time.monotonic() < deadline, "the worker never got to LISTEN"
-            time.sleep(0.02)
+        wait_until(lambda: _listening(conn), "the worker got to LISTEN", timeout_s=timeout_s)
 
 
 def _listening(conn: psycopg.Connection) -> bool:
@@ -493,9 +491,11 @@ def test_a_new_task_wakes_an_idle_worker_long_before_its_polling_interval(
         _wait_for_listener(database_url)  # the worker found nothing and is now waiting on LISTEN
         enqueued = time.monotonic()
         task_id = _change_permissions(container, role_id)
-        while _task_row(database_url, task_id)["status"] != "Completed":
-            assert time.monotonic() - enqueued < 10, "the NOTIFY did not wake the worker"
-            time.sleep(0.02)
+        wait_until(
+            lambda: _task_row(database_url, task_id)["status"] == "Completed",
+            "the NOTIFY woke the worker and it completed the task",
+            timeout_s=10,
+        )
     finally:
         stop.set()
         worker.join(10)

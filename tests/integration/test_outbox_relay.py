@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -25,7 +24,7 @@ from tests.support.brokers import RestartableBroker
 from tests.support.kafka_tap import EventTap
 from tests.support.relay import RelaySignals, access_message, outbox_count
 from tests.support.tcp_proxy import TcpProxy
-from tests.support.waiting import wait_until
+from tests.support.waiting import first_answer, holds_within, wait_until
 
 
 def _message(key: uuid.UUID, n: int, size: int = 0) -> OutboxMessage:
@@ -235,13 +234,15 @@ def test_only_one_relay_is_active_and_a_standby_takes_over(container: Container,
     assert first.try_become_active() is RelayRole.ACTIVE
     assert second.try_become_active() is RelayRole.STANDBY
     first.reset()  # the active relay's session dies: its lock goes with it, unclean
+
     # The server ends a closed session's backend (and frees its lock) a moment after the client let go:
     # the standby looks again until the lock is free, as a standby does.
-    roles = [second.try_become_active()]
-    while roles[-1] is RelayRole.STANDBY and len(roles) < 500:
-        time.sleep(0.01)
-        roles.append(second.try_become_active())
-    assert roles[-1] is RelayRole.TAKEN_OVER
+    def past_standing_by() -> RelayRole | None:
+        role = second.try_become_active()
+        return None if role is RelayRole.STANDBY else role
+
+    role = first_answer(past_standing_by, "the standby finds the lock free", timeout_s=5, every_s=0.01)
+    assert role is RelayRole.TAKEN_OVER
     second.stand_down()  # a relay that stood down says so: the next one need not wait
     assert first.try_become_active() is RelayRole.ACTIVE
 
@@ -279,9 +280,8 @@ class LiveCounter:
                     self.seen.add(message.value().decode().split('"eventId":"')[1][:36])
 
     def wait_for(self, count: int, timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
-        while len(self.seen) < count and time.monotonic() < deadline:
-            time.sleep(0.05)
+        """Until `count` events arrived, or `timeout_s` passed: the test judges what arrived."""
+        holds_within(lambda: len(self.seen) >= count, timeout_s, every_s=0.05)
 
     def close(self) -> None:
         self._stop.set()
