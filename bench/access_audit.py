@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -27,11 +26,10 @@ import time
 from pathlib import Path
 
 from access_fanout import publish_role_change, start_workers
-from bench_brokers import bench_broker
+from bench_brokers import bench_broker, ensure_published_topics
 from bench_database import SeedShape, checkpoint, fresh_database, scratch_dir, seed_role
-from pin_identity.adapters.kafka.topics import TopicLayout, ensure_topics
+from bench_report import machine_line
 from pin_identity.adapters.postgres.embedded import ensure_embedded_postgres, stop_embedded_postgres
-from pin_identity.domain.events import PUBLISHED_TOPICS
 
 
 def publish_access_events(url: str, bootstrap: str, workdir: Path, users: int, shape: SeedShape) -> float:
@@ -121,13 +119,8 @@ def main() -> None:
     with scratch_dir("bench-audit-") as workdir:
         admin_url = ensure_embedded_postgres(workdir, database="postgres")
         with bench_broker(workdir) as broker:
-            ensure_topics(
-                {"bootstrap.servers": broker.bootstrap},
-                PUBLISHED_TOPICS,
-                TopicLayout(12, broker.replication_factor),
-            )
-            machine = f"{platform.machine()}, {os.cpu_count()} cores, python {platform.python_version()}"
-            print(f"machine: {machine}")
+            ensure_published_topics(broker)
+            print(f"machine: {machine_line()}")
             print(f"broker: {broker.name}; users: {args.users:,}; seed: {args.seed}")
             url = fresh_database(admin_url, f"bench_audit_{args.users}")
             published = publish_access_events(url, broker.bootstrap, workdir, args.users, args.seed)

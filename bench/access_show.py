@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -48,6 +47,7 @@ from bench_database import (
     fresh_database,
     scratch_dir,
 )
+from bench_report import machine_line
 from pin_identity.adapters.kafka.partitioning import key_partition
 from pin_identity.adapters.kafka.publisher import producer_config
 from pin_identity.adapters.kafka.topics import TopicLayout, ensure_topics
@@ -225,7 +225,7 @@ def main() -> None:
                 measure(url, bootstrap, depths(order, args.partitions), args.runs)
         finally:
             stop_embedded_postgres(workdir)
-    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, python {platform.python_version()}")
+    print(f"machine: {machine_line()}")
     print(f"runs per figure: {args.runs}")
 
 

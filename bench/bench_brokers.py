@@ -16,6 +16,10 @@ from pathlib import Path
 
 from pin_identity.adapters.kafka.distribution import KAFKA_VERSION
 from pin_identity.adapters.kafka.embedded import start_broker, stop_broker
+from pin_identity.adapters.kafka.topics import TopicLayout, ensure_topics
+from pin_identity.domain.events import PUBLISHED_TOPICS
+
+PUBLISHED_PARTITIONS = 12  # of each topic the relay publishes to, as production lays them out
 
 
 @dataclass(frozen=True)
@@ -33,6 +37,12 @@ def broker_name() -> str:
     if _asked() == "cluster":
         return f"Apache Kafka {KAFKA_VERSION}, three nodes (replication factor 3, min.insync.replicas 2)"
     return f"Apache Kafka {KAFKA_VERSION}"
+
+
+def ensure_published_topics(broker: BenchBroker) -> None:
+    """The topics the relay publishes to, on the benchmark's broker."""
+    layout = TopicLayout(PUBLISHED_PARTITIONS, broker.replication_factor)
+    ensure_topics({"bootstrap.servers": broker.bootstrap}, PUBLISHED_TOPICS, layout)
 
 
 def _asked() -> str:

@@ -42,17 +42,15 @@ import psycopg
 from confluent_kafka import Message, Producer
 from psycopg import sql
 
-from bench_brokers import bench_broker, broker_name
+from bench_brokers import bench_broker, broker_name, ensure_published_topics
 from bench_database import scratch_dir
 from pin_identity.adapters.kafka.publisher import producer_config
-from pin_identity.adapters.kafka.topics import TopicLayout, ensure_topics
 from pin_identity.adapters.postgres import migrate
 from pin_identity.adapters.postgres.embedded import ensure_embedded_postgres, stop_embedded_postgres
 from pin_identity.adapters.postgres.outbox_writer import write_outbox
 from pin_identity.composition import Container
 from pin_identity.config import Settings
 from pin_identity.domain import events
-from pin_identity.domain.events import PUBLISHED_TOPICS
 from pin_identity.domain.model import AccessChangeReason, ActiveAssignment, Scope, UserAccessSnapshot
 
 RAW_PRODUCER_HEAD_START_S = 0.01
@@ -220,11 +218,7 @@ def fresh_broker(workdir: Path) -> Iterator[str]:
     """A broker started for one timing, with the topics the relay writes to (12 partitions): no timing
     shares a broker's log, page cache or cleaner with another."""
     with bench_broker(workdir) as broker:
-        ensure_topics(
-            {"bootstrap.servers": broker.bootstrap},
-            PUBLISHED_TOPICS,
-            TopicLayout(12, broker.replication_factor),
-        )
+        ensure_published_topics(broker)
         _start_transaction_coordinator(broker.bootstrap)
         yield broker.bootstrap
 
