@@ -36,9 +36,7 @@ def _task_status(database_url: str) -> tuple[str, int]:
 def test_sigkill_at_random_moments_loses_no_user(
     container: Container, database_url: str, subprocess_env: dict[str, str], tap: EventTap
 ) -> None:
-    company_id = seed.company(container.transactions)
-    role_id = seed.role(container.transactions, company_id)
-    users = seed.bulk_role_members(database_url, role_id, company_id, USERS)
+    _, role_id, users = seed.bulk_held_role(container.transactions, database_url, USERS)
     seed.change_permissions(container.transactions, role_id, ["x"], FanOutPolicy(inline_threshold=0))
     env = {
         **subprocess_env,

@@ -81,6 +81,15 @@ def held_role(
     return company_id, role_id
 
 
+def bulk_held_role(
+    transactions: IdentityTransactions, database_url: str, holders: int
+) -> tuple[UUID, UUID, list[UUID]]:
+    """A new company and a role of it held company-wide by `holders` users written in bulk (no events for
+    them): (company id, role id, user ids)."""
+    company_id, role_id = held_role(transactions, holders=0)
+    return company_id, role_id, bulk_role_members(database_url, role_id, company_id, holders)
+
+
 def change_permissions(
     transactions: IdentityTransactions, role_id: UUID, permissions: Sequence[str], policy: FanOutPolicy
 ) -> identity.PermissionsChange:
