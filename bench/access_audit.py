@@ -27,9 +27,8 @@ from pathlib import Path
 
 from access_fanout import publish_role_change, start_workers
 from bench_brokers import bench_broker, ensure_published_topics
-from bench_database import SeedShape, checkpoint, fresh_database, scratch_dir, seed_role
+from bench_database import SeedShape, checkpoint, embedded_postgres, fresh_database, scratch_dir, seed_role
 from bench_report import machine_line
-from pin_identity.adapters.postgres.embedded import ensure_embedded_postgres, stop_embedded_postgres
 
 
 def publish_access_events(url: str, bootstrap: str, workdir: Path, users: int, shape: SeedShape) -> float:
@@ -116,27 +115,28 @@ def main() -> None:
     if args.one_audit:
         one_audit(*args.one_audit, args.profile)
         return
-    with scratch_dir("bench-audit-") as workdir:
-        admin_url = ensure_embedded_postgres(workdir, database="postgres")
-        with bench_broker(workdir) as broker:
-            ensure_published_topics(broker)
-            print(f"machine: {machine_line()}")
-            print(f"broker: {broker.name}; users: {args.users:,}; seed: {args.seed}")
-            url = fresh_database(admin_url, f"bench_audit_{args.users}")
-            published = publish_access_events(url, broker.bootstrap, workdir, args.users, args.seed)
-            print(f"published {args.users:,} events in {published:.1f} s")
-            checkpoint(url)
-            runs = []
-            for run in range(args.runs):
-                profile = f"{args.profile}.{run + 1}" if args.profile else None
-                runs.append(timed_audit(url, broker.bootstrap, profile))
-                figures = runs[-1]
-                rss = f"peak RSS {figures['peak_rss_mb']:.0f} MB"
-                print(f"run {run + 1}: {figures['seconds']:.1f} s, {rss}, {figures['verdict']}")
-            seconds = statistics.median(float(r["seconds"]) for r in runs)
-            peak = statistics.median(float(r["peak_rss_mb"]) for r in runs)
-            print(f"MEDIAN: {seconds:.1f} s, peak RSS {peak:.0f} MB ({args.users:,} users, {broker.name})")
-        stop_embedded_postgres(workdir)
+    with (
+        scratch_dir("bench-audit-") as workdir,
+        embedded_postgres(workdir) as admin_url,
+        bench_broker(workdir) as broker,
+    ):
+        ensure_published_topics(broker)
+        print(f"machine: {machine_line()}")
+        print(f"broker: {broker.name}; users: {args.users:,}; seed: {args.seed}")
+        url = fresh_database(admin_url, f"bench_audit_{args.users}")
+        published = publish_access_events(url, broker.bootstrap, workdir, args.users, args.seed)
+        print(f"published {args.users:,} events in {published:.1f} s")
+        checkpoint(url)
+        runs = []
+        for run in range(args.runs):
+            profile = f"{args.profile}.{run + 1}" if args.profile else None
+            runs.append(timed_audit(url, broker.bootstrap, profile))
+            figures = runs[-1]
+            rss = f"peak RSS {figures['peak_rss_mb']:.0f} MB"
+            print(f"run {run + 1}: {figures['seconds']:.1f} s, {rss}, {figures['verdict']}")
+        seconds = statistics.median(float(r["seconds"]) for r in runs)
+        peak = statistics.median(float(r["peak_rss_mb"]) for r in runs)
+        print(f"MEDIAN: {seconds:.1f} s, peak RSS {peak:.0f} MB ({args.users:,} users, {broker.name})")
 
 
 if __name__ == "__main__":

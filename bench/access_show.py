@@ -44,6 +44,7 @@ from bench_database import (
     bulk_company,
     copy_assignments,
     copy_users,
+    embedded_postgres,
     fresh_database,
     scratch_dir,
 )
@@ -51,7 +52,6 @@ from bench_report import machine_line
 from pin_identity.adapters.kafka.partitioning import key_partition
 from pin_identity.adapters.kafka.publisher import producer_config
 from pin_identity.adapters.kafka.topics import TopicLayout, ensure_topics
-from pin_identity.adapters.postgres.embedded import ensure_embedded_postgres, stop_embedded_postgres
 from pin_identity.composition import Container
 from pin_identity.config import Settings
 from pin_identity.domain import events
@@ -211,20 +211,19 @@ def main() -> None:
     args = parser.parse_args()
 
     print(f"command: {' '.join(sys.argv)}")
-    with scratch_dir("bench-access-show-") as workdir:
-        admin_url = ensure_embedded_postgres(workdir, database="postgres")
-        try:
-            with bench_broker(workdir) as broker:
-                bootstrap, which = broker.bootstrap, broker.name
-                print(f"broker: {which}; {args.partitions} partitions; {args.users:,} users")
-                url = fresh_database(admin_url, "bench_access_show")
-                create_topic(bootstrap, args.partitions)
-                started = time.perf_counter()
-                order = fill(url, bootstrap, args.users)
-                print(f"filled in {time.perf_counter() - started:,.0f} s")
-                measure(url, bootstrap, depths(order, args.partitions), args.runs)
-        finally:
-            stop_embedded_postgres(workdir)
+    with (
+        scratch_dir("bench-access-show-") as workdir,
+        embedded_postgres(workdir) as admin_url,
+        bench_broker(workdir) as broker,
+    ):
+        bootstrap, which = broker.bootstrap, broker.name
+        print(f"broker: {which}; {args.partitions} partitions; {args.users:,} users")
+        url = fresh_database(admin_url, "bench_access_show")
+        create_topic(bootstrap, args.partitions)
+        started = time.perf_counter()
+        order = fill(url, bootstrap, args.users)
+        print(f"filled in {time.perf_counter() - started:,.0f} s")
+        measure(url, bootstrap, depths(order, args.partitions), args.runs)
     print(f"machine: {machine_line()}")
     print(f"runs per figure: {args.runs}")
 

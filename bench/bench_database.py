@@ -20,6 +20,7 @@ from psycopg import sql
 from psycopg.rows import dict_row
 
 from pin_identity.adapters.postgres import migrate
+from pin_identity.adapters.postgres.embedded import ensure_embedded_postgres, stop_embedded_postgres
 
 # The repository: the benchmarks write their bulk rows as the tests do (tests/support/seed.py).
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -38,6 +39,16 @@ def scratch_dir(prefix: str) -> Iterator[Path]:
         print(f"kept for its logs: {workdir}", file=sys.stderr)
         raise
     shutil.rmtree(workdir, ignore_errors=True)
+
+
+@contextmanager
+def embedded_postgres(workdir: Path) -> Iterator[str]:
+    """The benchmark's own PostgreSQL server, in `workdir`: its admin URL; stopped at the end."""
+    admin_url = ensure_embedded_postgres(workdir, database="postgres")
+    try:
+        yield admin_url
+    finally:
+        stop_embedded_postgres(workdir)
 
 
 def fresh_database(admin_url: str, name: str) -> str:

@@ -43,10 +43,9 @@ from confluent_kafka import Message, Producer
 from psycopg import sql
 
 from bench_brokers import bench_broker, broker_name, ensure_published_topics
-from bench_database import scratch_dir
+from bench_database import embedded_postgres, scratch_dir
 from pin_identity.adapters.kafka.publisher import producer_config
 from pin_identity.adapters.postgres import migrate
-from pin_identity.adapters.postgres.embedded import ensure_embedded_postgres, stop_embedded_postgres
 from pin_identity.adapters.postgres.outbox_writer import write_outbox
 from pin_identity.composition import Container
 from pin_identity.config import Settings
@@ -256,23 +255,19 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     args = parser.parse_args()
 
-    with scratch_dir("bench-relay-") as workdir:
-        admin_url = ensure_embedded_postgres(workdir, database="postgres")
-        try:
-            raw: list[float] = []
-            bare: list[float] = []
-            relay: list[float] = []
-            for run in range(args.runs):
-                rates = one_run(admin_url, workdir, args.events, run)
-                for figures, rate in zip((raw, bare, relay), rates, strict=True):
-                    figures.append(rate)
-                print(
-                    f"run {run + 1}: raw {rates[0]:,.0f} ev/s, bare loop {rates[1]:,.0f} ev/s, "
-                    f"relay {rates[2]:,.0f} ev/s",
-                    flush=True,
-                )
-        finally:
-            stop_embedded_postgres(workdir)
+    with scratch_dir("bench-relay-") as workdir, embedded_postgres(workdir) as admin_url:
+        raw: list[float] = []
+        bare: list[float] = []
+        relay: list[float] = []
+        for run in range(args.runs):
+            rates = one_run(admin_url, workdir, args.events, run)
+            for figures, rate in zip((raw, bare, relay), rates, strict=True):
+                figures.append(rate)
+            print(
+                f"run {run + 1}: raw {rates[0]:,.0f} ev/s, bare loop {rates[1]:,.0f} ev/s, "
+                f"relay {rates[2]:,.0f} ev/s",
+                flush=True,
+            )
         raw_median, bare_median, relay_median = map(statistics.median, (raw, bare, relay))
         cpu = platform.processor() or "cpu"
         print(f"machine: {platform.machine()}, {cpu}, python {platform.python_version()}")
