@@ -2,12 +2,12 @@
 
     .venv/bin/python bench/access_audit.py [--users 1000000] [--runs 3] [--seed simple|realistic]
 
-Starts its own embedded PostgreSQL and broker (bench_brokers.py: Apache Kafka, or `BENCH_BROKER=tansu`),
-seeds a role held by `--users` users, and publishes one UserAccessChanged per user with the product's own
-processes (a permission change fanned out by `worker --jobs access-fanout`, published by `worker --jobs
-outbox-relay`). Then it runs `pin-identity access audit --json` as a subprocess `--runs` times and reports
-each run's wall time, the audit's peak RSS (from the kernel's rusage of that child) and its verdict, and the
-medians. Target on Kafka: 1,000,000 users in <= 30 s and <= 250 MB peak RSS.
+Starts its own embedded PostgreSQL and broker (bench_brokers.py), seeds a role held by `--users` users, and
+publishes one UserAccessChanged per user with the product's own processes (a permission change fanned out by
+`worker --jobs access-fanout`, published by `worker --jobs outbox-relay`). Then it runs `pin-identity access
+audit --json` as a subprocess `--runs` times and reports each run's wall time, the audit's peak RSS (from the
+kernel's rusage of that child) and its verdict, and the medians. Target on Kafka: 1,000,000 users in <= 30 s
+and <= 250 MB peak RSS.
 
 `--profile FILE` attaches `py-spy record --idle` to each audit once it runs (collapsed stacks, the waits
 included, 100 Hz, into FILE.<run>): where the audit's time goes. Its figures are then the profiled process's,
@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -27,11 +26,9 @@ import time
 from pathlib import Path
 
 from access_fanout import publish_role_change, start_workers
-from bench_brokers import bench_broker
-from bench_database import SeedShape, checkpoint, fresh_database, scratch_dir, seed_role
-from pin_identity.adapters.kafka.topics import TopicLayout, ensure_topics
-from pin_identity.adapters.postgres.embedded import ensure_embedded_postgres, stop_embedded_postgres
-from pin_identity.domain.events import PUBLISHED_TOPICS
+from bench_brokers import bench_broker, ensure_published_topics
+from bench_database import SeedShape, checkpoint, embedded_postgres, fresh_database, scratch_dir, seed_role
+from bench_report import machine_line
 
 
 def publish_access_events(url: str, bootstrap: str, workdir: Path, users: int, shape: SeedShape) -> float:
@@ -118,32 +115,28 @@ def main() -> None:
     if args.one_audit:
         one_audit(*args.one_audit, args.profile)
         return
-    with scratch_dir("bench-audit-") as workdir:
-        admin_url = ensure_embedded_postgres(workdir, database="postgres")
-        with bench_broker(workdir) as broker:
-            ensure_topics(
-                {"bootstrap.servers": broker.bootstrap},
-                PUBLISHED_TOPICS,
-                TopicLayout(12, broker.replication_factor),
-            )
-            machine = f"{platform.machine()}, {os.cpu_count()} cores, python {platform.python_version()}"
-            print(f"machine: {machine}")
-            print(f"broker: {broker.name}; users: {args.users:,}; seed: {args.seed}")
-            url = fresh_database(admin_url, f"bench_audit_{args.users}")
-            published = publish_access_events(url, broker.bootstrap, workdir, args.users, args.seed)
-            print(f"published {args.users:,} events in {published:.1f} s")
-            checkpoint(url)
-            runs = []
-            for run in range(args.runs):
-                profile = f"{args.profile}.{run + 1}" if args.profile else None
-                runs.append(timed_audit(url, broker.bootstrap, profile))
-                figures = runs[-1]
-                rss = f"peak RSS {figures['peak_rss_mb']:.0f} MB"
-                print(f"run {run + 1}: {figures['seconds']:.1f} s, {rss}, {figures['verdict']}")
-            seconds = statistics.median(float(r["seconds"]) for r in runs)
-            peak = statistics.median(float(r["peak_rss_mb"]) for r in runs)
-            print(f"MEDIAN: {seconds:.1f} s, peak RSS {peak:.0f} MB ({args.users:,} users, {broker.name})")
-        stop_embedded_postgres(workdir)
+    with (
+        scratch_dir("bench-audit-") as workdir,
+        embedded_postgres(workdir) as admin_url,
+        bench_broker(workdir) as broker,
+    ):
+        ensure_published_topics(broker)
+        print(f"machine: {machine_line()}")
+        print(f"broker: {broker.name}; users: {args.users:,}; seed: {args.seed}")
+        url = fresh_database(admin_url, f"bench_audit_{args.users}")
+        published = publish_access_events(url, broker.bootstrap, workdir, args.users, args.seed)
+        print(f"published {args.users:,} events in {published:.1f} s")
+        checkpoint(url)
+        runs = []
+        for run in range(args.runs):
+            profile = f"{args.profile}.{run + 1}" if args.profile else None
+            runs.append(timed_audit(url, broker.bootstrap, profile))
+            figures = runs[-1]
+            rss = f"peak RSS {figures['peak_rss_mb']:.0f} MB"
+            print(f"run {run + 1}: {figures['seconds']:.1f} s, {rss}, {figures['verdict']}")
+        seconds = statistics.median(float(r["seconds"]) for r in runs)
+        peak = statistics.median(float(r["peak_rss_mb"]) for r in runs)
+        print(f"MEDIAN: {seconds:.1f} s, peak RSS {peak:.0f} MB ({args.users:,} users, {broker.name})")
 
 
 if __name__ == "__main__":

@@ -34,7 +34,6 @@ import argparse
 import itertools
 import json
 import os
-import platform
 import re
 import statistics
 import subprocess
@@ -47,14 +46,11 @@ from pathlib import Path
 
 import psycopg
 
-from bench_brokers import bench_broker
-from bench_database import SeedShape, fresh_database, scratch_dir, seed_role
-from bench_report import percentile
-from pin_identity.adapters.kafka.topics import TopicLayout, ensure_topics
+from bench_brokers import bench_broker, ensure_published_topics
+from bench_database import SeedShape, embedded_postgres, fresh_database, scratch_dir, seed_role
+from bench_report import machine_line, percentile
 from pin_identity.adapters.postgres.database import ConnectionLimits, Database
-from pin_identity.adapters.postgres.embedded import ensure_embedded_postgres, stop_embedded_postgres
 from pin_identity.adapters.postgres.identity_store import PostgresIdentityTransactions
-from pin_identity.domain.events import PUBLISHED_TOPICS
 from pin_identity.domain.fanout import FanOutPolicy
 from pin_identity.operations import identity
 
@@ -234,22 +230,16 @@ def parse_args() -> argparse.Namespace:
 def main() -> None:
     args = parse_args()
     floor = floor_seconds(args)
-    with scratch_dir("bench-fanout-") as workdir:
-        admin_url = ensure_embedded_postgres(workdir, database="postgres")
-        try:
-            with bench_broker(workdir) as broker:
-                ensure_topics(
-                    {"bootstrap.servers": broker.bootstrap},
-                    PUBLISHED_TOPICS,
-                    TopicLayout(12, broker.replication_factor),
-                )
-                machine = f"{platform.machine()}, {os.cpu_count()} cores, python {platform.python_version()}"
-                print(f"machine: {machine}; broker: {broker.name}")
-                given = f"{floor:.2f} s for 50,000 users" if floor else "not given"
-                print(f"seed: {args.seed}; floor: {given}")
-                measure(args, admin_url, broker.bootstrap, workdir, floor)
-        finally:
-            stop_embedded_postgres(workdir)
+    with (
+        scratch_dir("bench-fanout-") as workdir,
+        embedded_postgres(workdir) as admin_url,
+        bench_broker(workdir) as broker,
+    ):
+        ensure_published_topics(broker)
+        print(f"machine: {machine_line()}; broker: {broker.name}")
+        given = f"{floor:.2f} s for 50,000 users" if floor else "not given"
+        print(f"seed: {args.seed}; floor: {given}")
+        measure(args, admin_url, broker.bootstrap, workdir, floor)
 
 
 def measure(

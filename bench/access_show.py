@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -40,11 +39,19 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
 from bench_brokers import bench_broker
-from bench_database import fresh_database, scratch_dir
+from bench_database import (
+    BulkAssignment,
+    bulk_company,
+    copy_assignments,
+    copy_users,
+    embedded_postgres,
+    fresh_database,
+    scratch_dir,
+)
+from bench_report import machine_line
 from pin_identity.adapters.kafka.partitioning import key_partition
 from pin_identity.adapters.kafka.publisher import producer_config
 from pin_identity.adapters.kafka.topics import TopicLayout, ensure_topics
-from pin_identity.adapters.postgres.embedded import ensure_embedded_postgres, stop_embedded_postgres
 from pin_identity.composition import Container
 from pin_identity.config import Settings
 from pin_identity.domain import events
@@ -70,18 +77,9 @@ def create_topic(bootstrap: str, partitions: int) -> None:
 
 
 def seed_roles(conn: psycopg.Connection) -> Roles:
-    roles = Roles(uuid.uuid4(), uuid.uuid4(), uuid.uuid4())
-    conn.execute(
-        "INSERT INTO identity.companies (id, name, company_type, status)"
-        " VALUES (%s, 'Bench', 'Developer', 'Active')",
-        (roles.company_id,),
-    )
-    for role_id, code in ((roles.main, "sales-manager"), (roles.second, "chessboard-viewer")):
-        conn.execute(
-            "INSERT INTO identity.role_definitions (id, code, name, company_id) VALUES (%s, %s, %s, %s)",
-            (role_id, code, code, roles.company_id),
-        )
-    return roles
+    with conn.cursor() as cur:
+        company_id, (main, second) = bulk_company(cur, "Bench", ("sales-manager", "chessboard-viewer"))
+    return Roles(company_id, main, second)
 
 
 def snapshot_of(user_id: uuid.UUID, roles: Roles, index: int) -> UserAccessSnapshot:
@@ -92,24 +90,15 @@ def snapshot_of(user_id: uuid.UUID, roles: Roles, index: int) -> UserAccessSnaps
     return UserAccessSnapshot(user_id, roles.company_id, tuple(held))
 
 
-USERS = "COPY identity.users (id, company_id, type, status, phone, first_name, last_name) FROM STDIN"
-ASSIGNMENTS = (
-    "COPY identity.role_assignments (id, role_id, user_id, company_id, scope_type, scope_organization_id)"
-    " FROM STDIN"
-)
-
-
-def write_users(conn: psycopg.Connection, snapshots: list[UserAccessSnapshot], first_phone: int) -> None:
+def write_users(conn: psycopg.Connection, snapshots: list[UserAccessSnapshot], company_id: uuid.UUID) -> None:
+    """The users of the snapshots, each with the company-wide assignments its snapshot holds."""
     with conn.cursor() as cur:
-        with cur.copy(USERS) as cp:
-            for number, snapshot in enumerate(snapshots, start=first_phone):
-                cp.write_row((snapshot.user_id, snapshot.company_id, "DeveloperManager", "Active",
-                              f"+7{number}", "A", "B"))  # fmt: skip
-        with cur.copy(ASSIGNMENTS) as cp:
-            for snapshot in snapshots:
-                for held in snapshot.assignments:
-                    cp.write_row((held.assignment_id, held.role_id, snapshot.user_id, snapshot.company_id,
-                                  "Organization", snapshot.company_id))  # fmt: skip
+        copy_users(cur, company_id, [snapshot.user_id for snapshot in snapshots])
+        held = {
+            snapshot.user_id: [BulkAssignment(a.role_id, id=a.assignment_id) for a in snapshot.assignments]
+            for snapshot in snapshots
+        }
+        copy_assignments(cur, company_id, held)
 
 
 def produce(producer: Producer, snapshots: list[UserAccessSnapshot], roles: Roles) -> None:
@@ -146,7 +135,7 @@ def fill(url: str, bootstrap: str, users: int) -> list[uuid.UUID]:
         roles = seed_roles(conn)
         for start in range(0, users, CHUNK):
             snapshots = [snapshot_of(uuid.uuid4(), roles, i) for i in range(start, min(start + CHUNK, users))]
-            write_users(conn, snapshots, 9_000_000_000 + start)
+            write_users(conn, snapshots, roles.company_id)
             conn.commit()
             produce(producer, snapshots, roles)
             order.extend(s.user_id for s in snapshots)
@@ -223,21 +212,20 @@ def main() -> None:
     args = parser.parse_args()
 
     print(f"command: {' '.join(sys.argv)}")
-    with scratch_dir("bench-access-show-") as workdir:
-        admin_url = ensure_embedded_postgres(workdir, database="postgres")
-        try:
-            with bench_broker(workdir) as broker:
-                bootstrap, which = broker.bootstrap, broker.name
-                print(f"broker: {which}; {args.partitions} partitions; {args.users:,} users")
-                url = fresh_database(admin_url, "bench_access_show")
-                create_topic(bootstrap, args.partitions)
-                started = time.perf_counter()
-                order = fill(url, bootstrap, args.users)
-                print(f"filled in {time.perf_counter() - started:,.0f} s")
-                measure(url, bootstrap, depths(order, args.partitions), args.runs)
-        finally:
-            stop_embedded_postgres(workdir)
-    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, python {platform.python_version()}")
+    with (
+        scratch_dir("bench-access-show-") as workdir,
+        embedded_postgres(workdir) as admin_url,
+        bench_broker(workdir) as broker,
+    ):
+        bootstrap, which = broker.bootstrap, broker.name
+        print(f"broker: {which}; {args.partitions} partitions; {args.users:,} users")
+        url = fresh_database(admin_url, "bench_access_show")
+        create_topic(bootstrap, args.partitions)
+        started = time.perf_counter()
+        order = fill(url, bootstrap, args.users)
+        print(f"filled in {time.perf_counter() - started:,.0f} s")
+        measure(url, bootstrap, depths(order, args.partitions), args.runs)
+    print(f"machine: {machine_line()}")
     print(f"runs per figure: {args.runs}")
 
 

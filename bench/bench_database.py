@@ -3,7 +3,6 @@ database, a seeded role, a checkpoint."""
 
 from __future__ import annotations
 
-import itertools
 import random
 import shutil
 import sys
@@ -15,13 +14,18 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
 
 import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 
 from pin_identity.adapters.postgres import migrate
+from pin_identity.adapters.postgres.embedded import ensure_embedded_postgres, stop_embedded_postgres
+
+# The repository: the benchmarks write their bulk rows as the tests do (tests/support/seed.py).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tests.support.seed import BulkAssignment, bulk_company, copy_assignments, copy_users
 
 
 @contextmanager
@@ -35,6 +39,16 @@ def scratch_dir(prefix: str) -> Iterator[Path]:
         print(f"kept for its logs: {workdir}", file=sys.stderr)
         raise
     shutil.rmtree(workdir, ignore_errors=True)
+
+
+@contextmanager
+def embedded_postgres(workdir: Path) -> Iterator[str]:
+    """The benchmark's own PostgreSQL server, in `workdir`: its admin URL; stopped at the end."""
+    admin_url = ensure_embedded_postgres(workdir, database="postgres")
+    try:
+        yield admin_url
+    finally:
+        stop_embedded_postgres(workdir)
 
 
 def fresh_database(admin_url: str, name: str) -> str:
@@ -71,28 +85,15 @@ def checkpoint(url: str) -> None:
 
 # ---------------------------------------------------------------- a role to fan out
 
-_phones = itertools.count(9_000_000_000)
-USERS_COLUMNS = "id, company_id, type, status, phone, first_name, last_name"
-ASSIGNMENT_COLUMNS = (
-    "id, role_id, user_id, company_id, scope_type, scope_organization_id, scope_project_id,"
-    " status, expires_at, version"
-)
-
-
-@dataclass(frozen=True)
-class Assignment:
-    role_id: uuid.UUID
-    scope_type: str = "Organization"
-    status: str = "Active"
-    expires_at: datetime | None = None
-    project_id: uuid.UUID | None = None
-
 
 @dataclass(frozen=True)
 class BenchRoles:
     company_id: uuid.UUID
     role_id: uuid.UUID  # the role whose permissions the benchmark changes
     other_roles: tuple[uuid.UUID, ...]
+
+
+ROLE_CODES = ("sales-manager", "chessboard-viewer", "deal-approver")  # the benchmark's role, then the others
 
 
 class SeedShape(StrEnum):
@@ -108,90 +109,56 @@ def seed_role(url: str, users: int, shape: SeedShape = SeedShape.SIMPLE) -> uuid
     tables are vacuumed, analyzed and checkpointed before the clock starts. Returns the role's id."""
     rng = random.Random(users)
     with psycopg.connect(url) as conn, conn.cursor() as cur:
-        roles = _insert_roles(cur)
+        company_id, (role_id, *other_roles) = bulk_company(cur, "Bench", ROLE_CODES)
+        roles = BenchRoles(company_id, role_id, tuple(other_roles))
         holders = [uuid.uuid4() for _ in range(users)]
         former = [uuid.uuid4() for _ in range(users // 10)] if shape is SeedShape.REALISTIC else []
-        _copy_users(cur, roles.company_id, holders + former)
+        copy_users(cur, company_id, holders + former)
+        # In the order users were granted, not by id: the heap is not clustered on user_id, as in life.
         grants = {user_id: _assignments_of(shape, roles, rng) for user_id in holders}
         grants.update({user_id: _former_holder(roles, rng) for user_id in former})
-        _copy_assignments(cur, roles.company_id, grants)
+        copy_assignments(cur, company_id, grants)
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("VACUUM ANALYZE")
         conn.execute("CHECKPOINT")  # the seeding's writes are flushed before the clock starts
     return roles.role_id
 
 
-def _assignments_of(shape: SeedShape, roles: BenchRoles, rng: random.Random) -> list[Assignment]:
+def _assignments_of(shape: SeedShape, roles: BenchRoles, rng: random.Random) -> list[BulkAssignment]:
     if shape is SeedShape.REALISTIC:
         return realistic_assignments(roles, rng)
-    grants = [Assignment(roles.role_id)]
+    grants = [BulkAssignment(roles.role_id)]
     if rng.random() < 0.2:
-        grants.append(Assignment(roles.role_id, "Project", project_id=uuid.uuid4()))
+        grants.append(BulkAssignment(roles.role_id, "Project", project_id=uuid.uuid4()))
     if rng.random() < 0.33:
-        grants.append(Assignment(roles.other_roles[0]))
+        grants.append(BulkAssignment(roles.other_roles[0]))
     return grants
 
 
-def realistic_assignments(roles: BenchRoles, rng: random.Random) -> list[Assignment]:
+def realistic_assignments(roles: BenchRoles, rng: random.Random) -> list[BulkAssignment]:
     """About 2.5 rows per holder: the role company-wide, a third also on a project (some of those
     expiring), other roles held or held once (Revoked, Expired), so pages and snapshots step over
     rows that are not Active."""
     now = datetime.now(UTC)
     viewer, approver = roles.other_roles
-    grants = [Assignment(roles.role_id)]
+    grants = [BulkAssignment(roles.role_id)]
     if rng.random() < 1 / 3:
         expires = now + timedelta(days=rng.randint(1, 90)) if rng.random() < 0.3 else None
-        grants.append(Assignment(roles.role_id, "Project", expires_at=expires, project_id=uuid.uuid4()))
+        grants.append(BulkAssignment(roles.role_id, "Project", expires_at=expires, project_id=uuid.uuid4()))
     if rng.random() < 0.5:
-        grants.append(Assignment(viewer))
+        grants.append(BulkAssignment(viewer))
     if rng.random() < 0.3:
-        grants.append(Assignment(approver, expires_at=now + timedelta(days=rng.randint(1, 30))))
+        grants.append(BulkAssignment(approver, expires_at=now + timedelta(days=rng.randint(1, 30))))
     if rng.random() < 0.25:
-        grants.append(Assignment(roles.role_id, "Project", "Revoked", project_id=uuid.uuid4()))
+        grants.append(BulkAssignment(roles.role_id, "Project", "Revoked", project_id=uuid.uuid4()))
     if rng.random() < 0.12:
-        grants.append(Assignment(approver, "Project", "Expired", now - timedelta(days=3), uuid.uuid4()))
+        grants.append(BulkAssignment(approver, "Project", "Expired", now - timedelta(days=3), uuid.uuid4()))
     return grants
 
 
-def _former_holder(roles: BenchRoles, rng: random.Random) -> list[Assignment]:
+def _former_holder(roles: BenchRoles, rng: random.Random) -> list[BulkAssignment]:
     """A user whose grant of the role was revoked: in `users`, never in the role's pages."""
-    grants = [Assignment(roles.role_id, status="Revoked")]
+    grants = [BulkAssignment(roles.role_id, status="Revoked")]
     if rng.random() < 0.5:
-        grants.append(Assignment(roles.other_roles[0]))
+        grants.append(BulkAssignment(roles.other_roles[0]))
     return grants
-
-
-def _insert_roles(cur: psycopg.Cursor[Any]) -> BenchRoles:
-    roles = BenchRoles(uuid.uuid4(), uuid.uuid4(), (uuid.uuid4(), uuid.uuid4()))
-    cur.execute(
-        "INSERT INTO identity.companies (id, name, company_type, status)"
-        " VALUES (%s, 'Bench', 'Developer', 'Active')",
-        (roles.company_id,),
-    )
-    codes = ("sales-manager", "chessboard-viewer", "deal-approver")
-    for role_id, code in zip((roles.role_id, *roles.other_roles), codes, strict=True):
-        cur.execute(
-            "INSERT INTO identity.role_definitions (id, code, name, company_id) VALUES (%s, %s, %s, %s)",
-            (role_id, code, code, roles.company_id),
-        )
-    return roles
-
-
-def _copy_users(cur: psycopg.Cursor[Any], company_id: uuid.UUID, user_ids: list[uuid.UUID]) -> None:
-    with cur.copy(f"COPY identity.users ({USERS_COLUMNS}) FROM STDIN") as cp:
-        for user_id in user_ids:
-            cp.write_row((user_id, company_id, "DeveloperManager", "Active", f"+7{next(_phones)}", "A", "B"))
-
-
-def _copy_assignments(
-    cur: psycopg.Cursor[Any], company_id: uuid.UUID, grants: dict[uuid.UUID, list[Assignment]]
-) -> None:
-    """In the order users were granted, not by id: the heap is not clustered on user_id, as in life."""
-    with cur.copy(f"COPY identity.role_assignments ({ASSIGNMENT_COLUMNS}) FROM STDIN") as cp:
-        for user_id, assignments in grants.items():
-            for version, a in enumerate(assignments, start=1):
-                organization = company_id if a.scope_type == "Organization" else None
-                cp.write_row(
-                    (uuid.uuid4(), a.role_id, user_id, company_id, a.scope_type, organization,
-                     a.project_id, a.status, a.expires_at, version)
-                )  # fmt: skip

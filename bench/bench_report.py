@@ -34,6 +34,11 @@ def cpu_model() -> str:
     return platform.processor() or "cpu"
 
 
+def machine_line() -> str:
+    """The machine in a few words, for a report's first lines."""
+    return f"{platform.machine()}, {os.cpu_count()} cores, python {platform.python_version()}"
+
+
 def machine(admin_url: str) -> dict[str, Any]:
     """The machine and the PostgreSQL server a report's figures were measured on."""
     with psycopg.connect(admin_url) as conn:

@@ -13,8 +13,6 @@ resident set again and its peak (VmHWM); then stops it cleanly and starts it aga
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import statistics
 import time
 from pathlib import Path
@@ -22,6 +20,7 @@ from pathlib import Path
 from confluent_kafka import Producer
 
 from bench_database import scratch_dir
+from bench_report import machine_line
 from pin_identity.adapters.kafka.distribution import KAFKA_VERSION, kafka_runtime
 from pin_identity.adapters.kafka.embedded import HEAP_MB, start_broker, stop_broker
 from pin_identity.adapters.kafka.topics import TopicLayout, ensure_topics
@@ -78,7 +77,7 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=200_000)
     args = parser.parse_args()
     runtime = kafka_runtime()
-    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, python {platform.python_version()}")
+    print(f"machine: {machine_line()}")
     print(f"Apache Kafka {KAFKA_VERSION}, heap at most {HEAP_MB} MB, java {runtime.java}")
     with scratch_dir("bench-embedded-") as workdir:
         runs = []

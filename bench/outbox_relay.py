@@ -2,8 +2,8 @@
 
     .venv/bin/python bench/outbox_relay.py [--events 50000] [--runs 5]
 
-Starts its own embedded PostgreSQL (durable defaults) and brokers (bench_brokers.py: Apache Kafka, or
-`BENCH_BROKER=tansu`) in a temporary directory. Target: the relay >= 80% of the bare loop's events/s.
+Starts its own embedded PostgreSQL (durable defaults) and brokers (bench_brokers.py) in a temporary
+directory. Target: the relay >= 80% of the bare loop's events/s.
 
 Each run times three things, each against a broker started for it alone:
 - the raw producer: the messages, already in memory, produced with their headers;
@@ -42,20 +42,15 @@ import psycopg
 from confluent_kafka import Message, Producer
 from psycopg import sql
 
-from bench_brokers import bench_broker, broker_name
-from bench_database import scratch_dir
-from pin_identity.adapters.kafka.publisher import KafkaEventPublisher, producer_config
-from pin_identity.adapters.kafka.topics import TopicLayout, ensure_topics
+from bench_brokers import bench_broker, broker_name, ensure_published_topics
+from bench_database import embedded_postgres, scratch_dir
+from pin_identity.adapters.kafka.publisher import producer_config
 from pin_identity.adapters.postgres import migrate
-from pin_identity.adapters.postgres.embedded import ensure_embedded_postgres, stop_embedded_postgres
-from pin_identity.adapters.postgres.outbox_queue import PostgresOutboxQueue
 from pin_identity.adapters.postgres.outbox_writer import write_outbox
 from pin_identity.composition import Container
-from pin_identity.config import RelaySettings, Settings
+from pin_identity.config import Settings
 from pin_identity.domain import events
-from pin_identity.domain.events import PUBLISHED_TOPICS
 from pin_identity.domain.model import AccessChangeReason, ActiveAssignment, Scope, UserAccessSnapshot
-from pin_identity.jobs.outbox_relay import OutboxRelay
 
 RAW_PRODUCER_HEAD_START_S = 0.01
 
@@ -173,23 +168,13 @@ BARE_LOOP_PAGE = """SELECT id, topic, message_key, convert_to(value, 'UTF8'), ev
 FROM identity.outbox_events WHERE id > %(after)s ORDER BY id LIMIT 2000"""
 
 
-def _plain_relay(container: Container) -> OutboxRelay:
-    """The relay as it was before transactions: an idempotent producer without a transactional.id."""
-    publisher = KafkaEventPublisher(
-        container.connections.kafka_client_config, ensure_topics=container.connections.ensure_topics
-    )
-    return OutboxRelay(
-        PostgresOutboxQueue(container.connections.database), publisher, RelaySettings(), clock=time.monotonic
-    )
-
-
-def relay_rate(url: str, bootstrap: str, count: int, *, transactional: bool = True) -> float:
+def relay_rate(url: str, bootstrap: str, count: int) -> float:
     settings = Settings(
         database_url=url, kafka_bootstrap_servers=bootstrap, worker_http_port=0, kafka_replication_factor=1
     )
     container = Container(settings)
     try:
-        relay = container.jobs.outbox_relay() if transactional else _plain_relay(container)
+        relay = container.jobs.outbox_relay()
         gc.collect()
         started = time.perf_counter()
         relay.run(threading.Event(), once=True)
@@ -232,11 +217,7 @@ def fresh_broker(workdir: Path) -> Iterator[str]:
     """A broker started for one timing, with the topics the relay writes to (12 partitions): no timing
     shares a broker's log, page cache or cleaner with another."""
     with bench_broker(workdir) as broker:
-        ensure_topics(
-            {"bootstrap.servers": broker.bootstrap},
-            PUBLISHED_TOPICS,
-            TopicLayout(12, broker.replication_factor),
-        )
+        ensure_published_topics(broker)
         _start_transaction_coordinator(broker.bootstrap)
         yield broker.bootstrap
 
@@ -250,11 +231,9 @@ def _start_transaction_coordinator(bootstrap: str) -> None:
     producer.flush(0)
 
 
-def one_run(
-    admin_url: str, workdir: Path, events_per_run: int, run: int, *, without_transactions: bool
-) -> tuple[float, float, float, float]:
-    """Raw producer, bare loop, relay and (with `without_transactions`) the relay on a plain idempotent
-    producer, each on a broker of its own (and all but the first on a fresh outbox)."""
+def one_run(admin_url: str, workdir: Path, events_per_run: int, run: int) -> tuple[float, float, float]:
+    """Raw producer, bare loop and relay, each on a broker of its own (and all but the first on a fresh
+    outbox)."""
     with fresh_broker(workdir) as bootstrap:
         raw = raw_producer_rate(bootstrap, sample_messages(events_per_run))
     with (
@@ -267,47 +246,28 @@ def one_run(
         fresh_broker(workdir) as bootstrap,
     ):
         relay = relay_rate(url, bootstrap, events_per_run)
-    if not without_transactions:
-        return raw, bare, relay, float("nan")
-    with (
-        outbox_database(admin_url, f"bench_plain_{run}", sample_messages(events_per_run)) as url,
-        fresh_broker(workdir) as bootstrap,
-    ):
-        plain = relay_rate(url, bootstrap, events_per_run, transactional=False)
-    return raw, bare, relay, plain
+    return raw, bare, relay
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=50_000)
     parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument(
-        "--without-transactions",
-        action="store_true",
-        help="also time the relay on a plain idempotent producer (what transactions cost)",
-    )
     args = parser.parse_args()
 
-    with scratch_dir("bench-relay-") as workdir:
-        admin_url = ensure_embedded_postgres(workdir, database="postgres")
-        try:
-            raw: list[float] = []
-            bare: list[float] = []
-            relay: list[float] = []
-            plain: list[float] = []
-            for run in range(args.runs):
-                rates = one_run(
-                    admin_url, workdir, args.events, run, without_transactions=args.without_transactions
-                )
-                for figures, rate in zip((raw, bare, relay, plain), rates, strict=True):
-                    figures.append(rate)
-                print(
-                    f"run {run + 1}: raw {rates[0]:,.0f} ev/s, bare loop {rates[1]:,.0f} ev/s, "
-                    f"relay {rates[2]:,.0f} ev/s, relay without transactions {rates[3]:,.0f} ev/s",
-                    flush=True,
-                )
-        finally:
-            stop_embedded_postgres(workdir)
+    with scratch_dir("bench-relay-") as workdir, embedded_postgres(workdir) as admin_url:
+        raw: list[float] = []
+        bare: list[float] = []
+        relay: list[float] = []
+        for run in range(args.runs):
+            rates = one_run(admin_url, workdir, args.events, run)
+            for figures, rate in zip((raw, bare, relay), rates, strict=True):
+                figures.append(rate)
+            print(
+                f"run {run + 1}: raw {rates[0]:,.0f} ev/s, bare loop {rates[1]:,.0f} ev/s, "
+                f"relay {rates[2]:,.0f} ev/s",
+                flush=True,
+            )
         raw_median, bare_median, relay_median = map(statistics.median, (raw, bare, relay))
         cpu = platform.processor() or "cpu"
         print(f"machine: {platform.machine()}, {cpu}, python {platform.python_version()}")
@@ -318,10 +278,6 @@ def main() -> None:
         print(f"outbox relay median: {relay_median:,.0f} events/s ({relay_median / bare_median:.0%} of bare)")
         print(f"relay / raw: {relay_median / raw_median:.0%}")
         print(f"relay / bare loop: {relay_median / bare_median:.0%} (target >= 80%)")
-        if args.without_transactions:
-            plain_median = statistics.median(plain)
-            print(f"relay without transactions median: {plain_median:,.0f} events/s")
-            print(f"transactions cost the relay {1 - relay_median / plain_median:.0%} (target <= 10%)")
 
 
 if __name__ == "__main__":

@@ -28,17 +28,13 @@ import psycopg
 from confluent_kafka import Consumer, TopicPartition
 
 from access_fanout import change_permissions, start_workers, wait_until_published
-from bench_brokers import bench_broker
-from bench_database import fresh_database, scratch_dir, seed_role
+from bench_brokers import PUBLISHED_PARTITIONS, bench_broker, ensure_published_topics
+from bench_database import embedded_postgres, fresh_database, scratch_dir, seed_role
 from bench_report import percentile
-from pin_identity.adapters.kafka.topics import TopicLayout, ensure_topics
 from pin_identity.adapters.postgres.database import ConnectionLimits, Database
-from pin_identity.adapters.postgres.embedded import ensure_embedded_postgres, stop_embedded_postgres
 from pin_identity.adapters.postgres.identity_store import PostgresIdentityTransactions
-from pin_identity.domain.events import ACCESS_TOPIC, PUBLISHED_TOPICS
+from pin_identity.domain.events import ACCESS_TOPIC
 from pin_identity.operations import identity
-
-PARTITIONS = 12
 
 
 def _holders(url: str, role_id: uuid.UUID, count: int) -> list[tuple[uuid.UUID, uuid.UUID]]:
@@ -92,9 +88,10 @@ def _record_times(bootstrap: str, users: set[str]) -> dict[str, float]:
     )
     try:
         ends = {
-            p: consumer.get_watermark_offsets(TopicPartition(ACCESS_TOPIC, p))[1] for p in range(PARTITIONS)
+            p: consumer.get_watermark_offsets(TopicPartition(ACCESS_TOPIC, p))[1]
+            for p in range(PUBLISHED_PARTITIONS)
         }
-        consumer.assign([TopicPartition(ACCESS_TOPIC, p, 0) for p in range(PARTITIONS)])
+        consumer.assign([TopicPartition(ACCESS_TOPIC, p, 0) for p in range(PUBLISHED_PARTITIONS)])
         found: dict[str, float] = {}
         # Until every partition's position reaches its end: the last offsets are the transactions' markers,
         # which no message carries.
@@ -159,21 +156,17 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> None:
     args = parse_args()
-    with scratch_dir("bench-point-") as workdir:
-        admin_url = ensure_embedded_postgres(workdir, database="postgres")
-        try:
-            with bench_broker(workdir) as broker:
-                layout = TopicLayout(PARTITIONS, broker.replication_factor)
-                ensure_topics({"bootstrap.servers": broker.bootstrap}, PUBLISHED_TOPICS, layout)
-                print(f"{datetime.now():%Y-%m-%d %H:%M}; broker: {broker.name}; users: {args.users:,}")
-                latencies = [
-                    ms
-                    for run in range(args.runs)
-                    for ms in run_once(admin_url, broker.bootstrap, workdir, args, run)
-                ]
-                print(f"all runs, while the fan-out ran: {_summary(latencies)} (target: <= 200 ms)")
-        finally:
-            stop_embedded_postgres(workdir)
+    with (
+        scratch_dir("bench-point-") as workdir,
+        embedded_postgres(workdir) as admin_url,
+        bench_broker(workdir) as broker,
+    ):
+        ensure_published_topics(broker)
+        print(f"{datetime.now():%Y-%m-%d %H:%M}; broker: {broker.name}; users: {args.users:,}")
+        latencies = [
+            ms for run in range(args.runs) for ms in run_once(admin_url, broker.bootstrap, workdir, args, run)
+        ]
+        print(f"all runs, while the fan-out ran: {_summary(latencies)} (target: <= 200 ms)")
 
 
 if __name__ == "__main__":

@@ -36,11 +36,10 @@ from typing import Any, TextIO
 import psycopg
 from psycopg.rows import dict_row
 
-from bench_database import checkpoint, fresh_database, scratch_dir, seed_role
+from bench_database import checkpoint, embedded_postgres, fresh_database, scratch_dir, seed_role
 from bench_report import loadavg, machine
 from pin_identity.adapters.postgres.catalogue import query
 from pin_identity.adapters.postgres.database import ConnectionLimits, Database
-from pin_identity.adapters.postgres.embedded import ensure_embedded_postgres, stop_embedded_postgres
 from pin_identity.adapters.postgres.identity_store import PostgresIdentityTransactions
 from pin_identity.adapters.postgres.replica_store import PostgresReplicaTransactions
 from pin_identity.adapters.talent_wire import read_item
@@ -214,15 +213,11 @@ def parse_args() -> argparse.Namespace:
 def main() -> None:
     args = parse_args()
     out = sys.stderr if args.json else sys.stdout
-    with scratch_dir("bench-held-") as workdir:
-        admin_url = ensure_embedded_postgres(workdir, database="postgres")
-        try:
-            info = machine(admin_url)
-            cores, postgres = info["cores"], info["postgres"]
-            print(f"machine: {info['processor']}, {cores} cores, PostgreSQL {postgres}", file=out)
-            runs = [run_once(admin_url, args, run, out) for run in range(args.runs)]
-        finally:
-            stop_embedded_postgres(workdir)
+    with scratch_dir("bench-held-") as workdir, embedded_postgres(workdir) as admin_url:
+        info = machine(admin_url)
+        cores, postgres = info["cores"], info["postgres"]
+        print(f"machine: {info['processor']}, {cores} cores, PostgreSQL {postgres}", file=out)
+        runs = [run_once(admin_url, args, run, out) for run in range(args.runs)]
         report = {**summary(args, runs), "machine": info}
         print_table(report, out)
         if args.json:

@@ -3,14 +3,13 @@
     .venv/bin/python bench/replay_pages.py [--records 54000] [--layouts 3 12] [--page-size 500] [--runs 3]
                                            [--pause-ms 0] [--cpu-hogs 0] [--json]
 
-For each layout (partitions of one compacted topic) a fresh broker is started (bench_brokers.py: Apache Kafka,
-or `BENCH_BROKER=tansu`), `--records` generated user snapshots are produced to the topic as the simulated
-Talent produces them (batched), and
-the product's own reader (`TopicReplaySource`) plans the topic into pages and reads every page in plan order,
-as one import process claims them, `--runs` times, each time with a new reader. Nothing is applied:
-`--pause-ms` waits that long after each page instead, standing in for the apply (a reader that keeps its
-consumer positioned fetches the next page meanwhile). `--cpu-hogs` runs that many busy-looping processes
-during the reads, to show what a loaded machine does to the broker.
+For each layout (partitions of one compacted topic) a fresh broker is started (bench_brokers.py), `--records`
+generated user snapshots are produced to the topic as the simulated Talent produces them (batched), and the
+product's own reader (`TopicReplaySource`) plans the topic into pages and reads every page in plan order, as
+one import process claims them, `--runs` times, each time with a new reader. Nothing is applied: `--pause-ms`
+waits that long after each page instead, standing in for the apply (a reader that keeps its consumer
+positioned fetches the next page meanwhile). `--cpu-hogs` runs that many busy-looping processes during the
+reads, to show what a loaded machine does to the broker.
 
 Per layout: page read time (p50/p99/max), the median and worst read by where the page starts in its partition
 (quarters of the partition), and the Fetch requests the reader's consumer sent per page (librdkafka's own

@@ -28,10 +28,9 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
-from bench_database import checkpoint, fresh_database, replica_counts, scratch_dir
+from bench_database import checkpoint, embedded_postgres, fresh_database, replica_counts, scratch_dir
 from bench_report import machine
 from pin_identity.adapters.postgres.database import ConnectionLimits, Database
-from pin_identity.adapters.postgres.embedded import ensure_embedded_postgres, stop_embedded_postgres
 from pin_identity.adapters.postgres.replica_store import PostgresReplicaTransactions
 from pin_identity.adapters.talent_wire import read_item
 from pin_identity.domain.talent import ImportStage, ItemResult
@@ -197,25 +196,21 @@ def main() -> None:
     args = parse_args()
     out = sys.stderr if args.json else sys.stdout
     snapshots = source_items(args.tenants, args.users)
-    with scratch_dir("bench-talent-") as workdir:
-        admin_url = ensure_embedded_postgres(workdir, database="postgres")
-        try:
-            info = machine(admin_url)
-            print(f"machine: {info['arch']}, {info['cores']} cores, python {info['python']}", file=out)
-            runs = []
-            for run in range(args.runs):
-                runs.append(run_once(admin_url, snapshots, args.batch_size, run))
-                print(
-                    f"run {run + 1}: "
-                    + ", ".join(
-                        f"{p} {r.items_per_s:,.0f} items/s ({r.seconds:.1f} s, client CPU {r.cpu_s:.2f} s)"
-                        for p, r in runs[-1].items()
-                    ),
-                    file=out,
-                    flush=True,
-                )
-        finally:
-            stop_embedded_postgres(workdir)
+    with scratch_dir("bench-talent-") as workdir, embedded_postgres(workdir) as admin_url:
+        info = machine(admin_url)
+        print(f"machine: {info['arch']}, {info['cores']} cores, python {info['python']}", file=out)
+        runs = []
+        for run in range(args.runs):
+            runs.append(run_once(admin_url, snapshots, args.batch_size, run))
+            print(
+                f"run {run + 1}: "
+                + ", ".join(
+                    f"{p} {r.items_per_s:,.0f} items/s ({r.seconds:.1f} s, client CPU {r.cpu_s:.2f} s)"
+                    for p, r in runs[-1].items()
+                ),
+                file=out,
+                flush=True,
+            )
         report = {**summary(args, snapshots, runs), "machine": info}
         print_table(report, out)
         if args.json:

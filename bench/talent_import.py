@@ -4,13 +4,12 @@
                                             [--modes api-pull topic-replay] [--partitions 12]
                                             [--kafka-config '{"librdkafka.property": "value"}'] [--json]
 
-Starts its own embedded PostgreSQL (durable defaults) and broker (bench_brokers.py: Apache Kafka, or
-`BENCH_BROKER=tansu`) in a temporary directory. The dataset is generated once, served over HTTP on loopback by
-the simulated Talent API (in this process, as in the tests) and produced once to two compacted topics named
-for this benchmark (`--partitions` each, batched as the simulator writes them); that production is setup and
-timed separately. Each run gets a fresh
-migrated database and runs the import as `talent-import run` does, in this process: `start_run` (source check,
-the truncated-source guard, the run row) then `TalentImportJob.drive` (listing, pages, the end of the run).
+Starts its own embedded PostgreSQL (durable defaults) and broker (bench_brokers.py) in a temporary directory.
+The dataset is generated once, served over HTTP on loopback by the simulated Talent API (in this process, as
+in the tests) and produced once to two compacted topics named for this benchmark (`--partitions` each, batched
+as the simulator writes them); that production is setup and timed separately. Each run gets a fresh migrated
+database and runs the import as `talent-import run` does, in this process: `start_run` (source check, the
+truncated-source guard, the run row) then `TalentImportJob.drive` (listing, pages, the end of the run).
 
 Per run: total wall time from `start_run` until `drive` returns the ended run; items/s = (companies planned +
 users planned) / total; page p50/p99 over the job's own `page-applied` events, whose `duration_ms` is one

@@ -177,9 +177,7 @@ def test_a_rolling_restart_under_a_200000_user_fanout_pauses_the_relay_briefly_a
 ) -> None:
     began = time.monotonic()
     container = Container(settings.model_copy(update={"kafka_bootstrap_servers": cluster.bootstrap}))
-    company = seed.company(container.stores.transactions)
-    role = seed.role(container.stores.transactions, company)
-    users = seed.bulk_role_members(database_url, role, company, USERS)
+    _, role, users = seed.bulk_held_role(container.stores.transactions, database_url, USERS)
     restarts: dict[int, Restart] = {}
     phases = {"seeded": time.monotonic()}
     with relay_worker(env, tmp_path, jobs="access-fanout,outbox-relay") as worker:

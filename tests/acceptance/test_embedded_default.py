@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from pin_identity.adapters.kafka.embedded import is_broker
 from tests.support.cli import run_cli, unconfigured_environment
 
 
@@ -31,7 +32,7 @@ def test_commands_start_reuse_and_stop_the_embedded_servers(tmp_path: Path) -> N
             "pin.identity.users.v1",
         ]
         first_broker = json.loads(broker_state.read_text())
-        assert _is_apache_kafka(first_broker["pid"])
+        assert is_broker(first_broker["pid"])
         # The next command finds both servers again: the schema is there and the topics too.
         assert json.loads(cli("kafka", "ensure-topics", "--json").stdout) == {"created": []}
         assert json.loads(broker_state.read_text()) == first_broker
@@ -41,20 +42,13 @@ def test_commands_start_reuse_and_stop_the_embedded_servers(tmp_path: Path) -> N
         stopped = _stop(env)
     assert stopped.stdout.strip() == "broker stopped; postgres stopped"
     assert not (tmp_path / "data" / "postgres" / "postmaster.pid").exists()
-    assert not _is_apache_kafka(first_broker["pid"])
+    assert not is_broker(first_broker["pid"])
     try:  # started again on the same data dir: the broker's log directory kept the topics
         assert json.loads(cli("kafka", "ensure-topics", "--json").stdout) == {"created": []}
-        assert _is_apache_kafka(json.loads(broker_state.read_text())["pid"])
+        assert is_broker(json.loads(broker_state.read_text())["pid"])
     finally:
         _stop(env)
 
 
 def _stop(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return run_cli(env, "embedded", "stop")
-
-
-def _is_apache_kafka(pid: int) -> bool:
-    try:
-        return b"kafka.Kafka" in Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return False

@@ -113,9 +113,7 @@ def test_killing_the_transaction_coordinator_node_mid_transaction_loses_nothing_
 ) -> None:
     began = time.monotonic()
     container = Container(settings.model_copy(update={"kafka_bootstrap_servers": cluster.bootstrap}))
-    company = seed.company(container.stores.transactions)
-    role = seed.role(container.stores.transactions, company)
-    seed.bulk_role_members(database_url, role, company, HOLDERS)
+    _, role, _ = seed.bulk_held_role(container.stores.transactions, database_url, HOLDERS)
     for version in range(CHANGES):
         _change(container, role, version)
     expected = HOLDERS * (CHANGES + 1)

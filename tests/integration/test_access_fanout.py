@@ -38,6 +38,7 @@ from tests.support.fanout import fanout_job, run_until_idle
 from tests.support.kafka_tap import ConsumedEvent, EventTap
 from tests.support.relay import outbox_count, publish_outbox
 from tests.support.schemas import validate_event
+from tests.support.waiting import wait_until
 
 QUEUED = FanOutPolicy(inline_threshold=0)
 
@@ -65,14 +66,6 @@ def _changed_by(event: ConsumedEvent, role_id: UUID) -> bool:
     )
 
 
-def _role_with_members(
-    container: Container, database_url: str, members: int
-) -> tuple[UUID, UUID, list[UUID]]:
-    company_id = seed.company(container.stores.transactions)
-    role_id = seed.role(container.stores.transactions, company_id)
-    return company_id, role_id, seed.bulk_role_members(database_url, role_id, company_id, members)
-
-
 def _change_permissions(container: Container, role_id: UUID) -> UUID:
     change = seed.change_permissions(container.stores.transactions, role_id, ["deals.read"], QUEUED)
     assert change.task_id is not None
@@ -83,7 +76,7 @@ def _claimed_change(
     container: Container, database_url: str, clock: ManualClock
 ) -> tuple[UUID, list[UUID], UUID, FanOutTask]:
     """A role of 40 users changed, its task claimed for five minutes by a worker that has not begun it."""
-    _, role_id, users = _role_with_members(container, database_url, 40)
+    _, role_id, users = seed.bulk_held_role(container.stores.transactions, database_url, 40)
     task_id = _change_permissions(container, role_id)
     task = container.stores.fanout_queue.claim(uuid.uuid4(), clock(), clock() + timedelta(seconds=300))
     assert task is not None
@@ -112,7 +105,7 @@ def test_empty_role_completes_at_once_without_events(
 def test_mass_fanout_sends_one_event_per_unique_user_across_all_pages(
     container: Container, database_url: str, tap: EventTap
 ) -> None:
-    _, role_id, users = _role_with_members(container, database_url, 173)
+    _, role_id, users = seed.bulk_held_role(container.stores.transactions, database_url, 173)
     for user_id in users[:20]:  # a second assignment of the same role must not make a second event
         seed.grant_in(
             container.stores.transactions, user_id, role_id, identity.Scope.organization(uuid.uuid4())
@@ -136,7 +129,7 @@ def test_mass_fanout_sends_one_event_per_unique_user_across_all_pages(
 def test_full_snapshot_holds_every_active_assignment_with_role_codes(
     container: Container, database_url: str, tap: EventTap
 ) -> None:
-    company_id, role_id, users = _role_with_members(container, database_url, 3)
+    company_id, role_id, users = seed.bulk_held_role(container.stores.transactions, database_url, 3)
     other_role = seed.role(container.stores.transactions, company_id, "chessboard-viewer")
     extra = seed.grant(container.stores.transactions, users[1], other_role, company_id)
     revoked = seed.grant(
@@ -194,7 +187,7 @@ def _die() -> None:
 def test_restart_resumes_from_the_cursor_and_repeats_at_most_the_batch_in_flight(
     container: Container, database_url: str, tap: EventTap, before_commit: bool
 ) -> None:
-    _, role_id, users = _role_with_members(container, database_url, 120)
+    _, role_id, users = seed.bulk_held_role(container.stores.transactions, database_url, 120)
     task_id = _change_permissions(container, role_id)
     clock = ManualClock()
 
@@ -223,7 +216,7 @@ def test_restart_resumes_from_the_cursor_and_repeats_at_most_the_batch_in_flight
 
 
 def test_parallel_workers_never_share_a_task(container: Container, database_url: str, tap: EventTap) -> None:
-    roles = [_role_with_members(container, database_url, 60)[1] for _ in range(4)]
+    roles = [seed.bulk_held_role(container.stores.transactions, database_url, 60)[1] for _ in range(4)]
     task_ids = [_change_permissions(container, role_id) for role_id in roles]
     clock = ManualClock()
     workers = [
@@ -248,7 +241,7 @@ def test_parallel_workers_never_share_a_task(container: Container, database_url:
 def test_events_carry_the_task_role_version_and_a_newer_cache_drops_them(
     container: Container, database_url: str, tap: EventTap
 ) -> None:
-    _, role_id, _ = _role_with_members(container, database_url, 5)
+    _, role_id, _ = seed.bulk_held_role(container.stores.transactions, database_url, 5)
     _change_permissions(container, role_id)  # version 2, its task Pending
     _change_permissions(container, role_id)  # version 3 coalesces into the same task
     run_until_idle(fanout_job(container, ManualClock()))
@@ -288,8 +281,8 @@ class FailingRole:
 def test_poison_task_fails_after_max_attempts_and_blocks_no_other_task(
     container: Container, database_url: str, tap: EventTap
 ) -> None:
-    _, poison_role, _ = _role_with_members(container, database_url, 10)
-    _, healthy_role, _ = _role_with_members(container, database_url, 10)
+    _, poison_role, _ = seed.bulk_held_role(container.stores.transactions, database_url, 10)
+    _, healthy_role, _ = seed.bulk_held_role(container.stores.transactions, database_url, 10)
     poison_task = _change_permissions(container, poison_role)
     healthy_task = _change_permissions(container, healthy_role)
     clock = ManualClock()
@@ -346,7 +339,7 @@ class StopAfterFirstBatch(AfterEachBatch):
 def test_cancellation_between_batches_keeps_committed_batches_and_releases_the_lease(
     container: Container, database_url: str, tap: EventTap
 ) -> None:
-    _, role_id, users = _role_with_members(container, database_url, 30)
+    _, role_id, users = seed.bulk_held_role(container.stores.transactions, database_url, 30)
     task_id = _change_permissions(container, role_id)
     clock, stop = ManualClock(), threading.Event()
     job = fanout_job(
@@ -475,11 +468,8 @@ def test_a_paused_worker_cannot_write_while_the_worker_that_took_over_holds_the_
 
 def _wait_for_listener(database_url: str, timeout_s: float = 10.0) -> None:
     """Until the worker's wake-up connection has run LISTEN: it runs it only after a claim found nothing."""
-    deadline = time.monotonic() + timeout_s
     with psycopg.connect(database_url, autocommit=True) as conn:
-        while not _listening(conn):
-            assert time.monotonic() < deadline, "the worker never got to LISTEN"
-            time.sleep(0.02)
+        wait_until(lambda: _listening(conn), "the worker got to LISTEN", timeout_s=timeout_s)
 
 
 def _listening(conn: psycopg.Connection) -> bool:
@@ -493,7 +483,7 @@ def _listening(conn: psycopg.Connection) -> bool:
 def test_a_new_task_wakes_an_idle_worker_long_before_its_polling_interval(
     container: Container, database_url: str
 ) -> None:
-    _, role_id, _ = _role_with_members(container, database_url, 20)
+    _, role_id, _ = seed.bulk_held_role(container.stores.transactions, database_url, 20)
     settings = FanOutSettings(polling_interval_s=60, batch_size=50)
     job = AccessFanOutJob(
         container.stores.fanout_queue, PostgresTaskWakeups(container.connections.database), settings, now_utc
@@ -505,9 +495,11 @@ def test_a_new_task_wakes_an_idle_worker_long_before_its_polling_interval(
         _wait_for_listener(database_url)  # the worker found nothing and is now waiting on LISTEN
         enqueued = time.monotonic()
         task_id = _change_permissions(container, role_id)
-        while _task_row(database_url, task_id)["status"] != "Completed":
-            assert time.monotonic() - enqueued < 10, "the NOTIFY did not wake the worker"
-            time.sleep(0.02)
+        wait_until(
+            lambda: _task_row(database_url, task_id)["status"] == "Completed",
+            "the NOTIFY woke the worker and it completed the task",
+            timeout_s=10,
+        )
     finally:
         stop.set()
         worker.join(10)
@@ -518,7 +510,7 @@ def test_the_page_writes_events_exactly_as_the_domain_renders_them(
     container: Container, database_url: str
 ) -> None:
     """The fan-out's page renders and writes its events in SQL; they must say what the domain says."""
-    company_id, role_id, users = _role_with_members(container, database_url, 3)
+    company_id, role_id, users = seed.bulk_held_role(container.stores.transactions, database_url, 3)
     seed.grant_in(
         container.stores.transactions,
         users[0],

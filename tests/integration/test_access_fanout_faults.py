@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import random
 import signal
 import subprocess
 import sys
-import time
 from collections import Counter
 
 import psycopg
@@ -17,7 +17,7 @@ from pin_identity.domain.fanout import FanOutPolicy
 from tests.support import seed
 from tests.support.kafka_tap import ConsumedEvent, EventTap
 from tests.support.relay import outbox_count
-from tests.support.waiting import wait_until
+from tests.support.waiting import holds_within, wait_until
 
 USERS = 20_000
 KILLS = 5
@@ -36,9 +36,7 @@ def _task_status(database_url: str) -> tuple[str, int]:
 def test_sigkill_at_random_moments_loses_no_user(
     container: Container, database_url: str, subprocess_env: dict[str, str], tap: EventTap
 ) -> None:
-    company_id = seed.company(container.stores.transactions)
-    role_id = seed.role(container.stores.transactions, company_id)
-    users = seed.bulk_role_members(database_url, role_id, company_id, USERS)
+    _, role_id, users = seed.bulk_held_role(container.stores.transactions, database_url, USERS)
     seed.change_permissions(container.stores.transactions, role_id, ["x"], FanOutPolicy(inline_threshold=0))
     env = {
         **subprocess_env,
@@ -64,19 +62,21 @@ def test_sigkill_at_random_moments_loses_no_user(
             and event.payload.get("changeReason") == "RolePermissionsChanged"
         )
 
-    def drain() -> None:
+    def progressed_to(target: int) -> bool:
+        """Whether the task's progress reached `target`; if not, what was published meanwhile is read."""
+        if _task_status(database_url)[1] >= target:
+            return True
         tap.poll(0.05)
         received.clear()
         received.update(e.key for e in tap.received if ours(e))
+        return False
 
     while kills < KILLS:
         worker = subprocess.Popen(command, env=env, stderr=subprocess.DEVNULL)
         # Kill at a random point of the progress, so every kill lands mid-stream (batches in flight,
         # events in the outbox and in the producer).
         target = _task_status(database_url)[1] + rng.randint(200, 2500)
-        deadline = time.monotonic() + 60
-        while _task_status(database_url)[1] < target and time.monotonic() < deadline:
-            drain()
+        holds_within(functools.partial(progressed_to, target), 60, every_s=0)
         worker.send_signal(signal.SIGKILL)
         worker.wait()
         kills += 1

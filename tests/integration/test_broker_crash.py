@@ -133,9 +133,7 @@ def _outage_felt(worker: Worker, database_url: str, killed_at: float) -> None:
 def test_a_broker_killed_half_way_through_a_200000_user_fanout_loses_nothing(
     container: Container, env: dict[str, str], crashable: RestartableBroker, database_url: str, tmp_path: Path
 ) -> None:
-    company = seed.company(container.stores.transactions)
-    role = seed.role(container.stores.transactions, company)
-    users = seed.bulk_role_members(database_url, role, company, USERS)
+    _, role, users = seed.bulk_held_role(container.stores.transactions, database_url, USERS)
     worker = Worker(env, "access-fanout,outbox-relay", tmp_path / "worker.log")
     try:
         _set_permissions(container, role, ["deals.read"])  # version 2

@@ -3,7 +3,6 @@ its transaction committed, whatever the broker reported for it before."""
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Iterator
 
@@ -14,7 +13,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from pin_identity.adapters.kafka.publisher import KafkaEventPublisher
 from pin_identity.operations.ports.outbox import PendingEvent, PublishReport
 from tests.support.clocks import ManualClock
-from tests.support.waiting import wait_until
+from tests.support.waiting import holds_within, wait_until
 
 
 @pytest.fixture
@@ -64,13 +63,15 @@ def _written(broker: str, topic: str) -> int:
 def _answers_until(publisher: KafkaEventPublisher, answered: set[int], *, wait_s: float) -> PublishReport:
     """Every answer the publisher gives until each of `answered` has one (delivered, rejected or retry)."""
     seen = PublishReport()
-    deadline = time.monotonic() + 30
-    while not answered <= {*seen.delivered, *seen.rejected, *seen.retry}:
-        assert time.monotonic() < deadline, f"no answer for {answered} in 30 s: {seen}"
+
+    def all_answered() -> bool:
         report = publisher.collect(wait_s)
         seen.delivered.extend(report.delivered)
         seen.rejected.update(report.rejected)
         seen.retry.update(report.retry)
+        return answered <= {*seen.delivered, *seen.rejected, *seen.retry}
+
+    assert holds_within(all_answered, 30, every_s=0), f"no answer for {answered} in 30 s: {seen}"
     return seen
 
 

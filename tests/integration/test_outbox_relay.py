@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import json
 import threading
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -12,9 +10,10 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+from confluent_kafka import Consumer
 
 from pin_identity.adapters.kafka.embedded import free_port, start_broker, stop_broker
+from pin_identity.adapters.kafka.reader import TopicReader
 from pin_identity.adapters.postgres.outbox_queue import PostgresOutboxQueue
 from pin_identity.adapters.postgres.outbox_writer import write_outbox
 from pin_identity.composition import Container
@@ -26,7 +25,7 @@ from tests.support.brokers import RestartableBroker
 from tests.support.kafka_tap import EventTap
 from tests.support.relay import RelaySignals, access_message, outbox_count
 from tests.support.tcp_proxy import TcpProxy
-from tests.support.waiting import wait_until
+from tests.support.waiting import first_answer, holds_within, wait_until
 
 
 def _message(key: uuid.UUID, n: int, size: int = 0) -> OutboxMessage:
@@ -239,13 +238,15 @@ def test_only_one_relay_is_active_and_a_standby_takes_over(container: Container,
     assert first.try_become_active() is RelayRole.ACTIVE
     assert second.try_become_active() is RelayRole.STANDBY
     first.reset()  # the active relay's session dies: its lock goes with it, unclean
+
     # The server ends a closed session's backend (and frees its lock) a moment after the client let go:
     # the standby looks again until the lock is free, as a standby does.
-    roles = [second.try_become_active()]
-    while roles[-1] is RelayRole.STANDBY and len(roles) < 500:
-        time.sleep(0.01)
-        roles.append(second.try_become_active())
-    assert roles[-1] is RelayRole.TAKEN_OVER
+    def past_standing_by() -> RelayRole | None:
+        role = second.try_become_active()
+        return None if role is RelayRole.STANDBY else role
+
+    role = first_answer(past_standing_by, "the standby finds the lock free", timeout_s=5, every_s=0.01)
+    assert role is RelayRole.TAKEN_OVER
     second.stand_down()  # a relay that stood down says so: the next one need not wait
     assert first.try_become_active() is RelayRole.ACTIVE
 
@@ -283,9 +284,8 @@ class LiveCounter:
                     self.seen.add(message.value().decode().split('"eventId":"')[1][:36])
 
     def wait_for(self, count: int, timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
-        while len(self.seen) < count and time.monotonic() < deadline:
-            time.sleep(0.05)
+        """Until `count` events arrived, or `timeout_s` passed: the test judges what arrived."""
+        holds_within(lambda: len(self.seen) >= count, timeout_s, every_s=0.05)
 
     def close(self) -> None:
         self._stop.set()
@@ -367,40 +367,14 @@ def proxied_broker(tmp_path: Path) -> Iterator[ProxiedBroker]:
     broker.stop()
 
 
-def _event_ids_in_log(bootstrap: str, timeout_s: float = 30.0) -> set[str]:
+def _event_ids_in_log(bootstrap: str) -> set[str]:
     """Every event id on the access topic, read from each partition's first offset to the end offset it has
-    now. No group: nothing to join or commit."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": "log-reader",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-        }
-    )
+    now."""
+    reader = TopicReader({"bootstrap.servers": bootstrap}, [ACCESS_TOPIC], from_beginning=True)
     try:
-        topic = consumer.list_topics(ACCESS_TOPIC, timeout=10).topics[ACCESS_TOPIC]
-        ends = {
-            p: consumer.get_watermark_offsets(TopicPartition(ACCESS_TOPIC, p), timeout=10)[1]
-            for p in topic.partitions
-        }
-        behind = {p for p, end in ends.items() if end > 0}
-        consumer.assign([TopicPartition(ACCESS_TOPIC, p, OFFSET_BEGINNING) for p in behind])
-        ids: set[str] = set()
-        deadline = time.monotonic() + timeout_s
-        while behind:
-            for message in consumer.consume(5000, 0.5):
-                error, partition = message.error(), message.partition()
-                if error is None:
-                    ids.add(json.loads(message.value())["eventId"])
-                if error is None and message.offset() + 1 < ends[partition]:
-                    continue
-                if error is None or error.code() == KafkaError._PARTITION_EOF:
-                    behind.discard(partition)
-            assert time.monotonic() < deadline, f"partitions {sorted(behind)} not read to their end"
-        return ids
+        return {event.body["eventId"] for event in reader.read_to_end(timeout_s=30)}
     finally:
-        consumer.close()
+        reader.close()
 
 
 FIRST_WAVE, IN_FLIGHT = 2_000, 18_000

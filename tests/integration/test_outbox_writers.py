@@ -152,8 +152,8 @@ def test_a_pg_dump_of_postgresql_15_to_17_holds_nothing_back_while_a_role_change
     container = Container(
         Settings(database_url=url, kafka_bootstrap_servers=broker, data_dir=tmp_path, worker_http_port=0)
     )
-    company_id, role_id = seed.held_role(container.stores.transactions, holders=0)
-    holders = {str(user) for user in seed.bulk_role_members(url, role_id, company_id, 2000)}
+    _, role_id, users = seed.bulk_held_role(container.stores.transactions, url, 2000)
+    holders = {str(user) for user in users}
     stop = threading.Event()
     relay = threading.Thread(target=container.jobs.outbox_relay(FAST_LOOKS).run, args=(stop,), daemon=True)
     relay.start()

@@ -25,19 +25,14 @@ from pin_identity.adapters.postgres.outbox_writer import template_params, write_
 from pin_identity.config import FanOutSettings
 from pin_identity.domain.events import access_changed_template
 from pin_identity.domain.model import AccessChangeReason
-from tests.support.phones import next_phone
 from tests.support.relay import access_message
+from tests.support.seed import BulkAssignment, bulk_company, copy_assignments, copy_users
 
 PAGE_STATEMENTS = ("lock_fanout_page", "rendered_access_snapshots", "write_access_changes")
 ALWAYS_INDEXED = frozenset({"users", "role_assignments"})
 SMALL_TABLE_PAGES = 8  # a table this small may be read whole: one or two reads, whatever the plan
 NIL_UUID = uuid.UUID(int=0)
 PAGE = FanOutSettings().batch_size
-USER_COLUMNS = "id, company_id, type, status, phone, first_name, last_name"
-ASSIGNMENT_COLUMNS = (
-    "id, user_id, company_id, role_id, scope_type, scope_organization_id, scope_project_id,"
-    " status, expires_at"
-)
 
 Plan = dict[str, Any]
 ENVELOPE = template_params(
@@ -157,40 +152,28 @@ def _whole_table_scans(plan: Plan, large: frozenset[str]) -> Iterator[str]:
 
 
 def _seed(url: str, *, holders: int, others: int, rng: random.Random) -> uuid.UUID:
-    company_id, role_id, other_role = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
     users = [uuid.uuid4() for _ in range(holders + others)]  # random ids, written in this (random) order
     with psycopg.connect(url) as conn, conn.cursor() as cur:
-        cur.execute(
-            "INSERT INTO identity.companies (id, name, company_type, status)"
-            " VALUES (%s, 'Plans', 'Developer', 'Active')",
-            (company_id,),
-        )
-        for rid, code in ((role_id, "sales-manager"), (other_role, "chessboard-viewer")):
-            cur.execute(
-                "INSERT INTO identity.role_definitions (id, code, name, company_id) VALUES (%s, %s, %s, %s)",
-                (rid, code, code, company_id),
-            )
-        with cur.copy(f"COPY identity.users ({USER_COLUMNS}) FROM STDIN") as cp:
-            for user_id in users:
-                cp.write_row((user_id, company_id, "DeveloperManager", "Active", next_phone(), "A", "B"))
-        with cur.copy(f"COPY identity.role_assignments ({ASSIGNMENT_COLUMNS}) FROM STDIN") as cp:
-            for number, user_id in enumerate(users):
-                held = role_id if number < holders else other_role
-                for row in _assignments(held, other_role, company_id, rng):
-                    cp.write_row((uuid.uuid4(), user_id, company_id, *row))
+        company_id, (role_id, other_role) = bulk_company(cur, "Plans", ("sales-manager", "chessboard-viewer"))
+        copy_users(cur, company_id, users)
+        held = {
+            user_id: _assignments(role_id if number < holders else other_role, other_role, rng)
+            for number, user_id in enumerate(users)
+        }
+        copy_assignments(cur, company_id, held)
     return role_id
 
 
-def _assignments(
-    role_id: uuid.UUID, other_role: uuid.UUID, company_id: uuid.UUID, rng: random.Random
-) -> list[tuple[Any, ...]]:
-    """(role, scope_type, organization, project, status, expires_at) rows of one user: two or so."""
+def _assignments(role_id: uuid.UUID, other_role: uuid.UUID, rng: random.Random) -> list[BulkAssignment]:
+    """One user's rows: two or so."""
     soon = datetime.now(UTC) + timedelta(days=30)
-    rows: list[tuple[Any, ...]] = [(role_id, "Organization", company_id, None, "Active", None)]
+    rows = [BulkAssignment(role_id)]
     if rng.random() < 1 / 3:
-        rows.append((role_id, "Project", None, uuid.uuid4(), "Active", soon if rng.random() < 0.3 else None))
+        expires = soon if rng.random() < 0.3 else None
+        rows.append(BulkAssignment(role_id, "Project", expires_at=expires, project_id=uuid.uuid4()))
     if rng.random() < 0.5 and role_id != other_role:
-        rows.append((other_role, "Organization", company_id, None, "Active", None))
+        rows.append(BulkAssignment(other_role))
     if rng.random() < 0.4:
-        rows.append((role_id, "Project", None, uuid.uuid4(), rng.choice(("Revoked", "Expired")), None))
+        status = rng.choice(("Revoked", "Expired"))
+        rows.append(BulkAssignment(role_id, "Project", status, project_id=uuid.uuid4()))
     return rows

@@ -33,7 +33,7 @@ from tests.support.databases import through_port, unix_socket
 from tests.support.kafka_tap import ConsumedEvent, EventTap
 from tests.support.relay import RelaySignals, access_message, outbox_count
 from tests.support.tcp_proxy import TcpProxy
-from tests.support.waiting import wait_until
+from tests.support.waiting import holds_within, wait_until
 
 # A delivery timeout that an outage outlives in seconds (production keeps the default minute), requests that
 # time out inside it, and fast reconnects. Idempotence stays on, as in production (the relay's transactions
@@ -278,7 +278,9 @@ def _watch_the_handover(
     """Seconds from `since` until the standby published a version written after the path went silent, and
     until the silent relay's /healthz failed; whichever did not happen within the bound is missing."""
     ours, seen, looked_at = {str(key) for key in keys}, {}, len(tap.received)
-    while len(seen) < 2 and time.monotonic() < since + HANDOVER_BOUND_S:
+
+    def both_seen() -> bool:
+        nonlocal looked_at
         tap.poll(0.2)
         new, looked_at = tap.received[looked_at:], len(tap.received)
         later = any(e.key in ours and e.payload["version"] > after_version for e in new)
@@ -286,6 +288,9 @@ def _watch_the_handover(
             seen["published"] = time.monotonic() - since
         if "healthz" not in seen and _healthz(healthz_port) == 503:
             seen["healthz"] = time.monotonic() - since
+        return len(seen) == 2
+
+    holds_within(both_seen, since + HANDOVER_BOUND_S - time.monotonic(), every_s=0)
     return seen
 
 

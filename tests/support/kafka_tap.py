@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable, Iterable
 
 from pin_identity.adapters.kafka.reader import ReadEvent, TopicReader
+from tests.support.waiting import holds_within
 
 ConsumedEvent = ReadEvent
 
@@ -27,13 +28,17 @@ class EventTap:
         self, where: Callable[[ConsumedEvent], bool], count: int, timeout_s: float = 30.0
     ) -> list[ConsumedEvent]:
         """Poll until `count` matching events arrived (fails the test on timeout); returns them."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            matching = [event for event in self.received if where(event)]
-            if len(matching) >= count or time.monotonic() > deadline:
-                assert len(matching) >= count, f"received {len(matching)} of {count} events in {timeout_s}s"
-                return matching
+
+        def arrived() -> bool:
+            if sum(1 for event in self.received if where(event)) >= count:
+                return True
             self.poll()
+            return False
+
+        holds_within(arrived, timeout_s, every_s=0)
+        matching = [event for event in self.received if where(event)]
+        assert len(matching) >= count, f"received {len(matching)} of {count} events in {timeout_s}s"
+        return matching
 
     def read_to_end(
         self, where: Callable[[ConsumedEvent], bool], timeout_s: float = 30.0

@@ -27,7 +27,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -35,6 +35,7 @@ from confluent_kafka import KafkaException, Producer
 
 from pin_identity.adapters.kafka.publisher import KafkaEventPublisher
 from pin_identity.operations.ports.outbox import PendingEvent
+from tests.support.waiting import wait_until
 
 DEBUG = "eos,protocol,broker"
 _RELAY_COMMIT_TIMEOUT_S = 5.0
@@ -115,7 +116,12 @@ def _publisher(bootstrap: str, topic: str, broker_pid: int) -> None:
     publisher.send([PendingEvent(n, topic, f"user-{n}", b"{}", "UserAccessChanged", "c", None) for n in _IDS])
     delivered: set[int] = set()
     # Answered, not yet committed (a collect() without a wait is no commit yet: the transaction is young).
-    _until(lambda: not publisher.collect(0).delivered and not len(publisher._producer))  # type: ignore[arg-type]
+    wait_until(
+        lambda: not publisher.collect(0).delivered and not len(publisher._producer),  # type: ignore[arg-type]
+        "every event is answered",
+        timeout_s=60,
+        every_s=0,
+    )
     os.kill(broker_pid, signal.SIGSTOP)
     try:
         delivered.update(publisher.collect(0.05).delivered)  # as the relay waiting for answers: commits
@@ -124,15 +130,14 @@ def _publisher(bootstrap: str, topic: str, broker_pid: int) -> None:
     finally:
         os.kill(broker_pid, signal.SIGCONT)
     time.sleep(_ANSWER_S)  # the EndTxn's answer comes between two collect() calls
-    _until(lambda: bool(delivered.update(publisher.collect(0.05).delivered)) or delivered == set(_IDS))
+    wait_until(
+        lambda: bool(delivered.update(publisher.collect(0.05).delivered)) or delivered == set(_IDS),
+        "every event is delivered",
+        timeout_s=60,
+        every_s=0,
+    )
     print(f"delivered {len(delivered)}", flush=True)
     publisher.discard()
-
-
-def _until(condition: Callable[[], bool]) -> None:
-    deadline = time.monotonic() + 60
-    while not condition():
-        assert time.monotonic() < deadline
 
 
 def main(argv: list[str]) -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,6 +15,7 @@ from confluent_kafka import Producer
 
 from pin_identity.adapters.kafka.client_log import with_client_log
 from pin_identity.observability.logging import LIBRARY_EVENT, configure_logging
+from tests.support.waiting import holds_within
 
 PHONE = "+79123456789"
 EMAIL = "anna@example.com"
@@ -69,9 +69,14 @@ def test_librdkafka_lines_come_through_the_clients_logger(
     json_logs: None, capsys: pytest.CaptureFixture[str]
 ) -> None:
     producer = Producer(with_client_log({"bootstrap.servers": "127.0.0.1:1", "reconnect.backoff.ms": 100}))
-    output, deadline = "", time.monotonic() + 10
-    while '"librdkafka"' not in output and time.monotonic() < deadline:
+    written: list[str] = []
+
+    def logged() -> bool:
         producer.poll(0.1)  # serves the client's log queue
-        output += capsys.readouterr().err
+        written.append(capsys.readouterr().err)
+        return '"librdkafka"' in "".join(written)
+
+    holds_within(logged, 10, every_s=0)
+    output = "".join(written)
     lines = [json.loads(line) for line in output.splitlines()]
     assert any(line["logger"] == "librdkafka" and line["level"] == "error" for line in lines), output

@@ -21,6 +21,7 @@ from rich.console import Console
 
 from pin_identity.composition.embedded_servers import local_port
 from pin_identity.config import ConfigurationError, Settings
+from pin_identity.processes import command_line_holds
 
 PREFERRED_PORT = 8080  # serve's own default
 START_TIMEOUT_S = 30.0
@@ -93,18 +94,10 @@ def stop_console(data_dir: Path) -> bool:
     except (OSError, ValueError):
         return False
     pid_file.unlink(missing_ok=True)
-    if not _is_console(pid):
+    if not command_line_holds(pid, b"pin_identity.entrypoints.cli\x00serve"):
         return False  # long gone, and the pid maybe another process's by now
     os.kill(pid, signal.SIGTERM)
     return True
-
-
-def _is_console(pid: int) -> bool:
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return False
-    return b"pin_identity.entrypoints.cli\x00serve" in cmdline
 
 
 def print_console(running: RunningConsole, console: Console) -> None:

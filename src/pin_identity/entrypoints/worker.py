@@ -12,11 +12,10 @@ from http.server import ThreadingHTTPServer
 from pin_identity.composition import Container
 from pin_identity.entrypoints.probes import ReadinessCheck
 from pin_identity.entrypoints.worker_http import bind_worker_http, start_serving
-from pin_identity.jobs.outbox_relay import OutboxRelay
 from pin_identity.jobs.outbox_relay_observer import RelayObserver
 from pin_identity.jobs.talent_sync_observer import TalentSyncObserver
 from pin_identity.observability.logging import get_logger
-from pin_identity.operations.ports.worker import Job
+from pin_identity.operations.ports.worker import Job, StopSignal
 
 log = get_logger("worker")
 
@@ -34,28 +33,57 @@ class JobObservers:
         return "; ".join(warning for warning in warnings if warning) or None
 
 
-def _outbox_relay(container: Container, observers: JobObservers) -> OutboxRelay:
+# A job's loop as the worker runs it: until `stop` (or, with `once`, until it is idle and `followed_ended()`:
+# the jobs it follows have all ended).
+JobRun = Callable[[StopSignal, bool, Callable[[], bool]], None]
+BuildJob = Callable[[Container, JobObservers], JobRun]
+
+
+@dataclass(frozen=True)
+class WorkerJob:
+    """What sets one job apart in the worker."""
+
+    build: BuildJob
+    needs_broker: bool = False  # cannot start without it
+    # It publishes what the process's other jobs write: it starts after them and, with --once, ends only once
+    # they all ended and it has nothing left.
+    follows_the_others: bool = False
+
+
+def _on_its_own(make: Callable[[Container, JobObservers], Job]) -> BuildJob:
+    """A job that follows no other: it runs as its Job does."""
+
+    def build(container: Container, observers: JobObservers) -> JobRun:
+        job = make(container, observers)
+        return lambda stop, once, _followed_ended: job.run(stop, once=once)
+
+    return build
+
+
+def _outbox_relay(container: Container, observers: JobObservers) -> JobRun:
     if container.settings.outbox_relay_creates_topics:
         container.connections.ensure_topics()
-    return container.jobs.outbox_relay(observer=observers.relay)
+    relay = container.jobs.outbox_relay(observer=observers.relay)
+    return lambda stop, once, followed_ended: relay.run(stop, once=once, until=followed_ended)
 
 
-JOB_FACTORIES: dict[str, Callable[[Container, JobObservers], Job]] = {
-    "access-fanout": lambda container, _: container.jobs.access_fanout(),
-    "outbox-relay": _outbox_relay,
-    "talent-sync": lambda container, observers: container.jobs.talent_sync(observer=observers.talent_sync),
-    "talent-import": lambda container, _: container.jobs.talent_import(),
+JOBS: dict[str, WorkerJob] = {
+    "access-fanout": WorkerJob(_on_its_own(lambda container, _: container.jobs.access_fanout())),
+    "outbox-relay": WorkerJob(_outbox_relay, needs_broker=True, follows_the_others=True),
+    "talent-sync": WorkerJob(
+        _on_its_own(lambda container, observers: container.jobs.talent_sync(observer=observers.talent_sync)),
+        needs_broker=True,
+    ),
+    # It needs the broker only to orchestrate a TopicReplay run, and says so then.
+    "talent-import": WorkerJob(_on_its_own(lambda container, _: container.jobs.talent_import())),
 }
-ALL_JOBS: tuple[str, ...] = tuple(JOB_FACTORIES)
-# The jobs that cannot start without the broker (talent-import needs it only to orchestrate a TopicReplay
-# run, and says so then).
-BROKER_JOBS = frozenset({"outbox-relay", "talent-sync"})
+ALL_JOBS: tuple[str, ...] = tuple(JOBS)
 
 
 def run_worker(container: Container, jobs: Sequence[str], *, once: bool) -> int:
     # What the operator must fix (the broker, a taken port) fails here, as one line naming its variable,
     # before any job exists; so does the database, or a role without a grant one of the jobs uses.
-    if BROKER_JOBS.intersection(jobs):
+    if any(JOBS[name].needs_broker for name in jobs):
         container.connections.require_broker()
     container.connections.check_database_grants(jobs)
     stop = threading.Event()
@@ -95,18 +123,18 @@ def _job_threads(
     once: bool,
     observers: JobObservers,
 ) -> list[threading.Thread]:
-    runners = {name: JOB_FACTORIES[name](container, observers) for name in jobs if name != "outbox-relay"}
-    writers = [
-        _thread(name, functools.partial(job.run, stop, once=once), stop, crashed)
-        for name, job in runners.items()
-    ]
-    if "outbox-relay" not in jobs:
-        return writers
-    # With --once the relay publishes what the process's other jobs write: it ends only once they all
-    # ended and no committed row is left in the outbox.
-    relay = _outbox_relay(container, observers)
-    run = functools.partial(relay.run, stop, once=once, until=functools.partial(_all_ended, writers))
-    return [*writers, _thread("outbox-relay", run, stop, crashed)]
+    chosen = list(dict.fromkeys(jobs))  # a job named twice runs once
+
+    def threads_of(names: list[str], followed: list[threading.Thread]) -> list[threading.Thread]:
+        runs = {name: JOBS[name].build(container, observers) for name in names}
+        followed_ended = functools.partial(_all_ended, followed)
+        return [
+            _thread(name, functools.partial(run, stop, once, followed_ended), stop, crashed)
+            for name, run in runs.items()
+        ]
+
+    writers = threads_of([name for name in chosen if not JOBS[name].follows_the_others], [])
+    return [*writers, *threads_of([name for name in chosen if JOBS[name].follows_the_others], writers)]
 
 
 def _bind_http(

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pin_identity.adapters.kafka.distribution import KAFKA_VERSION, KafkaRuntime, cache_root, kafka_runtime
+from pin_identity.processes import command_line_holds
 
 HOST = "127.0.0.1"
 # A cold JVM on a busy 2-core machine starts well within this (BENCHMARKS.md, "The embedded broker").
@@ -363,11 +364,7 @@ def kill_broker(pid: int) -> None:
 
 def is_broker(pid: int) -> bool:
     """A live embedded broker (a zombie has no command line left)."""
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return False
-    return b"kafka.Kafka" in cmdline
+    return command_line_holds(pid, b"kafka.Kafka")
 
 
 def _lives(pid: int) -> bool:

@@ -102,15 +102,6 @@ class _Transaction:
     commit_called: bool = False  # commit_transaction() called: only it may be called until it returns
 
 
-@dataclass(slots=True)
-class _TopicInFlight:
-    """One topic's events in flight, by key, and those the broker wrote since the last collect(): acknowledged
-    there, or in a transaction only once it commits (a delivery report comes before the commit)."""
-
-    by_key: dict[bytes, int] = field(default_factory=dict)
-    delivered: list[int] = field(default_factory=list)
-
-
 class _MissingTopics:
     """The relay's own topics (`own`) the broker said it does not have. An event of one is held: handed back
     at once to be tried again, never dead-lettered, until the topic exists again. The relay recreates it
@@ -190,12 +181,10 @@ def _topic_exists(producer: Producer, topic: str) -> bool | None:
 
 
 class KafkaEventPublisher:
-    """Keeps one producer. With a `transactional_id` (the relay's), every event goes in a transaction, a
-    fatal error (fenced: another relay took over) is raised to the relay, which stands down, and an abort the
-    coordinator does not confirm in time gets the producer replaced. Without one (a
-    plain idempotent producer, measured beside it by bench/outbox_relay.py), the producer is replaced after a
-    fatal error or a delivery timeout: one whose broker lost its idempotence state never delivers again, and
-    the swap waits until nothing is in flight, so it cannot reorder events.
+    """Keeps one producer, which writes every event in a transaction under `transactional_id` (the relay's).
+    A fatal error (fenced: another relay took over) is raised to the relay, which stands down; an abort the
+    coordinator does not confirm in time gets the producer replaced, once nothing is in flight, so it cannot
+    reorder events.
 
     `own_topics` are the topics the relay publishes to: one the broker does not have holds its events while
     `ensure_topics` (None: the relay may not create topics) cannot recreate it. An event of any other topic
@@ -208,16 +197,13 @@ class KafkaEventPublisher:
         client_config: dict[str, str],
         ensure_topics: Callable[[], Collection[str]] | None,
         *,
+        transactional_id: str,
         own_topics: Collection[str] = (),
-        transactional_id: str | None = None,
         replication_shortfall: Callable[[], str | None] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ):
-        self._config = producer_config(client_config)
+        self._config = {**producer_config(client_config), "transactional.id": transactional_id}
         self._replication_shortfall = replication_shortfall
-        if transactional_id is not None:
-            self._config["transactional.id"] = transactional_id
-        self._transactional = transactional_id is not None
         self._denials = DenialLog("outbox-relay")
         self._clock = clock
         self._transaction: _Transaction | None = None
@@ -234,7 +220,9 @@ class KafkaEventPublisher:
         # The events in flight by topic and key: one callback serves them all, where a callback made per
         # event would leave tens of thousands of objects for the garbage collector to walk (full collections
         # took a third of the relay's time). A second event of a key in flight gets a callback of its own.
-        self._topics: dict[str, _TopicInFlight] = {}
+        # An event written is acknowledged only once its transaction commits (its delivery report comes
+        # before the commit).
+        self._in_flight: dict[str, dict[bytes, int]] = {}
         self._one_offs = 0  # events in flight with a callback of their own
         self._on_delivery = self._delivery_handler(self._generation)
 
@@ -242,13 +230,12 @@ class KafkaEventPublisher:
         def on_error(error: KafkaError) -> None:
             log.warning("kafka-client-error", code=error.name(), fatal=error.fatal())
             if error.fatal() and generation == self._generation:  # not a replaced producer's last words
-                self._replace = True
                 self._fatal = error
 
         return on_error
 
     def _current(self) -> Producer:
-        if self._transactional and self._fatal is not None:
+        if self._fatal is not None:
             raise KafkaException(self._fatal)  # fenced: another relay's producer is the one now
         if self._producer is not None and self._replace and not self._outstanding():
             log.warning("kafka-producer-replaced")
@@ -258,12 +245,11 @@ class KafkaEventPublisher:
             self._forget_in_flight()
         if self._producer is None:
             producer = Producer({**self._config, "error_cb": self._error_handler(self._generation)})
-            if self._transactional:
-                try:
-                    producer.init_transactions(_INIT_TIMEOUT_S)  # aborts and fences what the last relay left
-                except KafkaException as exc:
-                    self._denials.say(denial(exc, "Write", self._config["transactional.id"]))
-                    raise
+            try:
+                producer.init_transactions(_INIT_TIMEOUT_S)  # aborts and fences what the last relay left
+            except KafkaException as exc:
+                self._denials.say(denial(exc, "Write", self._config["transactional.id"]))
+                raise
             self._producer = producer
             self._on_delivery = self._delivery_handler(self._generation)
             self._replace = False
@@ -274,18 +260,15 @@ class KafkaEventPublisher:
 
     def _unanswered(self) -> bool:
         """Events handed to the producer whose delivery report has not been served yet."""
-        return self._one_offs > 0 or any(topic.by_key for topic in self._topics.values())
+        return self._one_offs > 0 or any(self._in_flight.values())
 
     def _delivery_handler(self, generation: int) -> Callable[[KafkaError | None, Message], None]:
         def on_delivery(error: KafkaError | None, msg: Message) -> None:
             if generation != self._generation:
                 return  # a discarded producer's purge: its rows stay in the outbox
             topic = msg.topic() or ""
-            in_flight = self._topics[topic]
-            outbox_id = in_flight.by_key.pop(msg.key())  # type: ignore[arg-type]
-            if error is None:  # the common case, inline: this runs once per event
-                in_flight.delivered.append(outbox_id)
-            else:
+            outbox_id = self._in_flight[topic].pop(msg.key())  # type: ignore[arg-type]
+            if error is not None:  # written: acknowledged once its transaction commits
                 self._classify(outbox_id, topic, error, self._answers)
 
         return on_delivery
@@ -297,9 +280,7 @@ class KafkaEventPublisher:
             if generation != self._generation:
                 return
             self._one_offs -= 1
-            if error is None:  # written, as the shared callback's: collect() says when it is acknowledged
-                self._topics[topic].delivered.append(outbox_id)
-            else:
+            if error is not None:
                 self._classify(outbox_id, topic, error, self._answers)
 
         return on_delivery
@@ -320,21 +301,21 @@ class KafkaEventPublisher:
 
     def _produce_all(self, producer: Producer, events: Sequence[PendingEvent]) -> PublishReport:
         failed_at_once = PublishReport()
-        if self._transactional and self._transaction is None:
+        transaction = self._transaction
+        if transaction is None:
             producer.begin_transaction()
-            self._transaction = _Transaction(self._clock())
+            transaction = self._transaction = _Transaction(self._clock())
         held = self._missing.held
         for event in events:
             if held and event.topic in held:
                 failed_at_once.retry[event.outbox_id] = _HELD
             else:
                 self._produce(producer, event, failed_at_once)
-        if self._transaction is not None:
-            failed = failed_at_once.retry.keys() | failed_at_once.rejected.keys()
-            for event in events:
-                if event.outbox_id not in failed:
-                    self._transaction.ids.append(event.outbox_id)
-                    self._transaction.topics[event.topic] += 1
+        failed = failed_at_once.retry.keys() | failed_at_once.rejected.keys()
+        for event in events:
+            if event.outbox_id not in failed:
+                transaction.ids.append(event.outbox_id)
+                transaction.topics[event.topic] += 1
         return failed_at_once
 
     def collect(self, timeout_s: float) -> PublishReport:
@@ -346,18 +327,11 @@ class KafkaEventPublisher:
         elif timeout_s:
             time.sleep(timeout_s)
         answers, self._answers = self._answers, PublishReport()
-        for topic, in_flight in self._topics.items():
-            if in_flight.delivered and not self._transactional:
-                answers.delivered.extend(in_flight.delivered)
-                self._published[topic] += len(in_flight.delivered)
-            in_flight.delivered.clear()  # in a transaction: written, not yet committed
         if self._producer is not None:  # before an abort: one whose topic was deleted fails for good
             self._examine_failures(self._producer, answers)
         if self._transaction is not None and self._producer is not None:
             self._settle_transaction(self._producer, answers, wait_s=timeout_s)
         self._count_published()
-        if not self._transactional and any(code == "_MSG_TIMED_OUT" for code in answers.retry.values()):
-            self._replace = True
         return self._missing.hand_over(answers)
 
     def _count_published(self) -> None:
@@ -457,15 +431,15 @@ class KafkaEventPublisher:
         self._on_delivery = self._delivery_handler(self._generation)
         self._one_offs = 0
         self._answers = PublishReport()
-        self._topics.clear()
+        self._in_flight.clear()
 
     def _produce(self, producer: Producer, event: PendingEvent, failed_at_once: PublishReport) -> None:
         outbox_id, topic, key_text, value, event_type, correlation_id, traceparent = event
         key = key_text.encode()
-        in_flight = self._topics.get(topic)
+        in_flight = self._in_flight.get(topic)
         if in_flight is None:
-            in_flight = self._topics[topic] = _TopicInFlight()
-        shared = not key or key in in_flight.by_key
+            in_flight = self._in_flight[topic] = {}
+        shared = not key or key in in_flight
         on_delivery = self._one_off_handler(outbox_id, topic) if shared else self._on_delivery
         headers: list[tuple[str, str | bytes | None]] = [
             ("event-type", event_type),
@@ -486,7 +460,7 @@ class KafkaEventPublisher:
             if shared:
                 self._one_offs += 1
             else:
-                in_flight.by_key[key] = outbox_id
+                in_flight[key] = outbox_id
             return
 
     def _classify(self, outbox_id: int, topic: str, error: KafkaError, report: PublishReport) -> None:
