@@ -54,6 +54,7 @@ from pin_identity.adapters.kafka.topics import TopicLayout, ensure_topics
 from pin_identity.adapters.postgres.database import ConnectionLimits, Database
 from pin_identity.adapters.postgres.embedded import ensure_embedded_postgres, stop_embedded_postgres
 from pin_identity.adapters.postgres.identity_store import PostgresIdentityTransactions
+from pin_identity.adapters.system_clock import SYSTEM_CLOCK
 from pin_identity.domain.events import PUBLISHED_TOPICS
 from pin_identity.domain.fanout import FanOutPolicy
 from pin_identity.operations import identity
@@ -126,7 +127,7 @@ def change_permissions(database: Database, role_id: uuid.UUID, permissions: list
     """The change every access benchmark fans out: the role's permissions replaced through the use case."""
     identity.set_role_permissions(
         PostgresIdentityTransactions(database),
-        identity.Context.fresh(),
+        identity.Context.fresh(SYSTEM_CLOCK),
         role_id=role_id,
         permissions=permissions,
         policy=FanOutPolicy(200),

@@ -50,6 +50,7 @@ from pin_identity.adapters.postgres import migrate
 from pin_identity.adapters.postgres.embedded import ensure_embedded_postgres, stop_embedded_postgres
 from pin_identity.adapters.postgres.outbox_queue import PostgresOutboxQueue
 from pin_identity.adapters.postgres.outbox_writer import write_outbox
+from pin_identity.adapters.system_clock import SYSTEM_CLOCK
 from pin_identity.composition import Container
 from pin_identity.config import Settings
 from pin_identity.domain import events
@@ -177,7 +178,7 @@ def _plain_relay(container: Container) -> OutboxRelay:
     """The relay as it was before transactions: an idempotent producer without a transactional.id."""
     publisher = KafkaEventPublisher(container.kafka_client_config, ensure_topics=container.ensure_topics)
     return OutboxRelay(
-        PostgresOutboxQueue(container.database), publisher, RelaySettings(), clock=time.monotonic
+        PostgresOutboxQueue(container.database), publisher, RelaySettings(), clock=SYSTEM_CLOCK
     )
 
 

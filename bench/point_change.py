@@ -35,6 +35,7 @@ from pin_identity.adapters.kafka.topics import TopicLayout, ensure_topics
 from pin_identity.adapters.postgres.database import ConnectionLimits, Database
 from pin_identity.adapters.postgres.embedded import ensure_embedded_postgres, stop_embedded_postgres
 from pin_identity.adapters.postgres.identity_store import PostgresIdentityTransactions
+from pin_identity.adapters.system_clock import SYSTEM_CLOCK
 from pin_identity.domain.events import ACCESS_TOPIC, PUBLISHED_TOPICS
 from pin_identity.operations import identity
 
@@ -76,7 +77,9 @@ def _revoke_during_fanout(
             while not _task_state(watch)[0]:
                 time.sleep(0.01)
             for assignment_id, user_id in revokes:
-                identity.revoke_role_assignment(transactions, identity.Context.fresh(), assignment_id)
+                identity.revoke_role_assignment(
+                    transactions, identity.Context.fresh(SYSTEM_CLOCK), assignment_id
+                )
                 at = time.time()
                 committed[user_id] = (at, not _task_state(watch)[1])
                 time.sleep(every_s)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -55,17 +54,19 @@ from pin_identity.adapters.postgres.import_store import PostgresImportStore, Pos
 from pin_identity.adapters.postgres.outbox_queue import PostgresOutboxQueue
 from pin_identity.adapters.postgres.replica_store import PostgresReplicaTransactions
 from pin_identity.adapters.postgres.retention import PostgresRetention
+from pin_identity.adapters.system_clock import SYSTEM_CLOCK
 from pin_identity.adapters.talent_http.client import TalentApiClient
 from pin_identity.adapters.talent_http.source import ApiPullSource
 from pin_identity.config import ConfigurationError, Settings
 from pin_identity.domain.access_audit import AuditReport
+from pin_identity.domain.clock import Clock
 from pin_identity.domain.errors import (
     AccessLogUnavailableError,
     ConsumerLagUnavailableError,
     SourceNotConfiguredError,
     SourceUnavailableError,
 )
-from pin_identity.domain.events import PUBLISHED_TOPICS, now_utc
+from pin_identity.domain.events import PUBLISHED_TOPICS
 from pin_identity.domain.fanout import FanOutPolicy, FanOutSettings
 from pin_identity.domain.talent_import import ImportMode, ImportSettings
 from pin_identity.jobs.access_fanout import AccessFanOutJob
@@ -115,6 +116,7 @@ class Container:
     """Everything a command needs, built on first use so that a command only starts what it touches."""
 
     settings: Settings
+    clock: Clock = SYSTEM_CLOCK
     _closers: list[Any] = field(default_factory=list)
     _relay_queues: list[PostgresOutboxQueue] = field(default_factory=list)
 
@@ -276,7 +278,7 @@ class Container:
         )
         self._closers.append(publisher.close)
         self._closers.append(queue.reset)
-        return OutboxRelay(queue, publisher, settings or RelaySettings(), observer, clock=time.monotonic)
+        return OutboxRelay(queue, publisher, settings or RelaySettings(), observer, clock=self.clock)
 
     def relay_stalled(self) -> bool:
         """Whether a relay of this process has waited on its database session for longer than
@@ -299,7 +301,7 @@ class Container:
 
     def access_fanout(self) -> AccessFanOutJob:
         return AccessFanOutJob(
-            self.fanout_queue, PostgresTaskWakeups(self.database), self.fanout_settings, clock=now_utc
+            self.fanout_queue, PostgresTaskWakeups(self.database), self.fanout_settings, clock=self.clock
         )
 
     def talent_sync(
@@ -315,7 +317,7 @@ class Container:
             stream,
             self.replica_transactions,
             settings or TalentSyncSettings(),
-            clock=now_utc,
+            clock=self.clock,
             observer=observer,
         )
 
@@ -353,7 +355,7 @@ class Container:
 
     def talent_import(self, lock: RunLock | None = None) -> TalentImportJob:
         return TalentImportJob(
-            self.import_store, lock or self.run_lock(), self._import_source, self.import_settings, now_utc
+            self.import_store, lock or self.run_lock(), self._import_source, self.import_settings, self.clock
         )
 
     def _operator_source(self, mode: ImportMode) -> TalentSource:
@@ -379,21 +381,21 @@ class Container:
             self.run_lock,
             self._operator_source,
             self.replica_transactions,
-            now_utc,
+            self.clock,
             summaries=self.admin_reads,
         )
 
     @cached_property
     def fanout_admin(self) -> FanOutAdmin:
-        return FanOutAdmin(self.fanout_queue, now_utc)
+        return FanOutAdmin(self.fanout_queue, self.clock)
 
     @cached_property
     def role_admin(self) -> RoleAdmin:
-        return RoleAdmin(self.transactions, self.fanout_policy, self.admin_reads)
+        return RoleAdmin(self.transactions, self.fanout_policy, self.admin_reads, self.clock)
 
     @cached_property
     def retention(self) -> RetentionAdmin:
-        return RetentionAdmin(PostgresRetention(self.database), now_utc)
+        return RetentionAdmin(PostgresRetention(self.database), self.clock)
 
     @cached_property
     def health(self) -> HealthReads:

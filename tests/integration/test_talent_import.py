@@ -11,9 +11,9 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 from prometheus_client import REGISTRY
 
+from pin_identity.adapters.system_clock import SYSTEM_CLOCK
 from pin_identity.composition import Container
 from pin_identity.domain.errors import SourceUnavailableError
-from pin_identity.domain.events import now_utc
 from pin_identity.domain.talent import ImportStage
 from pin_identity.domain.talent_import import (
     ImportErrorCode,
@@ -45,7 +45,7 @@ def test_an_empty_source_completes_with_nothing_applied_and_again(world: TalentW
     first, second = world.run(), world.run()
     for run in (first, second):
         assert run.status is RunStatus.COMPLETED
-        assert _counts(run.result(now_utc())) == ((0, 0, 0, 0), (0, 0, 0, 0))
+        assert _counts(run.result(SYSTEM_CLOCK.now())) == ((0, 0, 0, 0), (0, 0, 0, 0))
 
 
 def test_tenants_are_applied_before_any_user_page_is_planned(world: TalentWorld) -> None:
@@ -54,7 +54,12 @@ def test_tenants_are_applied_before_any_user_page_is_planned(world: TalentWorld)
     run = world.run(page_size=25)
 
     assert run.status is RunStatus.COMPLETED
-    assert _counts(run.result(now_utc()))[1] == (300, 300, 0, 0)  # no IDENTITY_SYNC_COMPANY_NOT_FOUND
+    assert _counts(run.result(SYSTEM_CLOCK.now()))[1] == (
+        300,
+        300,
+        0,
+        0,
+    )  # no IDENTITY_SYNC_COMPANY_NOT_FOUND
     [(last_tenant_done, first_user_planned)] = _rows(
         world,
         "SELECT max(updated_at) FILTER (WHERE stage = 'Tenants'),"
@@ -73,7 +78,7 @@ def test_a_second_run_over_a_filled_replica_changes_nothing(world: TalentWorld) 
 
     again = world.run(page_size=20)
 
-    assert _counts(again.result(now_utc())) == ((10, 0, 10, 0), (60, 0, 60, 0))
+    assert _counts(again.result(SYSTEM_CLOCK.now())) == ((10, 0, 10, 0), (60, 0, 60, 0))
     assert talent.replica_state(world.container) == state
     assert _rows(world, "SELECT count(*) FROM identity.outbox_events") == events
     assert all(len(user[-1]) == 1 for user in state["users"])
@@ -97,7 +102,7 @@ def test_a_run_interrupted_mid_stage_resumes_from_its_pending_pages(world: Talen
     resumed = world.run(page_size=4)
 
     assert (resumed.run_id, resumed.status) == (run.run_id, RunStatus.COMPLETED)
-    assert _counts(resumed.result(now_utc())) == ((12, 12, 0, 0), (40, 40, 0, 0))
+    assert _counts(resumed.result(SYSTEM_CLOCK.now())) == ((12, 12, 0, 0), (40, 40, 0, 0))
     after = dict(
         _rows(
             world, "SELECT id, updated_at FROM identity.talent_import_pages WHERE run_id = %s", [run.run_id]
@@ -120,7 +125,7 @@ def test_poison_items_are_quarantined_and_the_run_still_completes(world: TalentW
         "IDENTITY_SYNC_PHONE_CONFLICT",
         "IDENTITY_SYNC_UNKNOWN_COMPANY_TYPE",
     ]
-    assert _counts(run.result(now_utc())) == ((9, 8, 0, 1), (43, 40, 0, 3))
+    assert _counts(run.result(SYSTEM_CLOCK.now())) == ((9, 8, 0, 1), (43, 40, 0, 3))
 
 
 def test_each_new_manager_gets_one_default_role_and_an_access_event(world: TalentWorld) -> None:
@@ -147,7 +152,7 @@ def test_a_dry_run_writes_nothing_and_counts_what_a_real_run_would(world: Talent
     assert _rows(world, "SELECT count(*) FROM identity.outbox_events") == [(0,)]
     assert world.container.import_store.failed_items(dry.run_id) == []
     real = world.run(page_size=7)
-    assert _counts(dry.result(now_utc())) == _counts(real.result(now_utc()))
+    assert _counts(dry.result(SYSTEM_CLOCK.now())) == _counts(real.result(SYSTEM_CLOCK.now()))
 
 
 class _SignalledAfterReads:
@@ -191,7 +196,7 @@ def test_a_tenant_filter_imports_one_company_and_its_users(world: TalentWorld) -
     assert [c[0] for c in state["companies"]] == [chosen]
     expected_users = sorted(u["userId"] for u in dataset.users if u["tenantId"] == chosen)
     assert [u[0] for u in state["users"]] == expected_users
-    assert run.result(now_utc())["users"]["applied"] == len(expected_users)
+    assert run.result(SYSTEM_CLOCK.now())["users"]["applied"] == len(expected_users)
 
 
 def test_an_unavailable_source_is_refused_before_anything_is_written(world: TalentWorld) -> None:
@@ -259,7 +264,7 @@ def test_a_flaky_slow_api_still_imports_everything(api_world: TalentWorld) -> No
 
     run = world.run(page_size=9)
 
-    assert _counts(run.result(now_utc())) == ((10, 10, 0, 0), (80, 80, 0, 0))
+    assert _counts(run.result(SYSTEM_CLOCK.now())) == ((10, 10, 0, 0), (80, 80, 0, 0))
 
 
 def _consumed_total() -> float:
@@ -404,4 +409,4 @@ def test_hostile_items_are_quarantined_and_the_good_ones_around_them_apply(world
     assert run.status is RunStatus.COMPLETED
     failed = world.container.import_store.failed_items(run.run_id)
     assert [item.error_code for item in failed] == ["IDENTITY_SYNC_INVALID_PAYLOAD"] * 4
-    assert _counts(run.result(now_utc())) == ((5, 2, 0, 3), (2, 1, 0, 1))
+    assert _counts(run.result(SYSTEM_CLOCK.now())) == ((5, 2, 0, 3), (2, 1, 0, 1))

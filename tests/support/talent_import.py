@@ -8,9 +8,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from pin_identity.adapters.system_clock import SYSTEM_CLOCK
 from pin_identity.composition import Container
 from pin_identity.config import Settings
-from pin_identity.domain.events import now_utc
 from pin_identity.domain.talent_import import ImportMode, ImportRequest, ImportRun, ImportSettings
 from pin_identity.jobs.talent_import import TalentImportJob
 from pin_identity.operations.imports import start_run
@@ -34,14 +34,14 @@ def import_container(settings: Settings, **overrides: Any) -> Iterator[Container
 
 def job(container: Container, settings: ImportSettings = FAST) -> TalentImportJob:
     return TalentImportJob(
-        container.import_store, container.run_lock(), container.talent_source, settings, now_utc
+        container.import_store, container.run_lock(), container.talent_source, settings, SYSTEM_CLOCK
     )
 
 
 def run_to_end(container: Container, request: ImportRequest, settings: ImportSettings = FAST) -> ImportRun:
     """What `talent-import run` does: start or resume under the lock, then drive the run to its end."""
     runner = job(container, settings)
-    run = start_run(container.import_store, runner.lock, container.talent_source, request, now_utc())
+    run = start_run(container.import_store, runner.lock, container.talent_source, request, SYSTEM_CLOCK.now())
     return runner.drive(run, threading.Event())
 
 
@@ -92,7 +92,7 @@ class TalentWorld:
     def start(self, runner: TalentImportJob, **fields: Any) -> ImportRun:
         """Start (or resume) a run under `runner`'s lock, which it keeps: the test drives the run."""
         store, sources = self.container.import_store, self.container.talent_source
-        return start_run(store, runner.lock, sources, self.request(**fields), now_utc())
+        return start_run(store, runner.lock, sources, self.request(**fields), SYSTEM_CLOCK.now())
 
     def close(self) -> None:
         for container in self.containers:

@@ -19,7 +19,6 @@ from rich.table import Table
 
 from pin_identity.composition import Container
 from pin_identity.domain.errors import InvalidInputError
-from pin_identity.domain.events import now_utc
 from pin_identity.domain.talent import ImportStage
 from pin_identity.domain.talent_import import (
     ImportErrorCode,
@@ -117,7 +116,7 @@ def run_import(container: Container, request: ImportRequest, *, as_json: bool, l
     show_progress = _progress_or_logs(container, log_json)
     run, lock = container.imports.run(request, who=operator())
     final = _drive(container, lock, run, stop, show_progress=show_progress)
-    result = final.result(now_utc())
+    result = final.result(container.clock.now())
     if as_json:
         typer.echo(json.dumps(result))
     else:
