@@ -51,6 +51,7 @@ from bench_database import SeedShape, embedded_postgres, fresh_database, scratch
 from bench_report import machine_line, percentile
 from pin_identity.adapters.postgres.database import ConnectionLimits, Database
 from pin_identity.adapters.postgres.identity_store import PostgresIdentityTransactions
+from pin_identity.adapters.system_clock import SYSTEM_CLOCK
 from pin_identity.domain.fanout import FanOutPolicy
 from pin_identity.operations import identity
 
@@ -122,7 +123,7 @@ def change_permissions(database: Database, role_id: uuid.UUID, permissions: list
     """The change every access benchmark fans out: the role's permissions replaced through the use case."""
     identity.set_role_permissions(
         PostgresIdentityTransactions(database),
-        identity.Context.fresh(),
+        identity.Context.fresh(SYSTEM_CLOCK),
         role_id=role_id,
         permissions=permissions,
         policy=FanOutPolicy(200),

@@ -33,6 +33,7 @@ from bench_database import embedded_postgres, fresh_database, scratch_dir, seed_
 from bench_report import percentile
 from pin_identity.adapters.postgres.database import ConnectionLimits, Database
 from pin_identity.adapters.postgres.identity_store import PostgresIdentityTransactions
+from pin_identity.adapters.system_clock import SYSTEM_CLOCK
 from pin_identity.domain.events import ACCESS_TOPIC
 from pin_identity.operations import identity
 
@@ -72,7 +73,9 @@ def _revoke_during_fanout(
             while not _task_state(watch)[0]:
                 time.sleep(0.01)
             for assignment_id, user_id in revokes:
-                identity.revoke_role_assignment(transactions, identity.Context.fresh(), assignment_id)
+                identity.revoke_role_assignment(
+                    transactions, identity.Context.fresh(SYSTEM_CLOCK), assignment_id
+                )
                 at = time.time()
                 committed[user_id] = (at, not _task_state(watch)[1])
                 time.sleep(every_s)

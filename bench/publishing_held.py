@@ -42,6 +42,7 @@ from pin_identity.adapters.postgres.catalogue import query
 from pin_identity.adapters.postgres.database import ConnectionLimits, Database
 from pin_identity.adapters.postgres.identity_store import PostgresIdentityTransactions
 from pin_identity.adapters.postgres.replica_store import PostgresReplicaTransactions
+from pin_identity.adapters.system_clock import SYSTEM_CLOCK
 from pin_identity.adapters.talent_wire import read_item
 from pin_identity.domain.talent import ImportStage
 from pin_identity.operations.identity import Context, archive_role
@@ -121,7 +122,7 @@ def measure(url: str, operation: Callable[[], object]) -> Held:
 def measure_archive(database: Database, url: str, users: int) -> Held:
     role_id = seed_role(url, users)
     transactions = PostgresIdentityTransactions(database)
-    return measure(url, lambda: archive_role(transactions, Context.fresh(), role_id))
+    return measure(url, lambda: archive_role(transactions, Context.fresh(SYSTEM_CLOCK), role_id))
 
 
 def measure_block(database: Database, url: str, users: int) -> Held:
@@ -138,7 +139,7 @@ def measure_block(database: Database, url: str, users: int) -> Held:
 
     def block() -> None:
         with transactions() as tx:
-            apply_snapshots(tx, [deleted], Context.fresh(), ApplyOptions())
+            apply_snapshots(tx, [deleted], Context.fresh(SYSTEM_CLOCK), ApplyOptions())
             tx.commit()
 
     return measure(url, block)

@@ -32,6 +32,7 @@ from bench_database import checkpoint, embedded_postgres, fresh_database, replic
 from bench_report import machine
 from pin_identity.adapters.postgres.database import ConnectionLimits, Database
 from pin_identity.adapters.postgres.replica_store import PostgresReplicaTransactions
+from pin_identity.adapters.system_clock import SYSTEM_CLOCK
 from pin_identity.adapters.talent_wire import read_item
 from pin_identity.domain.talent import ImportStage, ItemResult
 from pin_identity.operations.identity import Context
@@ -86,7 +87,7 @@ def apply_stage(
         chunk = records[start : start + batch_size]
         items = [SourceItem(read_item(stage, key, value)) for key, value in chunk]
         with transactions() as tx:
-            batch = apply_snapshots(tx, items, Context.fresh(), ApplyOptions())
+            batch = apply_snapshots(tx, items, Context.fresh(SYSTEM_CLOCK), ApplyOptions())
             tx.commit()
         for outcome in batch.outcomes:
             results[outcome.result.value] += 1

@@ -54,9 +54,9 @@ from bench_brokers import bench_broker
 from bench_database import checkpoint, fresh_database, replica_counts
 from bench_report import loadavg, machine, percentile
 from pin_identity.adapters.postgres.embedded import ensure_embedded_postgres, stop_embedded_postgres
+from pin_identity.adapters.system_clock import SYSTEM_CLOCK
 from pin_identity.composition import Container
 from pin_identity.config import ConfigurationError, Settings, load_settings
-from pin_identity.domain.events import now_utc
 from pin_identity.domain.talent import ImportStage, TalentItem
 from pin_identity.domain.talent_import import ImportMode, ImportRequest, ImportRun, PlanStep, RunStatus
 from pin_identity.jobs.talent_import import TalentImportJob
@@ -263,9 +263,11 @@ def run_once(bench: Bench, mode: ImportMode, run: int) -> RunResult:
             return TimedSource(container.jobs.talent_source(source_mode), timings)
 
         lock = container.stores.run_lock()
-        job = TalentImportJob(store, lock, sources, container.settings.imports, now_utc)
+        job = TalentImportJob(store, lock, sources, container.settings.imports, SYSTEM_CLOCK)
         started = time.perf_counter()
-        begun = start_run(store, lock, sources, ImportRequest(mode, page_size=bench.page_size), now_utc())
+        begun = start_run(
+            store, lock, sources, ImportRequest(mode, page_size=bench.page_size), SYSTEM_CLOCK.now()
+        )
         final = job.drive(begun, threading.Event())
         seconds = time.perf_counter() - started
         pages = store.progress(final.run_id).count()
@@ -294,7 +296,7 @@ def run_once(bench: Bench, mode: ImportMode, run: int) -> RunResult:
         read_p50_ms=percentile(timings.reads_ms, 0.5),
         read_p99_ms=percentile(timings.reads_ms, 0.99),
         read_max_ms=max(timings.reads_ms),
-        run_duration_ms=ImportResult.of(final, now_utc()).duration_ms,
+        run_duration_ms=ImportResult.of(final, SYSTEM_CLOCK.now()).duration_ms,
         breakdown_s=breakdown,
     )
 

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 
+from pin_identity.adapters.system_clock import SYSTEM_CLOCK
 from pin_identity.composition import Container
 from pin_identity.config import Settings
 from pin_identity.operations import identity
@@ -71,7 +72,7 @@ def test_the_audit_finds_matching_drifted_missing_and_pending_users(
         company,
     )
     # Through the service, not yet published: pending, whatever the topic says.
-    identity.revoke_role_assignment(audited.transactions, identity.Context.fresh(), grants[1])
+    identity.revoke_role_assignment(audited.transactions, identity.Context.fresh(SYSTEM_CLOCK), grants[1])
 
     code, report = _audit(subprocess_env, own_broker)
     assert code == 1

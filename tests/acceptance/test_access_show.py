@@ -13,6 +13,7 @@ import psycopg
 import pytest
 
 from pin_identity.adapters.kafka.partitioning import key_partition
+from pin_identity.adapters.system_clock import SYSTEM_CLOCK
 from pin_identity.composition import Container
 from pin_identity.operations import identity
 from tests.support import seed
@@ -59,7 +60,9 @@ def test_exit_status_follows_the_verdict(
             " VALUES (%s, %s, %s, 'Platform')",
             (uuid.uuid4(), role[0], missing),
         )
-    identity.revoke_role_assignment(container.stores.transactions, identity.Context.fresh(), pending_grant)
+    identity.revoke_role_assignment(
+        container.stores.transactions, identity.Context.fresh(SYSTEM_CLOCK), pending_grant
+    )
 
     expected = {
         matching: (0, "matching"),
@@ -89,7 +92,9 @@ def test_the_table_names_the_verdict_the_event_and_what_waits(
     assert "verdict  matching" in stdout and str(grant) in stdout and "RoleAssigned" in stdout
     print(stdout)
 
-    identity.revoke_role_assignment(container.stores.transactions, identity.Context.fresh(), grant)
+    identity.revoke_role_assignment(
+        container.stores.transactions, identity.Context.fresh(SYSTEM_CLOCK), grant
+    )
     code, stdout, _ = _show(subprocess_env, user)
     assert code == 0
     assert "verdict  pending" in stdout and "only on the topic" in stdout

@@ -31,6 +31,7 @@ from schemathesis.checks import not_a_server_error
 from structlog.testing import capture_logs
 
 from pin_identity.adapters.kafka.embedded import free_port
+from pin_identity.adapters.system_clock import SYSTEM_CLOCK
 from pin_identity.composition import Container
 from pin_identity.config import ConfigurationError, Settings
 from pin_identity.entrypoints.admin_http import create_app
@@ -378,7 +379,7 @@ def test_set_role_permissions_errors(client: TestClient, admin_container: Contai
     for body in ({}, {"permissions": "deals.read"}, {"permissions": ["a\x00b"]}):
         bad = client.put(path.format(role_id), json=body, headers=AUTH)
         assert_problem(bad, 422, "IDENTITY_INVALID_REQUEST")
-    identity.archive_role(admin_container.stores.transactions, identity.Context.fresh(), role_id)
+    identity.archive_role(admin_container.stores.transactions, identity.Context.fresh(SYSTEM_CLOCK), role_id)
     archived = client.put(path.format(role_id), json={"permissions": ["a"]}, headers=AUTH)
     assert_problem(archived, 409, "IDENTITY_CONFLICT")
 
@@ -403,7 +404,9 @@ def test_a_users_access_is_the_document_access_show_prints(
     printed = run_cli(subprocess_env, "access", "show", str(user), "--json")
     assert json.loads(printed.stdout) == document
 
-    identity.revoke_role_assignment(admin_container.stores.transactions, identity.Context.fresh(), grant)
+    identity.revoke_role_assignment(
+        admin_container.stores.transactions, identity.Context.fresh(SYSTEM_CLOCK), grant
+    )
     pending = client.get(f"{ACCESS}/{user}", headers=AUTH).json()
     assert pending["verdict"] == "pending"  # 200 whatever the verdict: the answer is the document
     assert pending["difference"] == {"onlyInDatabase": [], "onlyOnTopic": [str(grant)], "changed": []}

@@ -30,8 +30,8 @@ from playwright.sync_api import Browser, Page, Request, expect, sync_playwright
 
 from pin_identity.adapters.kafka.embedded import free_port, port_open
 from pin_identity.adapters.postgres.import_store import PostgresImportStore
+from pin_identity.adapters.system_clock import SYSTEM_CLOCK
 from pin_identity.composition import Container
-from pin_identity.domain.events import now_utc
 from pin_identity.domain.fanout import FanOutPolicy
 from pin_identity.domain.talent_import import ImportRun, PageStatus, RunStatus
 from pin_identity.jobs.talent_import import TalentImportJob
@@ -425,7 +425,7 @@ def test_imports_start_a_run_follow_its_progress_reset_leases_and_cancel_it(
         shoot(page, "imports")
 
         # A page whose worker died mid-way: reset leases makes it claimable at once.
-        now = now_utc()
+        now = SYSTEM_CLOCK.now()
         assert console.container.stores.import_store.claim_page(
             uuid.uuid4(), now, now + timedelta(hours=1), 5, run_id
         )

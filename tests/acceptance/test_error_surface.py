@@ -23,8 +23,8 @@ import sqlalchemy.exc
 from confluent_kafka import KafkaError, KafkaException
 
 from pin_identity.adapters.kafka.embedded import free_port
+from pin_identity.adapters.system_clock import SYSTEM_CLOCK
 from pin_identity.composition import Container
-from pin_identity.domain.events import now_utc
 from pin_identity.domain.talent_import import ImportMode, ImportRequest, RunEnding
 from pin_identity.entrypoints import cli, operator_cli
 from tests.support.cli import run_cli
@@ -124,8 +124,8 @@ def test_kafka_properties_librdkafka_refuses(subprocess_env: dict[str, str]) -> 
 
 def test_unknown_ids(subprocess_env: dict[str, str], container: Container) -> None:
     store = container.stores.import_store
-    finished = store.create_run(ImportRequest(ImportMode.API_PULL), uuid.uuid4(), now_utc())
-    store.finish_run(finished.run_id, RunEnding.completed(), now_utc())
+    finished = store.create_run(ImportRequest(ImportMode.API_PULL), uuid.uuid4(), SYSTEM_CLOCK.now())
+    store.finish_run(finished.run_id, RunEnding.completed(), SYSTEM_CLOCK.now())
     run_id = str(finished.run_id)
     cases = [
         Case(("roles", "set-permissions", UNKNOWN, "deals.read"), 2, (NOT_FOUND, UNKNOWN)),

@@ -7,7 +7,7 @@ import json
 import uuid
 from typing import Any
 
-from pin_identity.domain.events import now_utc
+from pin_identity.adapters.system_clock import SYSTEM_CLOCK
 from pin_identity.domain.fanout import FanOutPolicy
 from pin_identity.domain.talent import ImportStage
 from pin_identity.domain.talent_import import ImportMode, ImportRequest
@@ -156,7 +156,9 @@ def test_every_action_of_the_command_line_names_the_os_user_in_its_audit_line(
         ("maintenance", "prune", "--older-than", "30d"),
     ]
     answers = [done, *(run_cli(env, *command) for command in commands)]
-    running = str(store.create_run(ImportRequest(ImportMode.API_PULL), uuid.uuid4(), now_utc()).run_id)
+    running = str(
+        store.create_run(ImportRequest(ImportMode.API_PULL), uuid.uuid4(), SYSTEM_CLOCK.now()).run_id
+    )
     answers += [run_cli(env, "talent-import", step, running) for step in ("reset-leases", "cancel")]
 
     assert [answer.returncode for answer in answers] == [0] * len(answers), [a.stderr for a in answers]

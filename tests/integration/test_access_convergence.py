@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 
 import pytest
 
+from pin_identity.adapters.system_clock import SYSTEM_CLOCK
 from pin_identity.composition import Container
 from pin_identity.domain.fanout import FanOutPath, FanOutPolicy
 from pin_identity.operations import identity
@@ -40,7 +41,7 @@ def test_a_role_wide_snapshot_never_overtakes_a_point_revoke_that_commits_meanwh
     try:
         revoke = Background(
             lambda: identity.revoke_role_assignment(
-                container.stores.transactions, identity.Context.fresh(), grants[1]
+                container.stores.transactions, identity.Context.fresh(SYSTEM_CLOCK), grants[1]
             )
         )
         # The revoke did its work and waits at COMMIT.

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import uuid
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 from uuid import UUID
@@ -18,6 +19,7 @@ import pytest
 
 from pin_identity.adapters.postgres.catalogue import query
 from pin_identity.adapters.postgres.outbox_writer import template_params
+from pin_identity.adapters.system_clock import SYSTEM_CLOCK
 from pin_identity.composition import Container
 from pin_identity.config import Settings
 from pin_identity.domain import events
@@ -37,7 +39,7 @@ def settings(database_url: str, tmp_path: Path) -> Settings:
 def _user_with_every_kind_of_assignment(container: Container) -> tuple[UUID, UUID]:
     """A user of a company holding a global role and company roles in each scope, two of them expiring (one
     on a whole second), one revoked; names and role codes carry Cyrillic, quotes, a backslash and `%`."""
-    ctx = identity.Context.fresh
+    ctx = partial(identity.Context.fresh, SYSTEM_CLOCK)
     company_id = identity.create_company(
         container.stores.transactions,
         ctx(),
@@ -91,7 +93,7 @@ def _user_with_every_kind_of_assignment(container: Container) -> tuple[UUID, UUI
 
 def _user_without_company_or_assignments(container: Container) -> UUID:
     """A user of no company whose one assignment was revoked (the import announces revocations too)."""
-    ctx = identity.Context.fresh
+    ctx = partial(identity.Context.fresh, SYSTEM_CLOCK)
     user_id = identity.create_user(
         container.stores.transactions,
         ctx(),

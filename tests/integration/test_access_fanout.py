@@ -22,11 +22,12 @@ from pin_identity.adapters.postgres.fanout_queue import (
     PostgresFanOutQueue,
     PostgresTaskWakeups,
 )
+from pin_identity.adapters.system_clock import SYSTEM_CLOCK
 from pin_identity.composition import Container
 from pin_identity.config import FanOutSettings
 from pin_identity.domain import events
 from pin_identity.domain.access_cache import CacheDecision, UserAccessCache
-from pin_identity.domain.events import AccessChangeTemplate, now_utc
+from pin_identity.domain.events import AccessChangeTemplate
 from pin_identity.domain.fanout import FanOutPolicy
 from pin_identity.domain.model import AccessChangeReason, Scope, ScopeType
 from pin_identity.jobs.access_fanout import AccessFanOutJob, TaskOutcome
@@ -78,7 +79,9 @@ def _claimed_change(
     """A role of 40 users changed, its task claimed for five minutes by a worker that has not begun it."""
     _, role_id, users = seed.bulk_held_role(container.stores.transactions, database_url, 40)
     task_id = _change_permissions(container, role_id)
-    task = container.stores.fanout_queue.claim(uuid.uuid4(), clock(), clock() + timedelta(seconds=300))
+    task = container.stores.fanout_queue.claim(
+        uuid.uuid4(), clock.now(), clock.now() + timedelta(seconds=300)
+    )
     assert task is not None
     return role_id, users, task_id, task
 
@@ -91,7 +94,9 @@ def test_empty_role_completes_at_once_without_events(
     user_id = seed.user(container.stores.transactions, company_id)
     assignment = seed.grant(container.stores.transactions, user_id, role_id, company_id)
     task_id = _change_permissions(container, role_id)
-    identity.revoke_role_assignment(container.stores.transactions, identity.Context.fresh(), assignment)
+    identity.revoke_role_assignment(
+        container.stores.transactions, identity.Context.fresh(SYSTEM_CLOCK), assignment
+    )
 
     run_until_idle(fanout_job(container, ManualClock()))
     publish_outbox(container)
@@ -138,7 +143,9 @@ def test_full_snapshot_holds_every_active_assignment_with_role_codes(
         seed.role(container.stores.transactions, company_id, "gone"),
         company_id,
     )
-    identity.revoke_role_assignment(container.stores.transactions, identity.Context.fresh(), revoked)
+    identity.revoke_role_assignment(
+        container.stores.transactions, identity.Context.fresh(SYSTEM_CLOCK), revoked
+    )
     _change_permissions(container, role_id)
 
     run_until_idle(fanout_job(container, ManualClock()))
@@ -303,7 +310,7 @@ def test_poison_task_fails_after_max_attempts_and_blocks_no_other_task(
     publish_outbox(container)
     assert len(_every_fanout_event(tap, healthy_role)) == 10
 
-    container.stores.fanout_queue.replay(poison_task, clock())  # the runbook, once the cause is fixed
+    container.stores.fanout_queue.replay(poison_task, clock.now())  # the runbook, once the cause is fixed
     run_until_idle(fanout_job(container, clock))
     assert _task_row(database_url, poison_task)["status"] == "Completed"
 
@@ -350,7 +357,7 @@ def test_cancellation_between_batches_keeps_committed_batches_and_releases_the_l
     row = _task_row(database_url, task_id)
     assert (row["status"], row["processed_count"], row["cursor"]) == ("InProgress", 10, users[9])
     assert (
-        row["lease_expires_at"] == clock() and row["attempt_count"] == 0
+        row["lease_expires_at"] == clock.now() and row["attempt_count"] == 0
     )  # free at once, attempt not counted
     run_until_idle(fanout_job(container, clock, batch_size=10))
     publish_outbox(container)
@@ -369,7 +376,7 @@ def test_role_archived_between_enqueue_and_processing(
         seed.grant(container.stores.transactions, user_id, role_id, company_id)
     seed.grant(container.stores.transactions, users[0], other, company_id)
     task_id = _change_permissions(container, role_id)
-    identity.archive_role(container.stores.transactions, identity.Context.fresh(), role_id)
+    identity.archive_role(container.stores.transactions, identity.Context.fresh(SYSTEM_CLOCK), role_id)
 
     run_until_idle(fanout_job(container, ManualClock()))
     publish_outbox(container)
@@ -486,7 +493,10 @@ def test_a_new_task_wakes_an_idle_worker_long_before_its_polling_interval(
     _, role_id, _ = seed.bulk_held_role(container.stores.transactions, database_url, 20)
     settings = FanOutSettings(polling_interval_s=60, batch_size=50)
     job = AccessFanOutJob(
-        container.stores.fanout_queue, PostgresTaskWakeups(container.connections.database), settings, now_utc
+        container.stores.fanout_queue,
+        PostgresTaskWakeups(container.connections.database),
+        settings,
+        SYSTEM_CLOCK,
     )
     stop = threading.Event()
     worker = threading.Thread(target=job.run, args=(stop,), daemon=True)

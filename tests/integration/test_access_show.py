@@ -16,6 +16,7 @@ from pin_identity.adapters.kafka.access_lookup import KafkaUserAccessLog
 from pin_identity.adapters.kafka.partitioning import key_partition
 from pin_identity.adapters.kafka.publisher import producer_config
 from pin_identity.adapters.postgres.access_truth import PostgresAccessTruth
+from pin_identity.adapters.system_clock import SYSTEM_CLOCK
 from pin_identity.composition import Container
 from pin_identity.domain.access_audit import AssignmentDifferenceView, Verdict
 from pin_identity.domain.errors import NotFoundError
@@ -73,7 +74,9 @@ def test_a_published_grant_is_matching_and_names_its_event(container: Container)
 
 def test_a_change_still_in_the_outbox_is_pending(container: Container) -> None:
     user, _, assignment = _granted_user(container)
-    identity.revoke_role_assignment(container.stores.transactions, identity.Context.fresh(), assignment)
+    identity.revoke_role_assignment(
+        container.stores.transactions, identity.Context.fresh(SYSTEM_CLOCK), assignment
+    )
     shown = container.use_cases.access_show(user)
     assert shown.verdict is Verdict.PENDING
     assert [(e.change_reason, e.version) for e in shown.outbox] == [("RoleRevoked", 2)]
@@ -153,7 +156,9 @@ def test_a_dead_lettered_access_event_is_shown_beside_the_drift_it_leaves(
     container: Container, database_url: str
 ) -> None:
     user, _, assignment = _granted_user(container)
-    identity.revoke_role_assignment(container.stores.transactions, identity.Context.fresh(), assignment)
+    identity.revoke_role_assignment(
+        container.stores.transactions, identity.Context.fresh(SYSTEM_CLOCK), assignment
+    )
     # What the relay does with an event the broker refuses for good.
     _sql(
         database_url,

@@ -21,6 +21,7 @@ import psycopg
 import pytest
 
 from pin_identity.adapters.kafka.embedded import free_port
+from pin_identity.adapters.system_clock import SYSTEM_CLOCK
 from pin_identity.composition import Container
 from pin_identity.domain.events import ACCESS_TOPIC, PUBLISHED_TOPICS, USERS_TOPIC
 from pin_identity.domain.fanout import FanOutPolicy
@@ -166,7 +167,7 @@ def test_a_broker_killed_half_way_through_a_200000_user_fanout_loses_nothing(
 def _set_permissions(container: Container, role: UUID, permissions: list[str]) -> None:
     identity.set_role_permissions(
         container.stores.transactions,
-        identity.Context.fresh(),
+        identity.Context.fresh(SYSTEM_CLOCK),
         role_id=role,
         permissions=permissions,
         policy=FanOutPolicy(inline_threshold=0),

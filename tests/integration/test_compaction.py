@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from pin_identity.adapters.kafka.topics import TopicLayout, ensure_topics
+from pin_identity.adapters.system_clock import SYSTEM_CLOCK
 from pin_identity.composition import Container
 from pin_identity.config import Settings
 from pin_identity.domain.access_cache import UserAccessCache
@@ -79,7 +80,7 @@ def test_a_new_cache_reading_the_compacted_access_topic_from_offset_0_holds_ever
             roll_segments(compacting.bootstrap, [ACCESS_TOPIC], 3)  # each round in segments of its own
         for user in users[::3]:  # the last word for some: a revocation, a grant of another role
             identity.revoke_role_assignment(
-                container.stores.transactions, identity.Context.fresh(), grants[user]
+                container.stores.transactions, identity.Context.fresh(SYSTEM_CLOCK), grants[user]
             )
         for user in users[1::3]:
             seed.grant(container.stores.transactions, user, other, company)

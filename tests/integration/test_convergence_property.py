@@ -24,10 +24,11 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from pin_identity.adapters.kafka.topics import TopicLayout, ensure_topics
+from pin_identity.adapters.system_clock import SYSTEM_CLOCK
 from pin_identity.composition import Container
 from pin_identity.config import FanOutSettings, RelaySettings, Settings
 from pin_identity.domain.errors import IdentityError
-from pin_identity.domain.events import PUBLISHED_TOPICS, now_utc
+from pin_identity.domain.events import PUBLISHED_TOPICS
 from pin_identity.domain.fanout import FanOutPolicy
 from pin_identity.domain.model import Scope
 from pin_identity.jobs.access_fanout import AccessFanOutJob
@@ -129,7 +130,7 @@ STEPS = st.tuples(
 
 def _step(stand: Stand, cast: Cast, relay: Relay, step: Step) -> None:
     kind, a, b = step
-    ctx, transactions = identity.Context.fresh(), stand.container.stores.transactions
+    ctx, transactions = identity.Context.fresh(SYSTEM_CLOCK), stand.container.stores.transactions
     role = cast.roles[a % len(cast.roles)]
     if kind == "grant":
         identity.grant_role_assignment(
@@ -265,7 +266,7 @@ def test_the_access_stream_converges_whatever_runs_at_once(
         stand.container.stores.fanout_queue,
         NoWakeups(),
         FanOutSettings(polling_interval_s=0.05, batch_size=2),
-        now_utc,
+        SYSTEM_CLOCK,
     )
     stop_fanout = threading.Event()
     fanout_thread = threading.Thread(target=fanout.run, args=(stop_fanout,), daemon=True)

@@ -12,9 +12,9 @@ import pytest
 from psycopg.rows import dict_row
 from structlog.testing import capture_logs
 
+from pin_identity.adapters.system_clock import SYSTEM_CLOCK
 from pin_identity.composition import Container
 from pin_identity.domain.errors import ConflictError, NotFoundError
-from pin_identity.domain.events import now_utc
 from pin_identity.domain.fanout import FanOutPolicy
 from pin_identity.domain.model import FanOutTaskStatus
 from pin_identity.observability.logging import AUDIT_EVENT
@@ -40,7 +40,7 @@ def _task(container: Container, status: FanOutTaskStatus, *, processed: int = 0)
             {
                 "status": status.value,
                 "processed": processed,
-                "then": now_utc() - LONG_AGO,
+                "then": SYSTEM_CLOCK.now() - LONG_AGO,
                 "finished": finished,
                 "id": change.task_id,
             },
@@ -57,7 +57,7 @@ def _row(container: Container, task_id: UUID) -> dict[str, Any] | None:
 
 
 def _failed_gauge(container: Container) -> int:
-    return container.stores.fanout_queue.stats(now_utc()).failed
+    return container.stores.fanout_queue.stats(SYSTEM_CLOCK.now()).failed
 
 
 def test_prune_keeps_a_failed_task_however_old_and_it_can_still_be_replayed(container: Container) -> None:

@@ -13,12 +13,12 @@ import os
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
 import psycopg
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from pin_identity.adapters.system_clock import SYSTEM_CLOCK
 from pin_identity.adapters.talent_wire import api_item, decode_page, topic_item
 from pin_identity.composition import Container
 from pin_identity.config import TalentSyncSettings
@@ -167,7 +167,9 @@ def test_an_api_page_item_is_applied_or_quarantined_whatever_it_holds(
 
 def _apply(container: Container, items: list[TalentItem]) -> None:
     with container.stores.replica_transactions() as tx:
-        outcome = apply_snapshots(tx, [SourceItem(item) for item in items], Context.fresh(), ApplyOptions())
+        outcome = apply_snapshots(
+            tx, [SourceItem(item) for item in items], Context.fresh(SYSTEM_CLOCK), ApplyOptions()
+        )
         tx.commit()
     assert all(o.result in (ItemResult.APPLIED, ItemResult.FAILED) for o in outcome.outcomes)
 
@@ -183,7 +185,7 @@ def test_the_consumer_applies_or_quarantines_every_record_and_its_offsets_advanc
     ]
     stream = MemoryStream(records)
     job = TalentSyncJob(
-        stream, container.stores.replica_transactions, TalentSyncSettings(), clock=lambda: datetime.now(UTC)
+        stream, container.stores.replica_transactions, TalentSyncSettings(), clock=SYSTEM_CLOCK
     )
     job.step()
     assert stream.committed == list(range(len(batch)))

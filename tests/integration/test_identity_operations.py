@@ -8,6 +8,7 @@ from uuid import UUID
 import psycopg
 import pytest
 
+from pin_identity.adapters.system_clock import SYSTEM_CLOCK
 from pin_identity.composition import Container
 from pin_identity.domain.errors import ConflictError
 from pin_identity.domain.fanout import FanOutPath, FanOutPolicy
@@ -73,7 +74,9 @@ def test_grant_and_revoke_publish_full_snapshots_with_point_versions(
     viewer = seed.role(container.stores.transactions, company_id, "viewer")
     first = seed.grant(container.stores.transactions, user_id, sales, company_id)
     second = seed.grant(container.stores.transactions, user_id, viewer, company_id)
-    identity.revoke_role_assignment(container.stores.transactions, identity.Context.fresh(), first)
+    identity.revoke_role_assignment(
+        container.stores.transactions, identity.Context.fresh(SYSTEM_CLOCK), first
+    )
     publish_outbox(container)
 
     granted_1, granted_2, revoked = tap.wait_for(_for(user_id), 3)
@@ -117,8 +120,12 @@ def test_revoking_twice_announces_once(container: Container, tap: EventTap) -> N
         seed.role(container.stores.transactions, company_id),
         company_id,
     )
-    identity.revoke_role_assignment(container.stores.transactions, identity.Context.fresh(), assignment)
-    identity.revoke_role_assignment(container.stores.transactions, identity.Context.fresh(), assignment)
+    identity.revoke_role_assignment(
+        container.stores.transactions, identity.Context.fresh(SYSTEM_CLOCK), assignment
+    )
+    identity.revoke_role_assignment(
+        container.stores.transactions, identity.Context.fresh(SYSTEM_CLOCK), assignment
+    )
     publish_outbox(container)
     events = tap.read_to_end(_for(user_id))
     assert [e.payload["changeReason"] for e in events] == ["RoleAssigned", "RoleRevoked"]
@@ -137,7 +144,9 @@ def test_archive_role_revokes_its_assignments_and_tells_each_user(
     bystander = seed.user(container.stores.transactions, company_id)
     seed.grant(container.stores.transactions, bystander, kept, company_id)
 
-    affected = identity.archive_role(container.stores.transactions, identity.Context.fresh(), archived)
+    affected = identity.archive_role(
+        container.stores.transactions, identity.Context.fresh(SYSTEM_CLOCK), archived
+    )
     publish_outbox(container)
 
     assert affected == 3

@@ -35,7 +35,7 @@ def publisher(broker: str) -> Iterator[KafkaEventPublisher]:
         {"bootstrap.servers": broker, "topic.metadata.propagation.max.ms": "100"},
         ensure_topics=lambda: [],
         transactional_id=f"test-publisher-{uuid.uuid4()}",
-        clock=ManualClock().monotonic,
+        clock=ManualClock(),
     )
     yield built
     built.discard()

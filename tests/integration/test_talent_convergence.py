@@ -20,8 +20,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from pin_identity.adapters.system_clock import SYSTEM_CLOCK
 from pin_identity.composition import Container
-from pin_identity.domain.events import now_utc
 from pin_identity.domain.talent import ItemResult
 from pin_identity.operations.identity import Context
 from pin_identity.operations.ports.replica import SourceItem
@@ -81,7 +81,7 @@ def _live_first(arrivals: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _consume(container: Container, batch: list[dict[str, Any]]) -> list[BatchOutcome]:
-    ctx = Context.fresh()
+    ctx = Context.fresh(SYSTEM_CLOCK)
     options = ApplyOptions(retry_at=lambda attempt: ctx.now)
     items = [SourceItem(talent.raw(snapshot)) for snapshot in batch]
     with container.stores.replica_transactions() as tx:
@@ -91,7 +91,7 @@ def _consume(container: Container, batch: list[dict[str, Any]]) -> list[BatchOut
 
 
 def _retry_deferred(container: Container) -> list[BatchOutcome]:
-    ctx = Context(uuid.uuid4(), now_utc() + timedelta(days=1))
+    ctx = Context(uuid.uuid4(), SYSTEM_CLOCK.now() + timedelta(days=1))
     with container.stores.replica_transactions() as tx:
         due = tx.due_quarantined(ctx.now, 100)
         outcome = apply_snapshots(tx, due, ctx, ApplyOptions(retry_at=lambda _: ctx.now))

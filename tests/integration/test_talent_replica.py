@@ -6,6 +6,7 @@ import json
 import uuid
 from typing import Any
 
+from pin_identity.adapters.system_clock import SYSTEM_CLOCK
 from pin_identity.adapters.talent_wire import read_item
 from pin_identity.composition import Container
 from pin_identity.domain.talent import ImportStage, ItemResult, SyncErrorCode
@@ -193,7 +194,7 @@ def test_the_same_failure_seen_twice_by_the_consumer_is_kept_once(container: Con
 def test_a_batch_is_one_transaction_even_with_its_savepoints(container: Container) -> None:
     company = talent.tenant()
     with container.stores.replica_transactions() as tx:
-        apply_snapshots(tx, [SourceItem(talent.raw(company))], Context.fresh(), ApplyOptions())
+        apply_snapshots(tx, [SourceItem(talent.raw(company))], Context.fresh(SYSTEM_CLOCK), ApplyOptions())
         # left without commit(): the consumer's failed batch, whose offsets are not committed either
     assert talent.replica_state(container) == {"companies": [], "users": []}
     assert _rows(container, "SELECT count(*) FROM identity.outbox_events") == [(0,)]

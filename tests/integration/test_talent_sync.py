@@ -121,11 +121,11 @@ def test_a_user_before_its_tenant_is_retried_with_backoff(
     manager = talent.user(company["tenantId"])
     talent.produce(container, talent_topics, TalentDataset([], [manager]))
     talent.run_until_caught_up(talent.sync_job(container, talent_topics, clock=clock))
-    assert _deferral(container) == ("IDENTITY_SYNC_COMPANY_NOT_FOUND", 1, clock.now + timedelta(seconds=1))
+    assert _deferral(container) == ("IDENTITY_SYNC_COMPANY_NOT_FOUND", 1, clock.now() + timedelta(seconds=1))
 
     clock.advance(1)
     talent.run_until_caught_up(talent.sync_job(container, talent_topics, clock=clock))
-    assert _deferral(container) == ("IDENTITY_SYNC_COMPANY_NOT_FOUND", 2, clock.now + timedelta(seconds=2))
+    assert _deferral(container) == ("IDENTITY_SYNC_COMPANY_NOT_FOUND", 2, clock.now() + timedelta(seconds=2))
 
     job = talent.sync_job(container, talent_topics, clock=clock)
     talent.produce(container, talent_topics, TalentDataset([company], []))

@@ -16,6 +16,7 @@ import httpx
 import psycopg
 
 from pin_identity.adapters.kafka.embedded import free_port
+from pin_identity.adapters.system_clock import SYSTEM_CLOCK
 from pin_identity.composition import Container
 from pin_identity.domain.events import ACCESS_TOPIC, OutboxMessage, envelope
 from pin_identity.domain.fanout import FanOutPolicy
@@ -47,7 +48,7 @@ def change_permissions_inline(container: Container, role: uuid.UUID, holders: in
     """A permission change of a role of at most `holders` users: their events are written with the change."""
     identity.set_role_permissions(
         container.stores.transactions,
-        identity.Context.fresh(),
+        identity.Context.fresh(SYSTEM_CLOCK),
         role_id=role,
         permissions=["deals.read", "deals.approve"],
         policy=FanOutPolicy(inline_threshold=holders),

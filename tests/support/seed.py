@@ -11,6 +11,7 @@ from uuid import UUID
 
 import psycopg
 
+from pin_identity.adapters.system_clock import SYSTEM_CLOCK
 from pin_identity.domain.fanout import FanOutPolicy
 from pin_identity.domain.model import CompanyType, Scope, UserType
 from pin_identity.operations import identity
@@ -22,7 +23,7 @@ from tests.support.phones import next_phone
 def company(transactions: IdentityTransactions, name: str = "Stroy Invest") -> UUID:
     return identity.create_company(
         transactions,
-        identity.Context.fresh(),
+        identity.Context.fresh(SYSTEM_CLOCK),
         name=name,
         company_type=CompanyType.DEVELOPER,
         tax_id="7701234567",
@@ -32,7 +33,7 @@ def company(transactions: IdentityTransactions, name: str = "Stroy Invest") -> U
 def user(transactions: IdentityTransactions, company_id: UUID | None = None) -> UUID:
     return identity.create_user(
         transactions,
-        identity.Context.fresh(),
+        identity.Context.fresh(SYSTEM_CLOCK),
         identity.NewUser(
             phone=next_phone(),
             first_name="Ivan",
@@ -63,7 +64,7 @@ def grant_in(
 ) -> UUID:
     return identity.grant_role_assignment(
         transactions,
-        identity.Context.fresh(),
+        identity.Context.fresh(SYSTEM_CLOCK),
         user_id=user_id,
         role_id=role_id,
         scope=scope,
@@ -96,7 +97,11 @@ def change_permissions(
 ) -> PermissionsChanged:
     """The role's permissions replaced through the use case (inline or queued, as the policy decides)."""
     return identity.set_role_permissions(
-        transactions, identity.Context.fresh(), role_id=role_id, permissions=permissions, policy=policy
+        transactions,
+        identity.Context.fresh(SYSTEM_CLOCK),
+        role_id=role_id,
+        permissions=permissions,
+        policy=policy,
     )
 
 

@@ -5,17 +5,16 @@ from __future__ import annotations
 import json
 import threading
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 from uuid import UUID
 
 from pin_identity.adapters.kafka.talent_stream import KafkaTalentStream
+from pin_identity.adapters.system_clock import SYSTEM_CLOCK
 from pin_identity.adapters.talent_wire import read_item
 from pin_identity.composition import Container
 from pin_identity.config import TalentSyncSettings
-from pin_identity.domain.events import now_utc
+from pin_identity.domain.clock import Clock
 from pin_identity.domain.talent import ImportStage, TalentItem
 from pin_identity.jobs.talent_sync import TalentSyncJob
 from pin_identity.operations.identity import Context
@@ -90,7 +89,7 @@ def apply(
     assert all(record.stage is stage for record in records)
     with container.stores.replica_transactions() as tx:
         outcome = apply_snapshots(
-            tx, [SourceItem(r) for r in records], Context.fresh(), options or ApplyOptions()
+            tx, [SourceItem(r) for r in records], Context.fresh(SYSTEM_CLOCK), options or ApplyOptions()
         )
         tx.commit()
     return outcome
@@ -108,7 +107,7 @@ def sync_job(
     container: Container,
     topics: TalentTopics,
     *,
-    clock: Callable[[], datetime] = now_utc,
+    clock: Clock = SYSTEM_CLOCK,
     stream: TalentStream | None = None,
 ) -> TalentSyncJob:
     """The real continuous consumer on this test's topics and group."""

@@ -8,9 +8,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from pin_identity.adapters.system_clock import SYSTEM_CLOCK
 from pin_identity.composition import Container
 from pin_identity.config import ImportSettings, Settings
-from pin_identity.domain.events import now_utc
 from pin_identity.domain.talent_import import (
     ImportMode,
     ImportRequest,
@@ -42,7 +42,7 @@ def job(container: Container, settings: ImportSettings = FAST) -> TalentImportJo
         container.stores.run_lock(),
         container.jobs.talent_source,
         settings,
-        now_utc,
+        SYSTEM_CLOCK,
     )
 
 
@@ -50,7 +50,7 @@ def run_to_end(container: Container, request: ImportRequest, settings: ImportSet
     """What `talent-import run` does: start or resume under the lock, then drive the run to its end."""
     runner = job(container, settings)
     run = start_run(
-        container.stores.import_store, runner.lock, container.jobs.talent_source, request, now_utc()
+        container.stores.import_store, runner.lock, container.jobs.talent_source, request, SYSTEM_CLOCK.now()
     )
     return runner.drive(run, threading.Event())
 
@@ -102,7 +102,7 @@ class TalentWorld:
     def start(self, runner: TalentImportJob, **fields: Any) -> ImportRun:
         """Start (or resume) a run under `runner`'s lock, which it keeps: the test drives the run."""
         store, sources = self.container.stores.import_store, self.container.jobs.talent_source
-        return start_run(store, runner.lock, sources, self.request(**fields), now_utc())
+        return start_run(store, runner.lock, sources, self.request(**fields), SYSTEM_CLOCK.now())
 
     def close(self) -> None:
         for container in self.containers:

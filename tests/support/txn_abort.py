@@ -35,6 +35,7 @@ from confluent_kafka import KafkaException, Producer
 
 from pin_identity.adapters.kafka.publisher import KafkaEventPublisher
 from pin_identity.operations.ports.outbox import PendingEvent
+from tests.support.clocks import ManualClock
 from tests.support.waiting import wait_until
 
 DEBUG = "eos,protocol,broker"
@@ -110,7 +111,7 @@ def _publisher(bootstrap: str, topic: str, broker_pid: int) -> None:
         {"bootstrap.servers": bootstrap, "debug": DEBUG},
         None,
         transactional_id="txn-abort-repro",
-        clock=lambda: 0.0,  # a transaction never grows old: it is committed when collect() is given a wait
+        clock=ManualClock(),  # a transaction never grows old: it is committed when collect() is given a wait
     )
     publisher.start()
     publisher.send([PendingEvent(n, topic, f"user-{n}", b"{}", "UserAccessChanged", "c", None) for n in _IDS])

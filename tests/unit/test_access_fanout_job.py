@@ -17,7 +17,7 @@ from pin_identity.domain.events import AccessChangeTemplate, OutboxMessage
 from pin_identity.jobs.access_fanout import AccessFanOutJob, TaskOutcome
 from pin_identity.jobs.access_fanout_observer import FanOutObserver
 from pin_identity.operations.ports.fanout import FanOutTask, PageWritten, PoisonedTask, QueueStats, Release
-from tests.support.clocks import ManualClock
+from tests.support.clocks import ClockedStop, ManualClock
 from tests.support.fanout import NoWakeups
 
 
@@ -111,14 +111,14 @@ def test_an_error_releases_the_lease_after_a_back_off_and_counts_the_attempt() -
     assert _job(queue, clock).process(_task(attempt=3), threading.Event()) == TaskOutcome.ERROR
     [(counted, error, available_at)] = queue.releases
     assert counted and error is not None and "database went away" in error
-    assert available_at == clock() + timedelta(seconds=8)
+    assert available_at == clock.now() + timedelta(seconds=8)
 
 
 def test_a_stop_releases_at_once_without_counting_the_attempt() -> None:
     queue, clock, stop = MemoryFanOutQueue(5), ManualClock(), threading.Event()
     stop.set()
     assert _job(queue, clock).process(_task(), stop) == TaskOutcome.STOPPED
-    assert queue.releases == [(False, None, clock())]
+    assert queue.releases == [(False, None, clock.now())]
     assert queue.events == []
 
 
@@ -133,8 +133,9 @@ def test_a_page_waits_while_the_outbox_holds_more_than_its_limit() -> None:
     queue = MemoryFanOutQueue(25)
     queue.outbox_backlog = [0, 30_000, 25_000, 20_001, 20_000]  # the second page waits three looks
     settings = FanOutSettings(batch_size=10, outbox_backlog_limit=20_000)
-    job = AccessFanOutJob(queue, NoWakeups(), settings, ManualClock())
-    assert job.process(_task(), threading.Event()) == TaskOutcome.COMPLETED
+    clock = ManualClock()
+    job = AccessFanOutJob(queue, NoWakeups(), settings, clock)
+    assert job.process(_task(), ClockedStop(clock)) == TaskOutcome.COMPLETED
     assert queue.looks_before_page == [1, 4, 1] and len(queue.events) == 25
 
 
@@ -147,12 +148,12 @@ class _StopWhileWaiting(threading.Event):
 def test_a_page_waits_for_the_relay_at_most_a_while_and_not_past_a_stop() -> None:
     queue = MemoryFanOutQueue(15)
     queue.outbox_backlog = [50_000] * 10_000  # a relay that is down
-    job = AccessFanOutJob(
-        queue, NoWakeups(), FanOutSettings(batch_size=10, outbox_wait_max_s=0.2), ManualClock()
-    )
+    clock, settings = ManualClock(), FanOutSettings(batch_size=10)
+    job = AccessFanOutJob(queue, NoWakeups(), settings, clock)
     with capture_logs() as logs:
-        assert job.process(_task(), threading.Event()) == TaskOutcome.COMPLETED
+        assert job.process(_task(), ClockedStop(clock)) == TaskOutcome.COMPLETED
     assert len(queue.events) == 15 and all(looks >= 2 for looks in queue.looks_before_page)
+    assert clock.monotonic() == 2 * settings.outbox_wait_max_s  # each page waited its longest, no more
     assert [line["outbox_waiting"] for line in logs if line["event"] == "fanout-outbox-backlog-high"] == [
         50_000
     ] * 2
@@ -205,7 +206,9 @@ class RecordingObserver(FanOutObserver):
     def batch_committed(self, task: FanOutTask, rows: int, cursor: object) -> None:
         self.calls.append(f"batch {rows}")
 
-    def completed(self, task: FanOutTask, processed: int, lag_s: float, duration_s: float) -> None:
+    def completed(
+        self, task: FanOutTask, processed: int, lag_s: float, duration_s: float, finished_at: datetime
+    ) -> None:
         self.calls.append(f"completed {processed}")
 
     def attempt_failed(self, task: FanOutTask, exc: Exception) -> str:

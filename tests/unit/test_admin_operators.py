@@ -92,14 +92,14 @@ def test_the_admin_of_the_token_variable_is_not_named_again_nor_its_token_reused
     ]:
         path.write_text(content)
         with pytest.raises(ConfigurationError, match=reason):
-            Operators("the-token", path)
+            Operators("the-token", path, clock=ManualClock())
 
 
 # ---------------------------------------------------------------- tokens and roles
 
 
 def test_white_space_around_a_token_is_not_part_of_it(tokens_file: Path) -> None:
-    operators = Operators("  admin-token\n", tokens_file)
+    operators = Operators("  admin-token\n", tokens_file, clock=ManualClock())
     assert names(operators, "admin-token", " admin-token ", "alice-token\n", "\tbob-token") == [
         "admin",
         "admin",
@@ -110,7 +110,7 @@ def test_white_space_around_a_token_is_not_part_of_it(tokens_file: Path) -> None
 
 
 def test_the_single_token_is_the_operator_admin() -> None:
-    [admin] = Operators("t0ken", None).current()
+    [admin] = Operators("t0ken", None, clock=ManualClock()).current()
     assert (admin.name, admin.role) == ("admin", AdminRole.OPERATOR)
 
 
@@ -128,20 +128,20 @@ def test_no_operator_at_all_is_refused(token: str | None) -> None:
     with pytest.raises(
         ConfigurationError, match=r"^PIN_IDENTITY_ADMIN_TOKENS_FILE or PIN_IDENTITY_ADMIN_TOKEN: "
     ):
-        Operators(token, None)
+        Operators(token, None, clock=ManualClock())
 
 
 def test_a_file_that_cannot_be_used_at_start_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ConfigurationError, match=r"^PIN_IDENTITY_ADMIN_TOKENS_FILE: cannot read .*missing"):
-        Operators(None, tmp_path / "missing")
+        Operators(None, tmp_path / "missing", clock=ManualClock())
     (tmp_path / "broken").write_text("alice operator\n")
     with pytest.raises(ConfigurationError, match=r"^PIN_IDENTITY_ADMIN_TOKENS_FILE: line 1: 2 fields"):
-        Operators("t0ken", tmp_path / "broken")
+        Operators("t0ken", tmp_path / "broken", clock=ManualClock())
 
 
 def test_an_empty_file_is_no_operator_yet() -> None:
     """A file with no line yet is valid: operators may be added later, without a restart."""
-    operators = Operators(None, Path("/dev/null"))
+    operators = Operators(None, Path("/dev/null"), clock=ManualClock())
     assert operators.current() == () and operators.problem() is None
 
 
@@ -150,7 +150,7 @@ def test_an_empty_file_is_no_operator_yet() -> None:
 
 def test_an_edit_is_in_force_at_the_first_look_after_the_recheck_interval(tokens_file: Path) -> None:
     clock = ManualClock()
-    operators = Operators(None, tokens_file, clock=clock.monotonic, recheck_s=2.0)
+    operators = Operators(None, tokens_file, clock=clock, recheck_s=2.0)
     tokens_file.write_text(
         line("alice", "operator", "alice-rotated") + line("carol", "viewer", "carol-token")
     )
@@ -192,7 +192,7 @@ def test_a_broken_edit_keeps_only_the_operators_whose_line_is_unchanged(tmp_path
     good = line("alice", "operator", "alice-token") + line("bob", "viewer", "bob-token")
     path.write_text(good + line("carol", "viewer", "carol-token"))
     clock = ManualClock()
-    operators = Operators("admin-token", path, clock=clock.monotonic)
+    operators = Operators("admin-token", path, clock=clock)
     edited = (
         f"  alice   operator {sha('alice-token').upper()}  # re-spaced: the same line\n"
         + line("carol", "operator", "carol-token")
@@ -226,7 +226,7 @@ def test_a_broken_edit_keeps_only_the_operators_whose_line_is_unchanged(tmp_path
 
 def test_a_file_that_is_not_utf8_keeps_the_operators_of_its_unchanged_lines(tokens_file: Path) -> None:
     clock = ManualClock()
-    operators = Operators(None, tokens_file, clock=clock.monotonic)
+    operators = Operators(None, tokens_file, clock=clock)
     bob = line("bob", "viewer", "bob-token").encode()
     tokens_file.write_bytes(tokens_file.read_bytes().replace(bob, b"b\xf6b" + bob[3:]))  # latin-1 bob
     clock.advance(2)
@@ -239,7 +239,7 @@ def test_a_file_that_is_not_utf8_keeps_the_operators_of_its_unchanged_lines(toke
 
 def test_a_file_gone_missing_leaves_none_of_its_operators_but_the_token_variables(tokens_file: Path) -> None:
     clock = ManualClock()
-    operators = Operators("admin-token", tokens_file, clock=clock.monotonic)
+    operators = Operators("admin-token", tokens_file, clock=clock)
     good = tokens_file.read_text()
     tokens_file.unlink()
     clock.advance(2)
@@ -269,7 +269,7 @@ def test_a_byte_order_mark_is_not_part_of_the_first_line(tmp_path: Path) -> None
     path = tmp_path / "operators"
     path.write_bytes(b"\xef\xbb\xbf" + line("alice", "operator", "alice-token").encode())
     clock = ManualClock()
-    operators = Operators(None, path, clock=clock.monotonic)
+    operators = Operators(None, path, clock=clock)
     assert names(operators, "alice-token") == ["alice"]
     path.write_bytes(b"\xef\xbb\xbf# operators\n" + line("bob", "viewer", "bob-token").encode())
     clock.advance(2)
@@ -287,7 +287,7 @@ def test_a_file_others_can_read_is_warned_about_once(tmp_path: Path, mode: int, 
     path.chmod(mode)
     clock = ManualClock()
     with capture_logs() as logs:
-        operators = Operators(None, path, clock=clock.monotonic)
+        operators = Operators(None, path, clock=clock)
         for _ in range(3):
             clock.advance(2)
             assert names(operators, "alice-token") == ["alice"]  # a warning, not a refusal
@@ -312,7 +312,7 @@ def test_a_file_only_its_owner_reads_is_not_warned_about(tmp_path: Path, mode: i
     path.write_text(line("alice", "operator", "alice-token"))
     path.chmod(mode)
     with capture_logs() as logs:
-        Operators(None, path).current()
+        Operators(None, path, clock=ManualClock()).current()
     assert logs == []
 
 

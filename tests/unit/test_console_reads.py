@@ -19,6 +19,7 @@ from pin_identity.operations.ports.identity import IdentityTransaction
 from pin_identity.operations.ports.outbox import OutboxWriter
 from pin_identity.operations.read_models import DeadLetters, PartitionLagView, QueueGauges, RoleView
 from pin_identity.operations.roles import RoleAdmin
+from tests.support.clocks import ManualClock
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 GROUP = "pin-identity-talent-sync"
@@ -77,7 +78,9 @@ def _no_transactions() -> AbstractContextManager[IdentityTransaction]:
 
 def test_a_role_is_found_by_id_and_an_unknown_one_is_not_found() -> None:
     known = _role("developer-manager")
-    admin = RoleAdmin(_no_transactions, FanOutPolicy(100), MemoryReads([known, _role("viewer")]))
+    admin = RoleAdmin(
+        _no_transactions, FanOutPolicy(100), MemoryReads([known, _role("viewer")]), ManualClock(NOW)
+    )
     assert admin.role(known.role_id) == known
     assert [r.code for r in admin.roles(code="viewer")] == ["viewer"]
     unknown = uuid.uuid4()

@@ -47,7 +47,7 @@ def outbox_backlog() -> float | None:
 
 def test_the_database_is_read_at_most_once_per_max_age_whatever_the_scrapes() -> None:
     database, clock = Database(), ManualClock()
-    gauges = DatabaseGauges(database, max_age_s=5.0, clock=clock.monotonic)
+    gauges = DatabaseGauges(database, max_age_s=5.0, clock=clock)
     for _ in range(1000):
         gauges.refresh()
     assert database.reads == 1 and outbox_backlog() == 1
@@ -63,7 +63,7 @@ def test_the_database_is_read_at_most_once_per_max_age_whatever_the_scrapes() ->
 
 def test_a_read_that_failed_is_not_tried_again_by_every_scrape() -> None:
     database, clock = Database(), ManualClock()
-    gauges = DatabaseGauges(database, max_age_s=5.0, clock=clock.monotonic)
+    gauges = DatabaseGauges(database, max_age_s=5.0, clock=clock)
     gauges.refresh()
     database.down = True
     clock.advance(5)
@@ -87,7 +87,7 @@ def test_a_scrape_does_not_wait_for_another_scrapes_read() -> None:
         release.wait(timeout=30)
         return figures(7)
 
-    gauges = DatabaseGauges(slow_database, max_age_s=5.0, clock=clock.monotonic)
+    gauges = DatabaseGauges(slow_database, max_age_s=5.0, clock=clock)
     reading = threading.Thread(target=gauges.refresh)
     reading.start()
     try:

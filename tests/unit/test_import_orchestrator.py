@@ -18,6 +18,7 @@ from pin_identity.domain.talent_import import (
 from pin_identity.jobs.import_orchestrator import ImportOrchestrator
 from pin_identity.jobs.talent_import import TalentImportJob
 from pin_identity.operations.ports.talent import TalentSource
+from tests.support.clocks import ManualClock
 from tests.support.import_observer import RecordingImportObserver
 from tests.support.memory_talent import MemoryImportStore, MemoryRunLock, MemorySource, tenant_item, user_item
 
@@ -26,7 +27,7 @@ SETTINGS = ImportSettings(plan_ahead_pages=3, max_planning_failures=3, backoff_b
 
 
 def _orchestrator(store: MemoryImportStore, lock: MemoryRunLock | None = None) -> ImportOrchestrator:
-    return ImportOrchestrator(store, lock or MemoryRunLock(), SETTINGS, lambda: NOW)
+    return ImportOrchestrator(store, lock or MemoryRunLock(), SETTINGS, ManualClock(NOW))
 
 
 def _source(tenants: int, users_per_tenant: int = 0) -> MemorySource:
@@ -138,7 +139,7 @@ def test_it_takes_a_free_lock_steps_down_when_its_session_died_and_leaves_a_held
 
 def test_the_job_drives_a_run_to_its_end_on_its_pages() -> None:
     store, source = MemoryImportStore(), _source(3, 2)
-    job = TalentImportJob(store, MemoryRunLock(), lambda mode: source, SETTINGS, lambda: NOW)
+    job = TalentImportJob(store, MemoryRunLock(), lambda mode: source, SETTINGS, ManualClock(NOW))
     run = store.start(page_size=2)
 
     ended = job.drive(run, threading.Event())
@@ -152,7 +153,7 @@ def test_a_job_that_cannot_read_the_source_leaves_the_run_to_others() -> None:
         raise SourceNotConfiguredError("PIN_IDENTITY_TALENT_API_URL: required for the api-pull import")
 
     store, lock = MemoryImportStore(), MemoryRunLock()
-    job = TalentImportJob(store, lock, unconfigured, SETTINGS, lambda: NOW)
+    job = TalentImportJob(store, lock, unconfigured, SETTINGS, ManualClock(NOW))
 
     assert job.step(store.start()) is False
     assert (lock.held_by_us, store.pages) == (False, [])
@@ -163,7 +164,7 @@ def test_a_page_refused_by_talent_fails_the_run_whoever_worked_on_it() -> None:
     run = store.start()
     _orchestrator(store).plan_ahead(run, source)
     source.rejected = True
-    helper = TalentImportJob(store, lock, lambda mode: source, SETTINGS, lambda: NOW)
+    helper = TalentImportJob(store, lock, lambda mode: source, SETTINGS, ManualClock(NOW))
 
     assert helper.step(store.runs[run.run_id]) is True
     assert (store.runs[run.run_id].status, helper.orchestrating) == (RunStatus.FAILED, False)
@@ -172,7 +173,7 @@ def test_a_page_refused_by_talent_fails_the_run_whoever_worked_on_it() -> None:
 def test_the_observer_hears_a_run_from_its_lock_to_its_end() -> None:
     store, source, observer = MemoryImportStore(), _source(2, 1), RecordingImportObserver()
     lock = MemoryRunLock(held_by_us=True)  # as `talent-import run` holds it
-    job = TalentImportJob(store, lock, lambda mode: source, SETTINGS, lambda: NOW, observer)
+    job = TalentImportJob(store, lock, lambda mode: source, SETTINGS, ManualClock(NOW), observer)
 
     job.drive(store.start(page_size=10), threading.Event())
 
@@ -195,7 +196,7 @@ def test_the_observer_hears_each_planning_retry_then_the_failed_run() -> None:
     store, source, observer = MemoryImportStore(), _source(3), RecordingImportObserver()
     source.unavailable_plans = SETTINGS.max_planning_failures
     run = store.start()
-    orchestrator = ImportOrchestrator(store, MemoryRunLock(), SETTINGS, lambda: NOW, observer)
+    orchestrator = ImportOrchestrator(store, MemoryRunLock(), SETTINGS, ManualClock(NOW), observer)
 
     for _ in range(SETTINGS.max_planning_failures):
         orchestrator.plan_ahead(store.runs[run.run_id], source)
@@ -210,11 +211,11 @@ def test_the_observer_hears_the_lock_taken_and_lost_and_an_unreadable_source_onc
 
     store, lock, observer = MemoryImportStore(), MemoryRunLock(), RecordingImportObserver()
     run = store.start()
-    orchestrator = ImportOrchestrator(store, lock, SETTINGS, lambda: NOW, observer)
+    orchestrator = ImportOrchestrator(store, lock, SETTINGS, ManualClock(NOW), observer)
     orchestrator.lead(run)
     lock.session_died, lock.taken_by_another = True, True
     orchestrator.lead(run)
-    cannot_read = TalentImportJob(store, lock, unconfigured, SETTINGS, lambda: NOW, observer)
+    cannot_read = TalentImportJob(store, lock, unconfigured, SETTINGS, ManualClock(NOW), observer)
     for _ in range(2):
         cannot_read.step(run)
 

@@ -21,6 +21,7 @@ from pin_identity.domain.talent_import import (
     StageCounters,
 )
 from pin_identity.jobs.import_pages import PageWorker
+from tests.support.clocks import ManualClock
 from tests.support.import_observer import RecordingImportObserver
 from tests.support.memory_talent import MemoryImportStore, MemorySource, tenant_item, user_item
 
@@ -47,7 +48,7 @@ def _planned(
 
 
 def _worker(store: MemoryImportStore) -> PageWorker:
-    return PageWorker(store, SETTINGS, lambda: NOW)
+    return PageWorker(store, SETTINGS, ManualClock(NOW))
 
 
 def test_with_no_free_page_nothing_happens() -> None:
@@ -87,7 +88,7 @@ def test_a_page_that_cannot_be_read_is_released_with_a_back_off_until_its_attemp
         MemorySource(tenants=[tenant_item()], unreadable={ImportStage.TENANTS}),
     )
     run = _planned(store, source, ImportStage.TENANTS)
-    worker = PageWorker(store, SETTINGS, lambda: NOW)
+    worker = PageWorker(store, SETTINGS, ManualClock(NOW))
 
     worker.work(run, source)
     [row] = store.pages
@@ -159,7 +160,7 @@ def test_a_dry_run_counts_without_writing() -> None:
 
 def _observed(store: MemoryImportStore) -> tuple[PageWorker, RecordingImportObserver]:
     observer = RecordingImportObserver()
-    return PageWorker(store, SETTINGS, lambda: NOW, observer), observer
+    return PageWorker(store, SETTINGS, ManualClock(NOW), observer), observer
 
 
 def test_the_observer_hears_a_page_claimed_then_applied() -> None:

@@ -40,6 +40,7 @@ from pin_identity.operations.ports.replica import ReplicaTransaction
 from pin_identity.operations.ports.talent import SourceCheck
 from pin_identity.operations.read_models import FailedItem, FanOutTask, ImportRunSummary, PruneResult
 from pin_identity.operations.retention import RetentionAdmin
+from tests.support.clocks import ManualClock
 from tests.support.memory_talent import MemoryImportStore, MemoryRunLock, MemorySource
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -101,7 +102,7 @@ class World:
         self.runs, self.lock, self.source = runs, lock or MemoryRunLock(), source or MemorySource()
         self.sources_opened = 0
         self.operations = ImportOperations(
-            runs, lambda: self.lock, self._source, _no_replica, lambda: NOW, summaries=runs
+            runs, lambda: self.lock, self._source, _no_replica, ManualClock(NOW), summaries=runs
         )
 
     def _source(self, mode: ImportMode) -> SourceCheck:
@@ -258,14 +259,14 @@ def test_a_task_that_cannot_be_replayed_is_an_error_without_audit(
     outcome: TaskReplay, status: FanOutTaskStatus | None, error: type[Exception]
 ) -> None:
     with audit() as lines, pytest.raises(error):
-        FanOutAdmin(MemoryTasks(outcome, status), lambda: NOW).replay(uuid.uuid4(), who=WHO)
+        FanOutAdmin(MemoryTasks(outcome, status), ManualClock(NOW)).replay(uuid.uuid4(), who=WHO)
     assert lines == []
 
 
 def test_a_replayed_task_is_audited_once() -> None:
     task_id = uuid.uuid4()
     with audit() as lines:
-        FanOutAdmin(MemoryTasks(TaskReplay.REPLAYED, None), lambda: NOW).replay(task_id, who=WHO)
+        FanOutAdmin(MemoryTasks(TaskReplay.REPLAYED, None), ManualClock(NOW)).replay(task_id, who=WHO)
     assert [(a["action"], a["task_id"]) for a in lines] == [("fanout-replay", str(task_id))]
 
 
@@ -282,7 +283,7 @@ def test_a_task_that_cannot_be_discarded_is_an_error_without_audit(
 ) -> None:
     tasks = MemoryTasks(TaskReplay.NOT_FAILED, status, discarded=None)
     with audit() as lines, pytest.raises(error):
-        FanOutAdmin(tasks, lambda: NOW).discard(uuid.uuid4(), who=WHO)
+        FanOutAdmin(tasks, ManualClock(NOW)).discard(uuid.uuid4(), who=WHO)
     assert lines == []
 
 
@@ -306,7 +307,7 @@ def test_a_discarded_task_is_audited_once_with_what_it_was() -> None:
     )
     tasks = MemoryTasks(TaskReplay.NOT_FAILED, FanOutTaskStatus.FAILED, discarded=task)
     with audit() as lines:
-        assert FanOutAdmin(tasks, lambda: NOW).discard(task.task_id, who=WHO) == task
+        assert FanOutAdmin(tasks, ManualClock(NOW)).discard(task.task_id, who=WHO) == task
     assert [
         (a["action"], a["task_id"], a["role_id"], a["role_version"], a["processed_count"], a["cursor"])
         for a in lines
@@ -323,7 +324,7 @@ def test_prune_cuts_off_at_now_minus_the_age() -> None:
             return PruneResult(fanout_tasks=1, import_runs=2, quarantine_payloads=3)
 
     with audit() as lines:
-        pruned = RetentionAdmin(Retention(), lambda: NOW).prune(timedelta(days=30), who=WHO)
+        pruned = RetentionAdmin(Retention(), ManualClock(NOW)).prune(timedelta(days=30), who=WHO)
     assert cutoffs == [NOW - timedelta(days=30)] and pruned.import_runs == 2
     assert [(a["action"], a["older_than_s"], a["quarantine_payloads"]) for a in lines] == [
         ("maintenance-prune", 30 * 86_400, 3)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import uuid
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from prometheus_client import REGISTRY
@@ -63,6 +64,9 @@ class MemoryQueue:
         self.took_over = False
 
 
+_START = datetime(2026, 12, 1, tzinfo=UTC)
+
+
 class DrivenTime:
     """The relay's clock and its stop signal in one: a wait moves the clock on by its timeout at once.
 
@@ -70,15 +74,18 @@ class DrivenTime:
     """
 
     def __init__(self, *, stop_after_waits: int = 1000, stop_at: float = math.inf):
-        self.now = 0.0
+        self.now_s = 0.0
         self.waits: list[float | None] = []
         self._stop_after_waits, self._stop_at = stop_after_waits, stop_at
 
-    def __call__(self) -> float:
-        return self.now
+    def now(self) -> datetime:
+        return _START + timedelta(seconds=self.now_s)
+
+    def monotonic(self) -> float:
+        return self.now_s
 
     def is_set(self) -> bool:
-        return len(self.waits) >= self._stop_after_waits or self.now >= self._stop_at
+        return len(self.waits) >= self._stop_after_waits or self.now_s >= self._stop_at
 
     def set(self) -> None:
         self._stop_at = -math.inf
@@ -89,7 +96,7 @@ class DrivenTime:
         return self.is_set()
 
     def pass_time(self, seconds: float) -> None:
-        self.now += seconds
+        self.now_s += seconds
 
 
 class ScriptedPublisher:
@@ -261,10 +268,10 @@ class ClockedQueue(MemoryQueue):
         self.backlog_looks: list[float] = []
 
     def heartbeat(self) -> None:
-        self.heartbeats.append(self._time())
+        self.heartbeats.append(self._time.monotonic())
 
     def backlog(self) -> OutboxBacklog:
-        self.backlog_looks.append(self._time())
+        self.backlog_looks.append(self._time.monotonic())
         return super().backlog()
 
 
@@ -303,7 +310,7 @@ def test_on_stop_the_relay_waits_its_grace_period_for_what_is_in_flight_then_lea
     settings = RelaySettings(idle_wait_s=0.25, stop_grace_s=2.0)
     _relay(queue, publisher, time, settings=settings).run(time)
     assert [row.outbox_id for row in queue.rows] == [1] and publisher.discarded == 1
-    assert 1.0 + 2.0 <= time.now < 1.0 + 2.0 + 0.2  # the grace, and one look at the broker at most past it
+    assert 1.0 + 2.0 <= time.now_s < 1.0 + 2.0 + 0.2  # the grace, and one look at the broker at most past it
 
 
 def test_the_id_horizon_moves_only_past_ids_whose_writers_have_all_ended() -> None:
@@ -530,12 +537,12 @@ class LateBroker(ScriptedPublisher):
         self.first_answer_at: float | None = None
 
     def collect(self, timeout_s: float) -> PublishReport:
-        if self._time_now.now < self._answers_at:
+        if self._time_now.now_s < self._answers_at:
             self._time_now.pass_time(timeout_s)
             return PublishReport()
         report = super().collect(timeout_s)
         if report.delivered and self.first_answer_at is None:
-            self.first_answer_at = self._time_now.now
+            self.first_answer_at = self._time_now.now_s
         return report
 
 
@@ -547,7 +554,7 @@ def test_a_broker_that_acknowledges_nothing_is_said_on_readiness_and_in_the_log_
     class Watched(RelayObserver):
         def unacknowledged(self, waited_s: float) -> None:
             super().unacknowledged(waited_s)
-            readiness.append((time.now, self.readiness_warning()))
+            readiness.append((time.now_s, self.readiness_warning()))
 
     settings = RelaySettings(idle_wait_s=0.25)
     broker = LateBroker(time, answers_at=8.0)

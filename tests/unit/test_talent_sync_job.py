@@ -7,7 +7,7 @@ import threading
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 from prometheus_client import REGISTRY
 
@@ -74,7 +74,7 @@ def test_a_user_before_its_tenant_is_deferred_and_retried_when_due() -> None:
 
     job.step()  # the tenant applies; the user is not due yet
     waiting = len(replica.state.users)
-    clock.now += timedelta(seconds=1)
+    clock.advance(1)
     job.step()
 
     assert (deferred.error_code, deferred.next_attempt_at) == (
@@ -89,7 +89,7 @@ def test_a_user_deferred_too_often_stays_in_the_quarantine_for_the_operator() ->
     job = _job(stream, replica, clock, max_deferrals=1)
     stream.publish(user_item(uuid.uuid4()))
     job.step()
-    clock.now += timedelta(hours=1)
+    clock.advance(3600)
 
     job.step()
 
@@ -179,7 +179,7 @@ def test_the_observer_hears_a_deferred_user_retried_and_a_retry_that_rolled_back
     job.step()
     stream.publish(tenant_item(tenant))
     job.step()
-    clock.now += timedelta(seconds=1)
+    clock.advance(1)
     replica.fail_commits = 1
 
     job.step()

@@ -15,16 +15,20 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from pin_identity.adapters.system_clock import SYSTEM_CLOCK
 from pin_identity.composition.connections import Connections
 from pin_identity.composition.jobs import Jobs
 from pin_identity.composition.stores import Stores
 from pin_identity.composition.use_cases import UseCases
 from pin_identity.config import Settings
+from pin_identity.domain.clock import Clock
 
 
 @dataclass
 class Container:
     settings: Settings
+    # The one clock of the process: every job and use case reads the time from it (a test passes its own).
+    clock: Clock = SYSTEM_CLOCK
     connections: Connections = field(init=False)
 
     def __post_init__(self) -> None:
@@ -36,11 +40,11 @@ class Container:
 
     @cached_property
     def jobs(self) -> Jobs:
-        return Jobs(self.connections, self.stores)
+        return Jobs(self.connections, self.stores, self.clock)
 
     @cached_property
     def use_cases(self) -> UseCases:
-        return UseCases(self.connections, self.stores, self.jobs)
+        return UseCases(self.connections, self.stores, self.jobs, self.clock)
 
     def close(self) -> None:
         """Close what was opened (producers, sessions, the pool), last opened first."""

@@ -3,7 +3,6 @@ fan-out, talent-sync and the initial import (with its sources)."""
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 
 from pin_identity.adapters.kafka.publisher import KafkaEventPublisher
@@ -18,8 +17,9 @@ from pin_identity.adapters.talent_http.source import ApiPullSource
 from pin_identity.composition.connections import Connections
 from pin_identity.composition.stores import Stores
 from pin_identity.config import ConfigurationError, RelaySettings, Settings, TalentSyncSettings
+from pin_identity.domain.clock import Clock
 from pin_identity.domain.errors import SourceNotConfiguredError
-from pin_identity.domain.events import PUBLISHED_TOPICS, now_utc
+from pin_identity.domain.events import PUBLISHED_TOPICS
 from pin_identity.domain.talent_import import ImportMode
 from pin_identity.jobs.access_fanout import AccessFanOutJob
 from pin_identity.jobs.outbox_relay import OutboxRelay
@@ -35,6 +35,7 @@ from pin_identity.operations.ports.talent import TalentSource
 class Jobs:
     connections: Connections
     stores: Stores
+    clock: Clock
     _relay_queues: list[PostgresOutboxQueue] = field(default_factory=list)
 
     @property
@@ -57,7 +58,7 @@ class Jobs:
             replication_shortfall=self._replication_shortfall,
         )
         self.connections.closers += [publisher.close, queue.reset]
-        return OutboxRelay(queue, publisher, settings, observer, clock=time.monotonic)
+        return OutboxRelay(queue, publisher, settings, observer, clock=self.clock)
 
     def _transactional_id(self, queue: PostgresOutboxQueue) -> str:
         # One transactional.id per outbox: the relay that takes over fences every producer before it. An
@@ -75,7 +76,7 @@ class Jobs:
 
     def access_fanout(self) -> AccessFanOutJob:
         wakeups = PostgresTaskWakeups(self.stores.database)
-        return AccessFanOutJob(self.stores.fanout_queue, wakeups, self.settings.fanout, clock=now_utc)
+        return AccessFanOutJob(self.stores.fanout_queue, wakeups, self.settings.fanout, clock=self.clock)
 
     def talent_sync(
         self, settings: TalentSyncSettings | None = None, observer: TalentSyncObserver | None = None
@@ -88,12 +89,12 @@ class Jobs:
         )
         chosen = settings or self.settings.talent_sync
         replica = self.stores.replica_transactions
-        return TalentSyncJob(stream, replica, chosen, clock=now_utc, observer=observer)
+        return TalentSyncJob(stream, replica, chosen, clock=self.clock, observer=observer)
 
     def talent_import(self, lock: RunLock | None = None) -> TalentImportJob:
         lock = lock or self.stores.run_lock()
         return TalentImportJob(
-            self.stores.import_store, lock, self.import_source, self.settings.imports, now_utc
+            self.stores.import_store, lock, self.import_source, self.settings.imports, self.clock
         )
 
     def talent_source(self, mode: ImportMode) -> TalentSource:

@@ -23,8 +23,8 @@ from pin_identity.composition.jobs import Jobs
 from pin_identity.composition.stores import Stores
 from pin_identity.config import ConfigurationError
 from pin_identity.domain.access_audit import AuditReport
+from pin_identity.domain.clock import Clock
 from pin_identity.domain.errors import BrokerUnavailableError, SourceUnavailableError
-from pin_identity.domain.events import now_utc
 from pin_identity.domain.fanout import FanOutPolicy
 from pin_identity.domain.talent_import import ImportMode
 from pin_identity.operations.access_audit import audit_access
@@ -44,6 +44,7 @@ class UseCases:
     connections: Connections
     stores: Stores
     jobs: Jobs
+    clock: Clock
 
     @property
     def fanout_policy(self) -> FanOutPolicy:
@@ -57,7 +58,7 @@ class UseCases:
             stores.run_lock,
             self._operator_source,
             stores.replica_transactions,
-            now_utc,
+            self.clock,
             summaries=stores.admin_reads,
         )
 
@@ -73,15 +74,15 @@ class UseCases:
 
     @cached_property
     def fanout_admin(self) -> FanOutAdmin:
-        return FanOutAdmin(self.stores.fanout_queue, now_utc)
+        return FanOutAdmin(self.stores.fanout_queue, self.clock)
 
     @cached_property
     def role_admin(self) -> RoleAdmin:
-        return RoleAdmin(self.stores.transactions, self.fanout_policy, self.stores.admin_reads)
+        return RoleAdmin(self.stores.transactions, self.fanout_policy, self.stores.admin_reads, self.clock)
 
     @cached_property
     def retention(self) -> RetentionAdmin:
-        return RetentionAdmin(PostgresRetention(self.stores.database), now_utc)
+        return RetentionAdmin(PostgresRetention(self.stores.database), self.clock)
 
     @cached_property
     def health(self) -> HealthReads:

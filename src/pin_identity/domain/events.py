@@ -350,7 +350,3 @@ def user_upserted(user: UserState, *, correlation_id: UUID, occurred_at: datetim
     }
     stamp = _Stamp.of(correlation_id, occurred_at, None)
     return _message(stamp, _USER_UPSERTED, str(user.user_id), payload)
-
-
-def now_utc() -> datetime:
-    return datetime.now(UTC)

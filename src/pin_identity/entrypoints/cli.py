@@ -243,7 +243,7 @@ def demo(
         embedded = container.settings.database_url is None and container.connections.kafka_is_embedded
     print_report(report, console)
     if keep_running:
-        print_console(start_console(container.settings), console)
+        print_console(start_console(container.settings, container.clock), console)
     elif embedded:
         embedded_stop()
     raise typer.Exit(EXIT_OK if report.passed else EXIT_FAILED)

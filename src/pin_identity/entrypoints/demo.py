@@ -22,7 +22,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from pin_identity.composition import Container
-from pin_identity.domain.events import ACCESS_TOPIC, now_utc
+from pin_identity.domain.events import ACCESS_TOPIC
 from pin_identity.domain.fanout import FanOutPath
 from pin_identity.domain.model import CompanyType, Scope, UserType
 from pin_identity.domain.talent_import import RunStatus
@@ -71,13 +71,13 @@ class DemoReport:
 
 def run_demo(container: Container, *, companies: int, managers: int, console: Console) -> DemoReport:
     report = DemoReport()
-    started = time.monotonic()
+    started = container.clock.monotonic()
     console.print(
         "[bold]pin-identity demo[/bold]: embedded PostgreSQL and broker unless configured otherwise"
     )
     container.connections.upgrade_schema()
     container.connections.ensure_topics()
-    report.rows.append(("setup (schema, topics)", f"{time.monotonic() - started:.1f} s"))
+    report.rows.append(("setup (schema, topics)", f"{container.clock.monotonic() - started:.1f} s"))
     reader = container.use_cases.topic_reader([ACCESS_TOPIC])
     workers = _Workers(container)
     try:
@@ -90,7 +90,7 @@ def run_demo(container: Container, *, companies: int, managers: int, console: Co
         workers.stop()
         reader.close()
     _audit(container, report, console)
-    report.rows.append(("total", f"{time.monotonic() - started:.1f} s"))
+    report.rows.append(("total", f"{container.clock.monotonic() - started:.1f} s"))
     return report
 
 
@@ -99,7 +99,7 @@ def _bootstrap(
 ) -> None:
     console.print(f"bootstrapping {companies:,} companies and {managers:,} managers from a simulated Talent")
     done = bootstrap_from_simulated_talent(container, companies=companies, managers=managers, console=console)
-    result = ImportResult.of(done.run, now_utc()).model_dump(mode="json")
+    result = ImportResult.of(done.run, container.clock.now()).model_dump(mode="json")
     items = result["companies"]["planned"] + result["users"]["planned"]
     report.rows.append((f"bootstrap ({result['mode']}, run {result['runId'][:8]})", f"{done.seconds:.1f} s"))
     report.rows.append(("bootstrap throughput", f"{items / done.seconds:,.0f} items/s"))
@@ -142,7 +142,7 @@ class _Workers:
 def _company_with_role(container: Container, code: str) -> tuple[UUID, UUID]:
     company_id = identity.create_company(
         container.stores.transactions,
-        identity.Context.fresh(),
+        identity.Context.fresh(container.clock),
         name=f"Demo {code}",
         company_type=CompanyType.DEVELOPER,
     )
@@ -157,7 +157,7 @@ def _inline_change(container: Container, report: DemoReport) -> UUID:
     for n in range(5):
         user_id = identity.create_user(
             container.stores.transactions,
-            identity.Context.fresh(),
+            identity.Context.fresh(container.clock),
             identity.NewUser(
                 phone=f"8 999 {secrets.randbelow(10_000_000):07d}",
                 first_name="Demo",
@@ -168,14 +168,14 @@ def _inline_change(container: Container, report: DemoReport) -> UUID:
         )
         identity.grant_role_assignment(
             container.stores.transactions,
-            identity.Context.fresh(),
+            identity.Context.fresh(container.clock),
             user_id=user_id,
             role_id=role_id,
             scope=Scope.organization(company_id),
         )
     change = identity.set_role_permissions(
         container.stores.transactions,
-        identity.Context.fresh(),
+        identity.Context.fresh(container.clock),
         role_id=role_id,
         permissions=["deals.read", "deals.approve"],
         policy=container.use_cases.fanout_policy,
@@ -197,7 +197,7 @@ def _developer_manager_change(
     console.print(f"changing the permissions of developer-manager, held by {holders:,} users")
     change = identity.set_role_permissions(
         container.stores.transactions,
-        identity.Context.fresh(),
+        identity.Context.fresh(container.clock),
         role_id=role.role_id,
         permissions=["deals.read", "deals.approve", "chessboard.view", f"demo.{secrets.token_hex(3)}"],
         policy=container.use_cases.fanout_policy,
@@ -210,21 +210,22 @@ def _developer_manager_change(
 def _follow_fanout(
     container: Container, task_id: UUID, users: int, console: Console, report: DemoReport
 ) -> None:
-    started = time.monotonic()
+    clock = container.clock
+    started = clock.monotonic()
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console, disable=not console.is_terminal) as progress:
         bar = progress.add_task("fan-out", total=users)
         status, processed, next_line = "Pending", 0, started
-        while time.monotonic() - started < DEMO_TIMEOUT_S:
+        while clock.monotonic() - started < DEMO_TIMEOUT_S:
             status, processed = container.stores.demo_reads.fanout_progress(task_id)
             progress.update(bar, completed=processed)
-            if not console.is_terminal and time.monotonic() >= next_line:  # plain lines off a terminal
+            if not console.is_terminal and clock.monotonic() >= next_line:  # plain lines off a terminal
                 console.print(f"fan-out: {status}, {processed:,} of {users:,} users")
                 next_line += 2
             if status == "Completed" and container.stores.demo_reads.outbox_is_empty():
                 break
             time.sleep(0.5 if not console.is_terminal else 0.1)
-    elapsed = time.monotonic() - started
+    elapsed = clock.monotonic() - started
     report.rows.append(("fan-out: enqueue -> last event acknowledged", f"{elapsed:.1f} s"))
     report.rows.append(("fan-out throughput", f"{processed / elapsed:,.0f} users/s"))
     report.check(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from collections import Counter
 from dataclasses import dataclass
 
@@ -11,7 +10,6 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from pin_identity.composition import Container
-from pin_identity.domain.events import now_utc
 from pin_identity.domain.talent import ImportStage
 from pin_identity.domain.talent_import import ImportMode, ImportRequest, ImportRun, PageStatus
 from pin_identity.operations.imports import start_run
@@ -52,7 +50,7 @@ def bootstrap_from_simulated_talent(
                 "talent_api_token": DEMO_TALENT_TOKEN,
             }
         )
-        talent_side = Container(settings)
+        talent_side = Container(settings, container.clock)
         try:
             return _import(talent_side, dataset, console)
         finally:
@@ -60,11 +58,15 @@ def bootstrap_from_simulated_talent(
 
 
 def _import(container: Container, dataset: TalentDataset, console: Console) -> Bootstrap:
-    started = time.monotonic()
+    started = container.clock.monotonic()
     request = ImportRequest(ImportMode.API_PULL, page_size=500)
     runner = container.jobs.talent_import()
     run = start_run(
-        container.stores.import_store, runner.lock, container.jobs.talent_source, request, now_utc()
+        container.stores.import_store,
+        runner.lock,
+        container.jobs.talent_source,
+        request,
+        container.clock.now(),
     )
     stop = threading.Event()
     helper = container.jobs.talent_import()
@@ -82,7 +84,7 @@ def _import(container: Container, dataset: TalentDataset, console: Console) -> B
     failed = container.use_cases.imports.failed_items(final.run_id)
     return Bootstrap(
         run=final,
-        seconds=time.monotonic() - started,
+        seconds=container.clock.monotonic() - started,
         quarantine=Counter(item.error_code for item in failed),
         managers_with_one_default_role=container.stores.demo_reads.talent_managers_with_one_default_role(),
         dataset=dataset,
@@ -95,14 +97,15 @@ def _show_pages(container: Container, run: ImportRun, driving: threading.Thread,
         bars = {
             stage: progress.add_task(f"bootstrap: {stage.value} pages", total=None) for stage in ImportStage
         }
-        next_line = time.monotonic()
+        clock = container.clock
+        next_line = clock.monotonic()
         while driving.is_alive():
             pages = container.stores.import_store.progress(run.run_id)
             for stage, bar in bars.items():
                 progress.update(
                     bar, completed=pages.count(stage, PageStatus.DONE), total=pages.count(stage) or None
                 )
-            if not console.is_terminal and time.monotonic() >= next_line:  # plain lines off a terminal
+            if not console.is_terminal and clock.monotonic() >= next_line:  # plain lines off a terminal
                 done, total = pages.count(status=PageStatus.DONE), pages.count()
                 console.print(f"bootstrap: {done} of {total} pages planned so far are Done")
                 next_line += 3

@@ -21,6 +21,7 @@ from rich.console import Console
 
 from pin_identity.composition.embedded_servers import local_port
 from pin_identity.config import ConfigurationError, Settings
+from pin_identity.domain.clock import Clock
 from pin_identity.processes import command_line_holds
 
 PREFERRED_PORT = 8080  # serve's own default
@@ -38,7 +39,7 @@ class RunningConsole:
     log_file: Path
 
 
-def start_console(settings: Settings) -> RunningConsole:
+def start_console(settings: Settings, clock: Clock) -> RunningConsole:
     """Start `serve` in a session of its own (it outlives this command) and wait until it answers."""
     data_dir = settings.data_dir.resolve()
     stop_console(data_dir)  # the one a previous demo left, with its token
@@ -56,7 +57,7 @@ def start_console(settings: Settings) -> RunningConsole:
         )
     (data_dir / PID_FILE).write_text(f"{server.pid}\n", encoding="utf-8")
     base = f"http://127.0.0.1:{port}"
-    _wait_until_serving(server, base, log_file)
+    _wait_until_serving(server, base, log_file, clock)
     return RunningConsole(f"{base}/ui/", server.pid, token_file, log_file)
 
 
@@ -72,9 +73,9 @@ def _token(settings: Settings, data_dir: Path) -> tuple[str, Path | None]:
     return token, token_file
 
 
-def _wait_until_serving(server: subprocess.Popen[bytes], base: str, log_file: Path) -> None:
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while time.monotonic() < deadline:
+def _wait_until_serving(server: subprocess.Popen[bytes], base: str, log_file: Path, clock: Clock) -> None:
+    deadline = clock.monotonic() + START_TIMEOUT_S
+    while clock.monotonic() < deadline:
         if server.poll() is not None:
             raise ConfigurationError(f"serve stopped at start (exit {server.returncode}); see {log_file}")
         try:

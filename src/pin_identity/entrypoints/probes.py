@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import math
 import threading
-import time
 from collections.abc import Callable
 
 from pin_identity.composition import Container
 from pin_identity.config import ConfigurationError
 from pin_identity.domain.api_model import ApiModel
+from pin_identity.domain.clock import Clock
 from pin_identity.entrypoints.documents import Problem, Readiness
 
 NOT_READY = "IDENTITY_NOT_READY"
@@ -32,7 +32,7 @@ class ReadinessCheck:
         *,
         warning: Callable[[], str | None] = _no_warnings,
         ttl_s: float = 5.0,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock,
     ):
         self._check, self._warning, self._ttl_s, self._clock = check, warning, ttl_s, clock
         self._value, self._at = False, -math.inf
@@ -44,6 +44,7 @@ class ReadinessCheck:
         return cls(
             lambda: container.connections.database.ping() and container.connections.broker_reachable(),
             warning=warning,
+            clock=container.clock,
         )
 
     def _answered(self) -> bool:
@@ -54,8 +55,8 @@ class ReadinessCheck:
 
     def ready(self) -> bool:
         with self._lock:
-            if self._clock() - self._at > self._ttl_s:
-                self._value, self._at = self._answered(), self._clock()
+            if self._clock.monotonic() - self._at > self._ttl_s:
+                self._value, self._at = self._answered(), self._clock.monotonic()
             return self._value
 
     def answer(self) -> Readiness | None:

@@ -18,7 +18,6 @@ from rich.table import Table
 
 from pin_identity.composition import Container
 from pin_identity.domain.errors import InvalidInputError
-from pin_identity.domain.events import now_utc
 from pin_identity.domain.talent import ImportStage
 from pin_identity.domain.talent_import import (
     ImportErrorCode,
@@ -115,7 +114,7 @@ def run_import(container: Container, request: ImportRequest, *, as_json: bool, l
     show_progress = _progress_or_logs(container, log_json)
     run, lock = container.use_cases.imports.run(request, who=operator())
     final = _drive(container, lock, run, stop, show_progress=show_progress)
-    result = ImportResult.of(final, now_utc())
+    result = ImportResult.of(final, container.clock.now())
     if as_json:
         out.print_json(result)
     else:

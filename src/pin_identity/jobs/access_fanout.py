@@ -6,14 +6,12 @@ task's checkpoint commit together, and the outbox relay publishes them after com
 
 from __future__ import annotations
 
-import time
 import uuid
-from collections.abc import Callable
-from datetime import datetime
 from enum import StrEnum
 
 from pin_identity.config import FanOutSettings
 from pin_identity.domain import events
+from pin_identity.domain.clock import Clock
 from pin_identity.domain.errors import LeaseLostError
 from pin_identity.domain.model import AccessChangeReason
 from pin_identity.jobs.access_fanout_observer import FanOutObserver
@@ -22,8 +20,6 @@ from pin_identity.operations.ports.fanout import FanOutQueue, FanOutTask, Releas
 from pin_identity.operations.ports.worker import StopSignal
 
 _tracer = tracer("access-fanout")
-
-Clock = Callable[[], datetime]
 
 # How often a page held back by the outbox's backlog looks again: the relay publishes about 600 events in it.
 _PACE_LOOK_EVERY_S = 0.02
@@ -79,13 +75,13 @@ class AccessFanOutJob:
 
     def _await_task(self, stop: StopSignal) -> None:
         """Until a task is announced or PollingInterval passes (the fallback), checking for a stop."""
-        deadline = time.monotonic() + self._settings.polling_interval_s
-        while not stop.is_set() and (left := deadline - time.monotonic()) > 0:
+        deadline = self._clock.monotonic() + self._settings.polling_interval_s
+        while not stop.is_set() and (left := deadline - self._clock.monotonic()) > 0:
             if self._wakeups.wait(min(left, 0.5)):
                 return
 
     def _claim(self) -> FanOutTask | None:
-        now = self._clock()
+        now = self._clock.now()
         for poisoned in self._queue.fail_exhausted(now, self._settings.max_attempts):
             self._observer.exhausted(poisoned)
         self._observer.queue_stats(self._queue.stats(now))
@@ -105,7 +101,7 @@ class AccessFanOutJob:
         return outcome
 
     def _pages(self, task: FanOutTask, stop: StopSignal) -> TaskOutcome:
-        cursor, processed, started = task.cursor, task.processed_count, time.monotonic()
+        cursor, processed, started = task.cursor, task.processed_count, self._clock.monotonic()
         while True:
             self._pace(task, stop)
             if stop.is_set():
@@ -121,8 +117,9 @@ class AccessFanOutJob:
                 return TaskOutcome.ERROR
             processed += page_size
             if page_size < self._settings.batch_size:
-                lag_s = (self._clock() - task.created_at).total_seconds()
-                self._observer.completed(task, processed, lag_s, time.monotonic() - started)
+                now = self._clock.now()
+                lag_s = (now - task.created_at).total_seconds()
+                self._observer.completed(task, processed, lag_s, self._clock.monotonic() - started, now)
                 return TaskOutcome.COMPLETED
 
     def _pace(self, task: FanOutTask, stop: StopSignal) -> None:
@@ -131,10 +128,10 @@ class AccessFanOutJob:
         limit = self._settings.outbox_backlog_limit
         if not limit:
             return
-        deadline = time.monotonic() + self._settings.outbox_wait_max_s
+        deadline = self._clock.monotonic() + self._settings.outbox_wait_max_s
         try:
             while (waiting := self._queue.outbox_waiting()) > limit:
-                if time.monotonic() >= deadline:
+                if self._clock.monotonic() >= deadline:
                     self._observer.relay_behind(task, waiting)
                     return
                 if stop.wait(_PACE_LOOK_EVERY_S):
@@ -145,7 +142,7 @@ class AccessFanOutJob:
     def _batch(self, task: FanOutTask, cursor: uuid.UUID | None) -> tuple[int, uuid.UUID | None]:
         """One page in one transaction: its events and the advanced checkpoint, or nothing at all."""
         size = self._settings.batch_size
-        now = self._clock()
+        now = self._clock.now()
         with (
             _tracer.start_as_current_span("access-fanout.batch", attributes={"batchSize": size}) as span,
             self._queue.batch(task, now, now + self._settings.lease) as batch,
@@ -168,7 +165,7 @@ class AccessFanOutJob:
 
     def _release(self, task: FanOutTask, *, count_attempt: bool, error: str | None) -> None:
         """Hand the lease back now instead of letting it run out (a failed attempt waits a back-off)."""
-        now = self._clock()
+        now = self._clock.now()
         available_at = now + self._settings.retry_delay(task.attempt) if count_attempt else now
         try:
             self._queue.release(task, now, Release(available_at, count_attempt, error))

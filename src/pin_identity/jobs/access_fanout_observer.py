@@ -6,7 +6,7 @@ signals instead of polling or sleeping.
 
 from __future__ import annotations
 
-import time
+from datetime import datetime
 
 from pin_identity.observability import metrics
 from pin_identity.observability.logging import describe_error, get_logger
@@ -54,11 +54,13 @@ class FanOutObserver:
             job_run_id=str(task.claim_id),
         )
 
-    def completed(self, task: FanOutTask, processed: int, lag_s: float, duration_s: float) -> None:
+    def completed(
+        self, task: FanOutTask, processed: int, lag_s: float, duration_s: float, finished_at: datetime
+    ) -> None:
         metrics.fanout_tasks_total.labels(result="completed").inc()
         metrics.fanout_task_lag_seconds.observe(max(lag_s, 0.0))
         metrics.fanout_size.observe(processed)
-        metrics.fanout_last_success.set(time.time())
+        metrics.fanout_last_success.set(finished_at.timestamp())
         metrics.observe_fanout_task_duration(duration_s)
         log.info("fanout-task-completed", processed_count=processed, lag_s=round(lag_s, 3), **_ids(task))
 

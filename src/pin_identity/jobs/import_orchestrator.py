@@ -4,11 +4,8 @@ hands a complete replay over to the continuous consumer."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
-from datetime import datetime
-
 from pin_identity.config import ImportSettings
+from pin_identity.domain.clock import Clock
 from pin_identity.domain.errors import SourceRejectedError, SourceUnavailableError
 from pin_identity.domain.talent import ImportStage
 from pin_identity.domain.talent_import import (
@@ -34,7 +31,7 @@ class ImportOrchestrator:
         store: ImportStore,
         lock: RunLock,
         settings: ImportSettings,
-        clock: Callable[[], datetime],
+        clock: Clock,
         observer: ImportObserver | None = None,
     ):
         self._store, self._lock, self._settings, self._clock = store, lock, settings, clock
@@ -70,7 +67,7 @@ class ImportOrchestrator:
 
     def _may_try_lock(self) -> bool:
         """Each try opens a session: a helper asks every few seconds, not at every page."""
-        now = time.monotonic()
+        now = self._clock.monotonic()
         if now < self._next_lock_try:
             return False
         self._next_lock_try = now + self._settings.lock_retry_s
@@ -95,7 +92,7 @@ class ImportOrchestrator:
 
     def _plan(self, run: ImportRun, source: TalentSource) -> bool:
         stage = run.planning_stage
-        if stage is None or time.monotonic() < self._plan_not_before:
+        if stage is None or self._clock.monotonic() < self._plan_not_before:
             return False
         if stage is ImportStage.USERS and not self._tenants_done(run):
             return False  # the barrier: no Users page before every Tenants page is Done
@@ -126,7 +123,7 @@ class ImportOrchestrator:
             self.end(run, RunEnding.failed(ImportErrorCode.PLANNING_FAILED, describe_error(exc)))
             return True
         delay = self._settings.backoff.delay(self._planning_failures)
-        self._plan_not_before = time.monotonic() + delay
+        self._plan_not_before = self._clock.monotonic() + delay
         self._observer.planning_retry(run, exc, delay)
         return False
 
@@ -160,12 +157,12 @@ class ImportOrchestrator:
             self._observer.handover_failed(run, exc)
 
     def cancel(self, run: ImportRun) -> None:
-        if self._store.finish_run(run.run_id, RunEnding.cancelled(), self._clock()):
+        if self._store.finish_run(run.run_id, RunEnding.cancelled(), self._clock.now()):
             self._observer.cancelled(run)
 
     def end(self, run: ImportRun, ending: RunEnding) -> None:
         """Completed or Failed, once: a run another process ended meanwhile stays as it ended."""
-        if not self._store.finish_run(run.run_id, ending, self._clock()):
+        if not self._store.finish_run(run.run_id, ending, self._clock.now()):
             return
         ended = self._store.load_run(run.run_id) or run
-        self._observer.ended(run, ending, ImportResult.of(ended, self._clock()))
+        self._observer.ended(run, ending, ImportResult.of(ended, self._clock.now()))

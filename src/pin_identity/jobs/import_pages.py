@@ -5,13 +5,12 @@ again after a back-off."""
 
 from __future__ import annotations
 
-import time
 import uuid
-from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import timedelta
 from uuid import UUID
 
 from pin_identity.config import ImportSettings
+from pin_identity.domain.clock import Clock
 from pin_identity.domain.errors import LeaseLostError, SourceRejectedError
 from pin_identity.domain.talent import ImportStage, TalentItem
 from pin_identity.domain.talent_import import (
@@ -36,7 +35,7 @@ class PageWorker:
         self,
         store: ImportStore,
         settings: ImportSettings,
-        clock: Callable[[], datetime],
+        clock: Clock,
         observer: ImportObserver | None = None,
     ):
         self._store, self._settings, self._clock = store, settings, clock
@@ -46,14 +45,14 @@ class PageWorker:
         """Claim one page of this run (only while it is Running) and apply it; False when none was free. The
         run's options never change, so the caller's view of it is enough. Talent refusing our credentials
         (SourceRejectedError) fails the run: that is the caller's to do."""
-        now = self._clock()
+        now = self._clock.now()
         lease_until = now + timedelta(seconds=self._settings.page_lease_s)
         attempts = self._settings.max_page_attempts
         page = self._store.claim_page(uuid.uuid4(), now, lease_until, attempts, run.run_id)
         if page is None:
             return False
         self._observer.page_claimed(run, page)
-        started = time.perf_counter()
+        started = self._clock.monotonic()
         try:
             items = source.read(page.stage, page.cursor, run.page_size, run.tenant_filter)
             batch, counters = self._apply(run, page, items)
@@ -64,13 +63,13 @@ class PageWorker:
         except Exception as exc:
             self._release(run, page, exc)
         else:
-            self._observer.page_applied(run, page, batch, counters, time.perf_counter() - started)
+            self._observer.page_applied(run, page, batch, counters, self._clock.monotonic() - started)
         return True
 
     def _apply(
         self, run: ImportRun, page: ImportPage, items: list[TalentItem]
     ) -> tuple[BatchOutcome, StageCounters]:
-        now = self._clock()
+        now = self._clock.now()
         lease_until = now + timedelta(seconds=self._settings.page_lease_s)
         with self._store.page_transaction(page, now, lease_until) as tx:
             items = in_scope(tx, run, page.stage, items)
@@ -85,7 +84,7 @@ class PageWorker:
 
     def _release(self, run: ImportRun, page: ImportPage, exc: Exception) -> None:
         """Back to Pending after a back-off, or Failed once its attempts are spent."""
-        now = self._clock()
+        now = self._clock.now()
         delay = self._settings.backoff.delay(page.attempt)
         error = describe_error(exc)
         status = self._store.release_page(

@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from pin_identity.config import RelaySettings
+from pin_identity.domain.clock import Clock
 from pin_identity.domain.errors import OutboxIdsWentBackError
 from pin_identity.jobs.outbox_relay_observer import RelayObserver
 from pin_identity.operations.ports.outbox import (
@@ -22,9 +23,6 @@ from pin_identity.operations.ports.worker import StopSignal
 # Publishing that failed this many times in a row has the broker asked whether too few replicas are in sync
 # (a blip recovers at its first retry without the question).
 _ASK_WHY_AFTER = 2
-
-MonotonicClock = Callable[[], float]
-"""Seconds on a clock that never goes back (`time.monotonic`): only the differences between readings count."""
 
 
 @dataclass
@@ -157,8 +155,8 @@ class OutboxRelay:
     loses its lock first discards its producer, so nothing it handed out can land behind the next relay's
     events.
 
-    Time is the `clock`'s (the cadences of the heartbeat and the backlog, the grace period at stop); pauses
-    are waits on the stop signal. A test that drives both runs the relay without sleeping.
+    Time is the `clock`'s monotonic seconds (the cadences of the heartbeat and the backlog, the grace period
+    at stop); pauses are waits on the stop signal. A test that drives both runs the relay without sleeping.
     """
 
     def __init__(
@@ -168,7 +166,7 @@ class OutboxRelay:
         settings: RelaySettings,
         observer: RelayObserver | None = None,
         *,
-        clock: MonotonicClock,
+        clock: Clock,
     ):
         self._queue = queue
         self._publisher = publisher
@@ -256,7 +254,7 @@ class OutboxRelay:
             self._observer.unacknowledged(0.0)
 
     def _keep_alive(self) -> None:
-        now = self._clock()
+        now = self._clock.monotonic()
         if self._heartbeat.due(now):
             self._queue.heartbeat()
             self._observer.unacknowledged(self._wait.seconds(now))
@@ -280,7 +278,7 @@ class OutboxRelay:
         if not ready:
             return
         self._order.sent(ready)
-        self._wait.sent(self._clock())
+        self._wait.sent(self._clock.monotonic())
         self._settle(self._publisher.send(ready))
 
     def _settle(self, report: PublishReport) -> None:
@@ -290,7 +288,7 @@ class OutboxRelay:
             self._order.answered(report.delivered)
             self._order.answered(report.rejected)
         if report.delivered:
-            self._wait.acknowledged(self._clock(), more_waiting=bool(self._order.in_flight))
+            self._wait.acknowledged(self._clock.monotonic(), more_waiting=bool(self._order.in_flight))
             self._observer.unacknowledged(0.0)  # a silence ends with the answer, not a beat later
         if report.delivered and self._retry_reason is None:
             if self._failures:
@@ -316,8 +314,8 @@ class OutboxRelay:
 
     def _finish_in_flight(self) -> None:
         """On stop: give what is in flight a grace period; what stays unanswered is sent again later."""
-        deadline = self._clock() + self._settings.stop_grace_s
-        while self._order.in_flight and self._clock() < deadline:
+        deadline = self._clock.monotonic() + self._settings.stop_grace_s
+        while self._order.in_flight and self._clock.monotonic() < deadline:
             self._settle(self._publisher.collect(0.2))  # the held rows stay in the outbox for later
 
     def _stand_down(self) -> None:
@@ -332,7 +330,8 @@ class OutboxRelay:
         self._failures += 1
         if self._failures >= _ASK_WHY_AFTER:
             self._observer.replicas_short(self._publisher.replication_shortfall())
-        self._observer.unacknowledged(self._wait.seconds(self._clock()))  # the heartbeat's may not come
+        # the heartbeat's may not come
+        self._observer.unacknowledged(self._wait.seconds(self._clock.monotonic()))
         delay = self._settings.backoff.delay(self._failures)
         self._observer.retrying(reason, self._failures, delay)
         stop.wait(delay)

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
 
 from pin_identity.config import ImportSettings
+from pin_identity.domain.clock import Clock
 from pin_identity.domain.errors import SourceNotConfiguredError, SourceRejectedError
 from pin_identity.domain.talent_import import (
     ImportErrorCode,
@@ -37,7 +37,7 @@ class TalentImportJob:
     lock: RunLock
     sources: Callable[[ImportMode], TalentSource]
     settings: ImportSettings
-    clock: Callable[[], datetime]
+    clock: Clock
     observer: ImportObserver = field(default_factory=ImportObserver)
     _orchestrator: ImportOrchestrator = field(init=False)
     _pages: PageWorker = field(init=False)

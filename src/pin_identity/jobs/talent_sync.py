@@ -8,12 +8,12 @@ backoff, so it is neither lost nor holding up its partition.
 
 from __future__ import annotations
 
-import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from datetime import datetime, timedelta
 
 from pin_identity.config import TalentSyncSettings
+from pin_identity.domain.clock import Clock
 from pin_identity.jobs.talent_sync_observer import TalentSyncObserver
 from pin_identity.operations.identity import Context
 from pin_identity.operations.ports.replica import ReplicaTransactions, SourceItem
@@ -31,7 +31,7 @@ class TalentSyncJob:
         transactions: ReplicaTransactions,
         settings: TalentSyncSettings,
         *,
-        clock: Callable[[], datetime],
+        clock: Clock,
         observer: TalentSyncObserver | None = None,
     ):
         self._stream, self._transactions, self._settings, self._clock = stream, transactions, settings, clock
@@ -46,10 +46,11 @@ class TalentSyncJob:
         try:
             while not stop.is_set():
                 busy = self.step()
-                if time.monotonic() >= next_lag_report:  # the lag gauge, also when nobody asks for `once`
+                # the lag gauge, also when nobody asks for `once`
+                if self._clock.monotonic() >= next_lag_report:
                     self._recommit()
                     self._caught_up()
-                    next_lag_report = time.monotonic() + _LAG_REPORT_S
+                    next_lag_report = self._clock.monotonic() + _LAG_REPORT_S
                 if self._failures:
                     stop.wait(self._settings.error_backoff.delay(self._failures))
                 elif once and not busy and self._caught_up():
@@ -63,7 +64,7 @@ class TalentSyncJob:
         something to do."""
         records = self._stream.poll(self._settings.batch_size, self._settings.poll_timeout_s)
         consumed = self._consume(records) if records else False
-        self._observer.stall_measured(self._stalls.longest(self._stream.positions(), self._clock()))
+        self._observer.stall_measured(self._stalls.longest(self._stream.positions(), self._clock.now()))
         retried = self._retry_deferred()
         return consumed or retried
 
@@ -100,10 +101,10 @@ class TalentSyncJob:
     def _retry_deferred(self) -> bool:
         try:
             with self._transactions() as tx:
-                due = tx.due_quarantined(self._clock(), self._settings.batch_size)
+                due = tx.due_quarantined(self._clock.now(), self._settings.batch_size)
                 if not due:
                     return False
-                ctx = Context(correlation_id=uuid.uuid4(), now=self._clock())
+                ctx = Context(correlation_id=uuid.uuid4(), now=self._clock.now())
                 batch = apply_snapshots(tx, due, ctx, self._options(ctx.now))
                 tx.commit()
         except Exception as exc:
@@ -114,7 +115,7 @@ class TalentSyncJob:
 
     def _apply(self, items: list[SourceItem]) -> BatchOutcome | None:
         """One transaction (the batch's tenants before its users); None when it rolled back."""
-        ctx = Context(correlation_id=uuid.uuid4(), now=self._clock())
+        ctx = Context(correlation_id=uuid.uuid4(), now=self._clock.now())
         try:
             with self._transactions() as tx:
                 batch = apply_snapshots(tx, items, ctx, self._options(ctx.now))

@@ -3,10 +3,9 @@ discard when the users past its cursor need it no more."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from datetime import datetime
 from uuid import UUID
 
+from pin_identity.domain.clock import Clock
 from pin_identity.domain.errors import ConflictError, NotFoundError
 from pin_identity.domain.model import FanOutTaskStatus
 from pin_identity.operations.audit import Actor, admin_action
@@ -15,7 +14,7 @@ from pin_identity.operations.read_models import FanOutTask
 
 
 class FanOutAdmin:
-    def __init__(self, tasks: FanOutTasks, clock: Callable[[], datetime]):
+    def __init__(self, tasks: FanOutTasks, clock: Clock):
         self._tasks, self._clock = tasks, clock
 
     def tasks(self, status: FanOutTaskStatus | None = None, limit: int = 100) -> list[FanOutTask]:
@@ -25,7 +24,7 @@ class FanOutAdmin:
     def replay(self, task_id: UUID, *, who: Actor) -> None:
         """After the cause is fixed: a Failed task goes back to Pending with AttemptCount = 0, from its
         cursor."""
-        outcome = self._tasks.replay(task_id, self._clock())
+        outcome = self._tasks.replay(task_id, self._clock.now())
         if outcome is TaskReplay.ROLE_HAS_PENDING_TASK:
             raise ConflictError(
                 f"fan-out task {task_id}: its role already has a Pending task, which notifies every user"

@@ -9,6 +9,7 @@ from datetime import datetime
 from uuid import UUID
 
 from pin_identity.domain import events
+from pin_identity.domain.clock import Clock
 from pin_identity.domain.errors import ConflictError, InvalidInputError, NotFoundError
 from pin_identity.domain.events import CompanyState, UserState
 from pin_identity.domain.fanout import FanOutPath, FanOutPolicy
@@ -42,8 +43,8 @@ class Context:
     now: datetime
 
     @classmethod
-    def fresh(cls) -> Context:
-        return cls(correlation_id=uuid.uuid4(), now=events.now_utc())
+    def fresh(cls, clock: Clock) -> Context:
+        return cls(correlation_id=uuid.uuid4(), now=clock.now())
 
 
 def create_company(

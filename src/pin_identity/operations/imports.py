@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from datetime import datetime
 from uuid import UUID
 
+from pin_identity.domain.clock import Clock
 from pin_identity.domain.errors import ImportNotRunningError, NotFoundError, SourceUnavailableError
 from pin_identity.domain.talent_import import (
     TRUNCATED_SOURCE_SHARE,
@@ -162,7 +163,7 @@ class ImportOperations:
         locks: Callable[[], RunLock],
         sources: Callable[[ImportMode], SourceCheck],
         replica: ReplicaTransactions,
-        clock: Callable[[], datetime],
+        clock: Clock,
         *,
         summaries: RunSummaries,
     ):
@@ -174,7 +175,7 @@ class ImportOperations:
     def run(self, request: ImportRequest, *, who: Actor) -> tuple[ImportRun, RunLock]:
         """`talent-import run`: start or resume the run and keep its lock: the caller orchestrates the run."""
         lock = self._locks()
-        run = start_run(self._runs, lock, self._sources, request, self._clock())
+        run = start_run(self._runs, lock, self._sources, request, self._clock.now())
         admin_action("talent-import-run", who, **_started(run))
         return run, lock
 
@@ -182,7 +183,7 @@ class ImportOperations:
         """Create a run (never resume one: a Running run is ALREADY_RUNNING) and let go of the lock at once: a
         `worker` running the `talent-import` job takes it and orchestrates the run."""
         lock = self._locks()
-        run = start_run(self._runs, lock, self._sources, request, self._clock(), resume=False)
+        run = start_run(self._runs, lock, self._sources, request, self._clock.now(), resume=False)
         lock.release()
         admin_action("talent-import-start", who, **_started(run))
         return run
@@ -198,8 +199,9 @@ class ImportOperations:
         run = self.existing_run(run_id) if run_id else self._runs.latest_run()
         if run is None:
             raise NotFoundError("there is no import run yet")
+
         progress = self._runs.progress(run.run_id)
-        return ImportRunReport.of_run(run, progress, self._locks().holder(), self._clock())
+        return ImportRunReport.of_run(run, progress, self._locks().holder(), self._clock.now())
 
     def pages(self, run_id: UUID) -> PageProgress:
         """The run's pages by stage and status (what a progress bar shows)."""
@@ -242,7 +244,9 @@ class ImportOperations:
         those that apply leave the quarantine."""
         if run_id is not None:
             self.existing_run(run_id)
-        batch = replay_quarantined(self._replica, Context.fresh(), run_id=run_id, item_ids=item_ids)
+        batch = replay_quarantined(
+            self._replica, Context.fresh(self._clock), run_id=run_id, item_ids=item_ids
+        )
         action = "talent-import-replay-failed" if run_id else "talent-sync-replay-failed"
         items = [str(item) for item in item_ids or []]
         admin_action(action, who, run_id=str(run_id) if run_id else None, items=items)

@@ -2,23 +2,23 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import timedelta
 
+from pin_identity.domain.clock import Clock
 from pin_identity.operations.audit import Actor, admin_action
 from pin_identity.operations.ports.retention import Retention
 from pin_identity.operations.read_models import PruneResult
 
 
 class RetentionAdmin:
-    def __init__(self, retention: Retention, clock: Callable[[], datetime]):
+    def __init__(self, retention: Retention, clock: Clock):
         self._retention, self._clock = retention, clock
 
     def prune(self, older_than: timedelta, *, who: Actor) -> PruneResult:
         """Completed fan-out tasks, finished import runs with their pages, and quarantine payloads older than
         the cutoff, in one transaction. Failed fan-out tasks stay until replayed or discarded
         (FanOutAdmin): their users past the cursor never got their event."""
-        pruned = self._retention.prune(self._clock() - older_than)
+        pruned = self._retention.prune(self._clock.now() - older_than)
         admin_action(
             "maintenance-prune",
             who,

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from uuid import UUID
 
+from pin_identity.domain.clock import Clock
 from pin_identity.domain.errors import NotFoundError
 from pin_identity.domain.fanout import FanOutPolicy
 from pin_identity.operations import identity
@@ -15,8 +16,15 @@ from pin_identity.operations.read_models import PermissionsChanged, RoleView
 
 
 class RoleAdmin:
-    def __init__(self, transactions: IdentityTransactions, policy: FanOutPolicy, summaries: RoleSummaries):
-        self._transactions, self._policy, self._summaries = transactions, policy, summaries
+    def __init__(
+        self, transactions: IdentityTransactions, policy: FanOutPolicy, summaries: RoleSummaries, clock: Clock
+    ):
+        self._transactions, self._policy, self._summaries, self._clock = (
+            transactions,
+            policy,
+            summaries,
+            clock,
+        )
 
     def roles(self, code: str | None = None, limit: int = 100) -> list[RoleView]:
         """Roles with their permissions and size: system roles first, then by company and code."""
@@ -33,7 +41,7 @@ class RoleAdmin:
         fan-out task, in one transaction."""
         change = identity.set_role_permissions(
             self._transactions,
-            identity.Context.fresh(),
+            identity.Context.fresh(self._clock),
             role_id=role_id,
             permissions=permissions,
             policy=self._policy,

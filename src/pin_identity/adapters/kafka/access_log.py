@@ -3,7 +3,6 @@ when the read begins, each record reduced to (user, fingerprint of its activeAss
 
 from __future__ import annotations
 
-import time
 import uuid
 from dataclasses import dataclass, field
 
@@ -13,6 +12,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, TopicPartition
 from pin_identity.adapters.kafka.consumers import new_consumer
 from pin_identity.adapters.kafka.denials import DenialLog, denial
 from pin_identity.adapters.kafka.offsets import end_reached, watermarks
+from pin_identity.adapters.system_clock import SYSTEM_CLOCK
 from pin_identity.domain.access_audit import UNREADABLE, LastEvent, UserKey, fingerprint
 from pin_identity.domain.errors import BrokerUnavailableError
 from pin_identity.domain.events import ACCESS_TOPIC
@@ -95,11 +95,11 @@ class KafkaAccessLog:
         return ends
 
     def _read(self, consumer: Consumer, ends: _Ends, keep: KeepRecords, progress: Progress) -> int:
-        read, heard = 0, time.monotonic()
-        while ends.behind and time.monotonic() - heard < self._stall_s:
+        read, heard = 0, SYSTEM_CLOCK.monotonic()
+        while ends.behind and SYSTEM_CLOCK.monotonic() - heard < self._stall_s:
             records: list[LastEvent] = []
             for message in consumer.consume(_BATCH, _WAIT_S):
-                heard = time.monotonic()
+                heard = SYSTEM_CLOCK.monotonic()
                 self._take(consumer, message, ends, records)
             if records:
                 keep(records)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -22,6 +21,7 @@ from pin_identity.adapters.kafka.consumers import new_consumer
 from pin_identity.adapters.kafka.denials import DenialLog, denial
 from pin_identity.adapters.kafka.offsets import end_reached, watermarks
 from pin_identity.adapters.kafka.partitioning import key_partition, partitioner_of
+from pin_identity.adapters.system_clock import SYSTEM_CLOCK
 from pin_identity.domain.errors import BrokerUnavailableError
 from pin_identity.domain.events import ACCESS_TOPIC
 from pin_identity.operations.read_models import AccessEventOnTopic, AccessLogSearch
@@ -125,15 +125,15 @@ class KafkaUserAccessLog:
         (and a transaction's markers) leave gaps: the window ends at the first offset >= stop, or where an end
         of partition signal at or past `stop` says the partition ends (offsets.py)."""
         consumer.assign([TopicPartition(self._topic, partition, start)])
-        found, count, heard = None, 0, time.monotonic()
+        found, count, heard = None, 0, SYSTEM_CLOCK.monotonic()
         while True:
             messages = consumer.consume(_BATCH, _POLL_S)
-            if not messages and time.monotonic() - heard > self._timeout_s:
+            if not messages and SYSTEM_CLOCK.monotonic() - heard > self._timeout_s:
                 raise BrokerUnavailableError(
                     f"{self._topic} [{partition}]: nothing read from offset {start} in {self._timeout_s:g} s"
                 )
             if messages:
-                heard = time.monotonic()
+                heard = SYSTEM_CLOCK.monotonic()
             for message in messages:
                 error = message.error()
                 if error is not None and error.code() != KafkaError._PARTITION_EOF:

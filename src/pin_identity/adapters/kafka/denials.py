@@ -5,12 +5,13 @@ failure, so that nothing is lost and it goes on once the ACL is granted."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaError, KafkaException
 
+from pin_identity.adapters.system_clock import SYSTEM_CLOCK
+from pin_identity.domain.clock import Clock
 from pin_identity.observability.logging import get_logger
 
 log = get_logger("kafka")
@@ -77,14 +78,14 @@ def group_denial(consumer: Consumer, operation: str, group: str) -> Denial | Non
 class DenialLog:
     """Says each denial once, then again only while it lasts past `_SAY_EVERY_S`."""
 
-    def __init__(self, component: str, clock: Callable[[], float] = time.monotonic):
+    def __init__(self, component: str, clock: Clock = SYSTEM_CLOCK):
         self._component, self._clock = component, clock
         self._said_at: dict[Denial, float] = {}
 
     def say(self, refused: Denial | None) -> Denial | None:
         if refused is None:
             return None
-        now = self._clock()
+        now = self._clock.monotonic()
         if now - self._said_at.get(refused, -_SAY_EVERY_S) >= _SAY_EVERY_S:
             self._said_at[refused] = now
             log.warning(

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pin_identity.adapters.kafka.distribution import KAFKA_VERSION, KafkaRuntime, cache_root, kafka_runtime
+from pin_identity.adapters.system_clock import SYSTEM_CLOCK
 from pin_identity.processes import command_line_holds
 
 HOST = "127.0.0.1"
@@ -259,11 +260,11 @@ def _launch(
 def wait_node_ready(process: subprocess.Popen[bytes], port: int, log_path: Path) -> None:
     """Kafka opens its client port only once the broker is unfenced and serving (SocketServer defers the
     bind for exactly that reason), so an accepted connection means ready."""
-    deadline = time.monotonic() + START_TIMEOUT_S
+    deadline = SYSTEM_CLOCK.monotonic() + START_TIMEOUT_S
     while not port_open(port):
         if process.poll() is not None:
             raise RuntimeError(f"the embedded Apache Kafka exited with {process.returncode}; see {log_path}")
-        if time.monotonic() > deadline:
+        if SYSTEM_CLOCK.monotonic() > deadline:
             kill_broker(process.pid)
             raise RuntimeError(
                 f"the embedded Apache Kafka did not start in {START_TIMEOUT_S:g} s; see {log_path}"
@@ -342,8 +343,8 @@ def stop_broker(pid: int, timeout_s: float = STOP_TIMEOUT_S) -> None:
     """A clean stop (SIGTERM: Kafka's controlled shutdown), SIGKILL after `timeout_s`."""
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout_s
-        while _lives(pid) and time.monotonic() < deadline:
+        deadline = SYSTEM_CLOCK.monotonic() + timeout_s
+        while _lives(pid) and SYSTEM_CLOCK.monotonic() < deadline:
             _reap(pid)
             time.sleep(0.05)
         if _lives(pid):
@@ -355,8 +356,8 @@ def kill_broker(pid: int) -> None:
     """A crash: SIGKILL, no shutdown of any kind; the next start on the same home recovers the log."""
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
-    deadline = time.monotonic() + 10
-    while _lives(pid) and time.monotonic() < deadline:
+    deadline = SYSTEM_CLOCK.monotonic() + 10
+    while _lives(pid) and SYSTEM_CLOCK.monotonic() < deadline:
         _reap(pid)
         time.sleep(0.02)
     _reap(pid)

@@ -16,23 +16,25 @@ import time
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
+from pin_identity.adapters.system_clock import SYSTEM_CLOCK
+
 _RETRY_EVERY_S = 0.1
 
 
 def watermarks(consumer: Consumer, partition: TopicPartition, timeout_s: float = 10.0) -> tuple[int, int]:
     """(low, high): the partition's first offset and its end (for a read_committed consumer, the last stable
     offset: nothing an open transaction wrote lies below it)."""
-    deadline = time.monotonic() + timeout_s
+    deadline = SYSTEM_CLOCK.monotonic() + timeout_s
     while True:
         try:
             low, high = consumer.get_watermark_offsets(
-                partition, timeout=max(deadline - time.monotonic(), 0.1), cached=False
+                partition, timeout=max(deadline - SYSTEM_CLOCK.monotonic(), 0.1), cached=False
             )
             return int(low), int(high)
         except KafkaException as exc:
             error = exc.args[0] if exc.args else None
             retriable = isinstance(error, KafkaError) and (error.retriable() or error.code() in _MOVING)
-            if not retriable or time.monotonic() + _RETRY_EVERY_S > deadline:
+            if not retriable or SYSTEM_CLOCK.monotonic() + _RETRY_EVERY_S > deadline:
                 raise
         time.sleep(_RETRY_EVERY_S)
 

@@ -25,6 +25,8 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from pin_identity.adapters.kafka.client_log import with_client_log
 from pin_identity.adapters.kafka.denials import DenialLog, denial
+from pin_identity.adapters.system_clock import SYSTEM_CLOCK
+from pin_identity.domain.clock import Clock
 from pin_identity.domain.events import CONTRACT_VERSION
 from pin_identity.observability import metrics
 from pin_identity.observability.logging import get_logger
@@ -200,11 +202,11 @@ class KafkaEventPublisher:
         transactional_id: str,
         own_topics: Collection[str] = (),
         replication_shortfall: Callable[[], str | None] | None = None,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock = SYSTEM_CLOCK,
     ):
         self._config = {**producer_config(client_config), "transactional.id": transactional_id}
         self._replication_shortfall = replication_shortfall
-        self._denials = DenialLog("outbox-relay")
+        self._denials = DenialLog("outbox-relay", clock)
         self._clock = clock
         self._transaction: _Transaction | None = None
         self._waiting: list[PendingEvent] = []  # handed over while a transaction commits: the next one's
@@ -304,7 +306,7 @@ class KafkaEventPublisher:
         transaction = self._transaction
         if transaction is None:
             producer.begin_transaction()
-            transaction = self._transaction = _Transaction(self._clock())
+            transaction = self._transaction = _Transaction(self._clock.monotonic())
         held = self._missing.held
         for event in events:
             if held and event.topic in held:
@@ -351,7 +353,7 @@ class KafkaEventPublisher:
             self._abort(producer, answers)
             return
         full = len(transaction.ids) >= TRANSACTION_EVENTS
-        due = wait_s > 0 or full or self._clock() - transaction.started >= TRANSACTION_AGE_S
+        due = wait_s > 0 or full or self._clock.monotonic() - transaction.started >= TRANSACTION_AGE_S
         transaction.committing |= due
         # Once every event of it is answered, a failure of the transaction's is known (aborted above), and the
         # commit is one round trip to the coordinator.

@@ -4,7 +4,6 @@ end offsets they have when the reader is opened."""
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -13,6 +12,7 @@ from confluent_kafka import TopicPartition
 
 from pin_identity.adapters.kafka.consumers import new_consumer
 from pin_identity.adapters.kafka.offsets import read_up_to, watermarks
+from pin_identity.adapters.system_clock import SYSTEM_CLOCK
 
 
 @dataclass(frozen=True)
@@ -72,9 +72,9 @@ class TopicReader:
         """Everything up to the end offsets the topics have now; TimeoutError if that takes `timeout_s`."""
         ends = {(tp.topic, tp.partition): watermarks(self._consumer, tp)[1] for tp in self._assigned}
         events: list[ReadEvent] = []
-        deadline = time.monotonic() + timeout_s
+        deadline = SYSTEM_CLOCK.monotonic() + timeout_s
         while behind := {where: end for where, end in ends.items() if self._read_to[where] < end}:
-            if time.monotonic() > deadline:
+            if SYSTEM_CLOCK.monotonic() > deadline:
                 short = ", ".join(f"{t}[{p}] at {self._read_to[t, p]} of {n}" for (t, p), n in behind.items())
                 raise TimeoutError(f"not read to the end offsets in {timeout_s:g} s: {short}")
             events.extend(self.read())

@@ -15,7 +15,6 @@ client of their own, so that they never wait behind the reader's fetches.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -30,6 +29,7 @@ from pin_identity.adapters.kafka.consumers import new_consumer
 from pin_identity.adapters.kafka.denials import Denial, DenialLog, denial, group_denial
 from pin_identity.adapters.kafka.offsets import end_reached, watermarks
 from pin_identity.adapters.kafka.talent_stream import TALENT_SYNC_GROUP
+from pin_identity.adapters.system_clock import SYSTEM_CLOCK
 from pin_identity.adapters.talent_wire import topic_item
 from pin_identity.domain.errors import SourceUnavailableError
 from pin_identity.domain.talent import TENANTS_TOPIC, USERS_TOPIC, ImportStage, TalentItem
@@ -191,7 +191,7 @@ class TopicReplaySource:
         page = _parse_cursor(cursor)
         carried = self._positioned(page)
         self._position = None  # until the page is read: a failed read leaves the consumer anywhere
-        items, carried = self._read_until(stage, page, carried, time.monotonic() + _READ_TIMEOUT_S)
+        items, carried = self._read_until(stage, page, carried, SYSTEM_CLOCK.monotonic() + _READ_TIMEOUT_S)
         self._position = _Position(page.topic, page.partition, page.end, carried)
         self._release_at_end(page)
         return items
@@ -211,7 +211,7 @@ class TopicReplaySource:
         """The range's items, and what was delivered after its end."""
         items: list[TalentItem] = []
         next_offset = page.start
-        while time.monotonic() < deadline:
+        while SYSTEM_CLOCK.monotonic() < deadline:
             # Ask for no more than the range still holds: consume() returns as soon as it has that many.
             messages = carried or self._consumer().consume(max(page.end - next_offset, 1), 0.5)
             carried = []

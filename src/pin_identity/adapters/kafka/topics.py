@@ -4,7 +4,6 @@ client properties acceptable, does a broker answer, and what a broker failure sa
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -19,6 +18,7 @@ from pin_identity.adapters.kafka.client_log import with_client_log
 from pin_identity.adapters.kafka.consumers import new_consumer
 from pin_identity.adapters.kafka.denials import DenialLog, denial
 from pin_identity.adapters.kafka.publisher import producer_config
+from pin_identity.adapters.system_clock import SYSTEM_CLOCK
 from pin_identity.observability.logging import first_line
 
 # librdkafka writes its log lines raw to stderr unless it is given a logger. The checks below report their
@@ -197,17 +197,17 @@ def probe_broker(client_config: Mapping[str, str], *, timeout_s: float = 5.0) ->
     broker down, a refused login), else when `timeout_s` has passed."""
     heard: list[KafkaError] = []
     config: dict[str, Any] = {**client_config, "logger": _quiet, "error_cb": heard.append}
-    admin, deadline = AdminClient(config), time.monotonic() + timeout_s
+    admin, deadline = AdminClient(config), SYSTEM_CLOCK.monotonic() + timeout_s
     while True:
         try:
-            admin.list_topics(timeout=min(_PROBE_STEP_S, max(deadline - time.monotonic(), 0.1)))
+            admin.list_topics(timeout=min(_PROBE_STEP_S, max(deadline - SYSTEM_CLOCK.monotonic(), 0.1)))
             return
         except KafkaException as exc:
             last = failure_reason(exc)
         admin.poll(0)  # serves error_cb: the reason, as early as librdkafka has it
         if any(error.code() in _HOPELESS for error in heard):
             raise _failure(heard)
-        if time.monotonic() >= deadline:
+        if SYSTEM_CLOCK.monotonic() >= deadline:
             silent = BrokerProbeError(f"no answer in {timeout_s:g} s: {last}")
             raise _failure(heard) if heard else silent
 

@@ -4,9 +4,8 @@ session that others wait on (the relay's lock) also with a limit on how long its
 from __future__ import annotations
 
 import math
-import time
 import weakref
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -17,6 +16,8 @@ from psycopg.rows import RowFactory
 from psycopg_pool import ConnectionPool
 
 from pin_identity.adapters.postgres.catalogue import query
+from pin_identity.adapters.system_clock import SYSTEM_CLOCK
+from pin_identity.domain.clock import Clock
 from pin_identity.domain.errors import LeaseLostError
 
 Row = TypeVar("Row")
@@ -104,13 +105,13 @@ class WaitWatch:
     wait that outlasts the session's SilenceLimit is a path that went silent where no timeout of the client
     sees it (TCP still carries it, nothing answers)."""
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic):
+    def __init__(self, clock: Clock = SYSTEM_CLOCK):
         self._clock = clock
         self._since: float | None = None
 
     @contextmanager
     def waiting(self) -> Iterator[None]:
-        self._since = self._clock()
+        self._since = self._clock.monotonic()
         try:
             yield
         finally:
@@ -119,7 +120,7 @@ class WaitWatch:
     def waited_s(self) -> float:
         """How long the current wait has lasted; 0 between waits."""
         since = self._since
-        return 0.0 if since is None else self._clock() - since
+        return 0.0 if since is None else self._clock.monotonic() - since
 
 
 @dataclass(frozen=True)
@@ -153,8 +154,17 @@ TRUSTED_AFTER_USE_S = 2.0
 class Database:
     """The process's pool plus dedicated connections for the few places that hold a session."""
 
-    def __init__(self, url: str, *, limits: ConnectionLimits, max_size: int = 10, name: str = "pin-identity"):
+    def __init__(
+        self,
+        url: str,
+        *,
+        limits: ConnectionLimits,
+        max_size: int = 10,
+        name: str = "pin-identity",
+        clock: Clock = SYSTEM_CLOCK,
+    ):
         self.url = url
+        self._clock = clock
         self.limits = limits
         self.server_version = 0  # server_version_num, known once open
         self._given_back: weakref.WeakKeyDictionary[psycopg.Connection, float] = weakref.WeakKeyDictionary()
@@ -169,7 +179,7 @@ class Database:
         )
 
     def _check(self, conn: psycopg.Connection) -> None:
-        if time.monotonic() - self._given_back.get(conn, float("-inf")) > TRUSTED_AFTER_USE_S:
+        if self._clock.monotonic() - self._given_back.get(conn, float("-inf")) > TRUSTED_AFTER_USE_S:
             ConnectionPool.check_connection(conn)
 
     def open(self, timeout_s: float = 10.0) -> Database:
@@ -204,7 +214,7 @@ class Database:
             try:
                 yield conn
             finally:
-                self._given_back[conn] = time.monotonic()
+                self._given_back[conn] = self._clock.monotonic()
 
     @contextmanager
     def transaction(self, fence: Fence | None = None) -> Iterator[psycopg.Connection]:

@@ -19,8 +19,10 @@ from uuid import UUID
 
 import httpx
 
+from pin_identity.adapters.system_clock import SYSTEM_CLOCK
 from pin_identity.adapters.talent_wire import Undecodable, decode_page
 from pin_identity.domain.backoff import Backoff
+from pin_identity.domain.clock import Clock
 from pin_identity.domain.errors import SourceRejectedError, SourceUnavailableError
 from pin_identity.observability.logging import get_logger
 
@@ -70,6 +72,7 @@ class TalentApiClient:
         backoff_max_s: float = 5.0,
         retry_after_max_s: float = 30.0,
         sleep: Callable[[float], None] = time.sleep,
+        clock: Clock = SYSTEM_CLOCK,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         """`transport` replaces the network, for tests only. A Retry-After longer than `retry_after_max_s`
@@ -91,7 +94,7 @@ class TalentApiClient:
         # Jitter keeps the threads that failed together from retrying together.
         self._backoff = Backoff(base_s=backoff_base_s, cap_s=backoff_max_s, jitter=0.5)
         self._retry_after_max_s = retry_after_max_s
-        self._sleep = sleep
+        self._sleep, self._clock = sleep, clock
         self._rng = random.Random()
 
     def close(self) -> None:
@@ -152,7 +155,7 @@ class TalentApiClient:
                 f"(HTTP {response.status_code} on GET {path}); check the Talent API token"
             )
         if response.status_code in _THROTTLING_STATUSES:
-            retry_after_s = _retry_after_s(response.headers.get("Retry-After"))
+            retry_after_s = _retry_after_s(response.headers.get("Retry-After"), self._clock.now())
             raise _AttemptError(f"HTTP {response.status_code}", retry_after_s)
         if response.status_code != 200:
             raise _AttemptError(f"HTTP {response.status_code}")
@@ -167,7 +170,7 @@ class TalentApiClient:
         self._sleep(pause_s)
 
 
-def _retry_after_s(value: str | None) -> float | None:
+def _retry_after_s(value: str | None, now: datetime) -> float | None:
     """Retry-After as seconds from now: delta-seconds or an HTTP-date; None when absent or malformed."""
     if value is None:
         return None
@@ -180,7 +183,7 @@ def _retry_after_s(value: str | None) -> float | None:
         return None
     if moment.tzinfo is None:  # "-0000": no zone stated; HTTP-dates are GMT
         moment = moment.replace(tzinfo=UTC)
-    return max(0.0, (moment - datetime.now(UTC)).total_seconds())
+    return max(0.0, (moment - now).total_seconds())
 
 
 def _page_params(limit: int, cursor: str | None, tenant_id: UUID | None) -> dict[str, str]:

@@ -82,7 +82,7 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
 def create_app(container: Container) -> FastAPI:
     """The admin API over the container's adapters; refuses to exist without an operator
     (PIN_IDENTITY_ADMIN_TOKENS_FILE or PIN_IDENTITY_ADMIN_TOKEN) or with a tokens file it cannot use."""
-    operators = Operators.from_settings(container.settings)
+    operators = Operators.from_settings(container.settings, container.clock)
     app = AdminApi(
         title="pin-identity platform-admin API",
         version=__version__,

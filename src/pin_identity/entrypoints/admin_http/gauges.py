@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import math
 import threading
-import time
 from collections.abc import Callable
 from contextlib import suppress
 
@@ -21,7 +20,7 @@ from psycopg_pool import PoolTimeout
 
 from pin_identity.composition import Container
 from pin_identity.config import ConfigurationError
-from pin_identity.domain.events import now_utc
+from pin_identity.domain.clock import Clock
 from pin_identity.entrypoints.admin_http.problems import DatabaseUnavailableError
 from pin_identity.observability import metrics
 from pin_identity.observability.logging import describe_error, get_logger
@@ -49,7 +48,7 @@ class _QueueReads:
         except psycopg.Error:
             self.close()  # reconnect at the next read
             raise
-        stats = self._container.stores.fanout_queue.stats(now_utc())
+        stats = self._container.stores.fanout_queue.stats(self._container.clock.now())
         running = self._container.stores.import_store.running_run()
         return QueueGauges(
             outbox_backlog=outbox.waiting,
@@ -81,7 +80,7 @@ class DatabaseGauges:
         *,
         close: Callable[[], None] = _nothing_to_close,
         max_age_s: float = MAX_AGE_S,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock,
     ):
         self._read, self._close, self._max_age_s, self._clock = read, close, max_age_s, clock
         self._lock = threading.Lock()
@@ -91,7 +90,7 @@ class DatabaseGauges:
     @classmethod
     def of(cls, container: Container) -> DatabaseGauges:
         reads = _QueueReads(container)
-        return cls(reads, close=reads.close)
+        return cls(reads, close=reads.close, clock=container.clock)
 
     def refresh(self) -> None:
         """For a scrape: the registry's gauges brought up to date if they are older than `max_age_s`. While
@@ -111,9 +110,9 @@ class DatabaseGauges:
             return self._current()
 
     def _current(self) -> QueueGauges:
-        if self._clock() - self._read_at >= self._max_age_s:
+        if self._clock.monotonic() - self._read_at >= self._max_age_s:
             self._last = self._fresh()
-            self._read_at = self._clock()
+            self._read_at = self._clock.monotonic()
         if self._last is None:
             raise DatabaseUnavailableError
         return self._last

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from fastapi import Request
 
-from pin_identity.domain.events import now_utc
 from pin_identity.entrypoints.admin_http.problems import problem_responses
 from pin_identity.entrypoints.admin_http.routing import ContainerDep, admin_router
 from pin_identity.operations.read_models import HealthSummary
@@ -19,4 +18,4 @@ def health_summary(request: Request, container: ContainerDep) -> HealthSummary:
     `IDENTITY_DATABASE_UNAVAILABLE` when the last read of the gauges failed: stale figures must not pass for
     the present."""
     queues = request.app.state.gauges.read()
-    return container.use_cases.health.report(queues, now_utc())
+    return container.use_cases.health.report(queues, container.clock.now())

@@ -21,14 +21,14 @@ import os
 import re
 import stat
 import threading
-import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import suppress
 from dataclasses import dataclass, field
 from hashlib import sha256
 from pathlib import Path
 
 from pin_identity.config import ConfigurationError, Settings
+from pin_identity.domain.clock import Clock
 from pin_identity.entrypoints.documents import AdminRole
 from pin_identity.observability import metrics
 from pin_identity.observability.logging import get_logger
@@ -165,7 +165,7 @@ class Operators:
         token: str | None,
         tokens_file: Path | None,
         *,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock,
         recheck_s: float = RECHECK_S,
     ):
         self._fixed = (
@@ -182,7 +182,7 @@ class Operators:
         self._content: bytes | None = None  # the file as last read; None when it could not be
         self._problem: str | None = None
         self._readable: tuple[str, int] | None = None  # who else may read it, and its mode, as warned
-        self._looked_at = clock()
+        self._looked_at = clock.monotonic()
         if tokens_file is not None:
             self._check_readers(tokens_file)
             try:  # at start there is nothing to fall back on
@@ -192,8 +192,8 @@ class Operators:
             metrics.admin_tokens_file_load_error.set(0)
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> Operators:
-        return cls(settings.admin_token, settings.admin_tokens_file)
+    def from_settings(cls, settings: Settings, clock: Clock) -> Operators:
+        return cls(settings.admin_token, settings.admin_tokens_file, clock=clock)
 
     def authenticate(self, token: str) -> Operator | None:
         """The operator whose token this is, or None. Every operator's digest is compared, each in constant
@@ -218,7 +218,7 @@ class Operators:
         if self._file is None:
             return
         with self._lock:
-            now = self._clock()
+            now = self._clock.monotonic()
             if now - self._looked_at < self._recheck_s:
                 return
             self._looked_at = now
