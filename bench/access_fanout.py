@@ -52,8 +52,8 @@ from bench_report import machine_line, percentile
 from pin_identity.adapters.postgres.database import ConnectionLimits, Database
 from pin_identity.adapters.postgres.identity_store import PostgresIdentityTransactions
 from pin_identity.adapters.system_clock import SYSTEM_CLOCK
-from pin_identity.domain.fanout import FanOutPolicy
-from pin_identity.operations import identity
+from pin_identity.domain.fanout_policy import FanOutPolicy
+from pin_identity.operations import identity_changes
 
 CLI = [sys.executable, "-m", "pin_identity.entrypoints.cli", "worker"]
 FLOOR_USERS = 50_000  # the floor's --quick fan-out
@@ -121,9 +121,9 @@ def wait_until_published(url: str, timeout_s: float) -> float:
 
 def change_permissions(database: Database, role_id: uuid.UUID, permissions: list[str]) -> None:
     """The change every access benchmark fans out: the role's permissions replaced through the use case."""
-    identity.set_role_permissions(
+    identity_changes.set_role_permissions(
         PostgresIdentityTransactions(database),
-        identity.Context.fresh(SYSTEM_CLOCK),
+        identity_changes.Context.fresh(SYSTEM_CLOCK),
         role_id=role_id,
         permissions=permissions,
         policy=FanOutPolicy(200),

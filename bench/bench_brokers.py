@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pin_identity.adapters.kafka.distribution import KAFKA_VERSION
-from pin_identity.adapters.kafka.embedded import start_broker, stop_broker
+from pin_identity.adapters.kafka.embedded_kafka import start_broker, stop_broker
 from pin_identity.adapters.kafka.topics import TopicLayout, ensure_topics
 from pin_identity.domain.events import PUBLISHED_TOPICS
 

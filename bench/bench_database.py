@@ -20,7 +20,7 @@ from psycopg import sql
 from psycopg.rows import dict_row
 
 from pin_identity.adapters.postgres import migrate
-from pin_identity.adapters.postgres.embedded import ensure_embedded_postgres, stop_embedded_postgres
+from pin_identity.adapters.postgres.embedded_postgres import ensure_embedded_postgres, stop_embedded_postgres
 
 # The repository: the benchmarks write their bulk rows as the tests do (tests/support/seed.py).
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))

@@ -22,7 +22,7 @@ from confluent_kafka import Producer
 from bench_database import scratch_dir
 from bench_report import machine_line
 from pin_identity.adapters.kafka.distribution import KAFKA_VERSION, kafka_runtime
-from pin_identity.adapters.kafka.embedded import HEAP_MB, start_broker, stop_broker
+from pin_identity.adapters.kafka.embedded_kafka import HEAP_MB, start_broker, stop_broker
 from pin_identity.adapters.kafka.topics import TopicLayout, ensure_topics
 
 

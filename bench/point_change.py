@@ -5,8 +5,8 @@
 Starts its own embedded PostgreSQL and broker (bench_brokers.py), seeds a role held by `--users` users
 (bench_database.seed_role), starts the product's workers as bench/access_fanout.py does, and changes the
 role's permissions: the fan-out. Once its first page has committed, it revokes one assignment of a holder
-chosen at random every `--every-ms` through the use case (`identity.revoke_role_assignment`: the user's
-lock, the next assignment version, a UserAccessChanged in the outbox, the commit), `--changes` times.
+chosen at random every `--every-ms` through the use case (`identity_changes.revoke_role_assignment`: the
+user's lock, the next assignment version, a UserAccessChanged in the outbox, the commit), `--changes` times.
 
 For each revoke: the wall clock right after its commit returned, and the timestamp of the user's RoleRevoked
 record on the access topic (CreateTime: the relay's produce). Counted are the revokes whose commit came
@@ -35,7 +35,7 @@ from pin_identity.adapters.postgres.database import ConnectionLimits, Database
 from pin_identity.adapters.postgres.identity_store import PostgresIdentityTransactions
 from pin_identity.adapters.system_clock import SYSTEM_CLOCK
 from pin_identity.domain.events import ACCESS_TOPIC
-from pin_identity.operations import identity
+from pin_identity.operations import identity_changes
 
 
 def _holders(url: str, role_id: uuid.UUID, count: int) -> list[tuple[uuid.UUID, uuid.UUID]]:
@@ -73,8 +73,8 @@ def _revoke_during_fanout(
             while not _task_state(watch)[0]:
                 time.sleep(0.01)
             for assignment_id, user_id in revokes:
-                identity.revoke_role_assignment(
-                    transactions, identity.Context.fresh(SYSTEM_CLOCK), assignment_id
+                identity_changes.revoke_role_assignment(
+                    transactions, identity_changes.Context.fresh(SYSTEM_CLOCK), assignment_id
                 )
                 at = time.time()
                 committed[user_id] = (at, not _task_state(watch)[1])

@@ -38,7 +38,7 @@ from bench_report import loadavg, percentile
 from pin_identity.adapters.kafka.replay_source import TopicReplaySource
 from pin_identity.domain.errors import SourceUnavailableError
 from pin_identity.domain.talent import ImportStage
-from pin_identity.simulation.talent import (
+from pin_identity.simulation.simulated_talent import (
     TalentDataset,
     create_talent_topics,
     generate_dataset,

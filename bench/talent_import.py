@@ -53,17 +53,17 @@ import structlog
 from bench_brokers import bench_broker
 from bench_database import checkpoint, fresh_database, replica_counts
 from bench_report import loadavg, machine, percentile
-from pin_identity.adapters.postgres.embedded import ensure_embedded_postgres, stop_embedded_postgres
+from pin_identity.adapters.postgres.embedded_postgres import ensure_embedded_postgres, stop_embedded_postgres
 from pin_identity.adapters.system_clock import SYSTEM_CLOCK
 from pin_identity.composition import Container
 from pin_identity.config import ConfigurationError, Settings, load_settings
+from pin_identity.domain.import_run import ImportMode, ImportRequest, ImportRun, PlanStep, RunStatus
 from pin_identity.domain.talent import ImportStage, TalentItem
-from pin_identity.domain.talent_import import ImportMode, ImportRequest, ImportRun, PlanStep, RunStatus
 from pin_identity.jobs.talent_import import TalentImportJob
-from pin_identity.operations.imports import start_run
-from pin_identity.operations.ports.talent import TalentSource
+from pin_identity.operations.import_admin import start_run
+from pin_identity.operations.ports.talent_sources import TalentSource
 from pin_identity.operations.read_models import ImportResult
-from pin_identity.simulation.talent import (
+from pin_identity.simulation.simulated_talent import (
     TALENT_PARTITIONS,
     SimulatedTalentApi,
     TalentDataset,

@@ -12,14 +12,14 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from pin_identity.adapters.kafka.embedded import JVM_OPTIONS_VARIABLE, start_broker, stop_broker
+from pin_identity.adapters.kafka.embedded_kafka import JVM_OPTIONS_VARIABLE, start_broker, stop_broker
 from pin_identity.adapters.kafka.topics import TopicLayout, ensure_topics
-from pin_identity.adapters.postgres.embedded import ensure_embedded_postgres, stop_embedded_postgres
+from pin_identity.adapters.postgres.embedded_postgres import ensure_embedded_postgres, stop_embedded_postgres
 from pin_identity.composition import Container
 from pin_identity.config import FanOutSettings, Settings
 from pin_identity.domain.events import PUBLISHED_TOPICS
-from pin_identity.domain.talent_import import ImportMode
-from pin_identity.simulation.talent import SimulatedTalentApi, TalentDataset, create_talent_topics
+from pin_identity.domain.import_run import ImportMode
+from pin_identity.simulation.simulated_talent import SimulatedTalentApi, TalentDataset, create_talent_topics
 from tests.support.brokers import start_transaction_coordinator
 from tests.support.cli import unconfigured_environment
 from tests.support.cluster import KafkaCluster, kafka_cluster

@@ -49,7 +49,7 @@ import psycopg
 
 from pin_identity.composition import Container, stop_embedded_servers
 from pin_identity.config import Settings
-from pin_identity.simulation.talent import (
+from pin_identity.simulation.simulated_talent import (
     SimulatedTalentApi,
     create_talent_topics,
     generate_dataset,

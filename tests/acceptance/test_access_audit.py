@@ -12,7 +12,7 @@ import pytest
 from pin_identity.adapters.system_clock import SYSTEM_CLOCK
 from pin_identity.composition import Container
 from pin_identity.config import Settings
-from pin_identity.operations import identity
+from pin_identity.operations import identity_changes
 from tests.support import seed
 from tests.support.cli import run_cli
 from tests.support.relay import publish_outbox
@@ -60,7 +60,11 @@ def test_the_audit_finds_matching_drifted_missing_and_pending_users(
     )
 
     # Behind the service's back (no event): a revoke, and a grant to a user who never had an access event.
-    _sql(database_url, "UPDATE identity.role_assignments SET status = 'Revoked' WHERE id = %s", grants[0])
+    _sql(
+        database_url,
+        "UPDATE identity.role_assignments SET status = 'Revoked' WHERE id = %s",
+        grants[0],
+    )
     stranger = seed.user(audited.transactions, company)
     _sql(
         database_url,
@@ -72,7 +76,9 @@ def test_the_audit_finds_matching_drifted_missing_and_pending_users(
         company,
     )
     # Through the service, not yet published: pending, whatever the topic says.
-    identity.revoke_role_assignment(audited.transactions, identity.Context.fresh(SYSTEM_CLOCK), grants[1])
+    identity_changes.revoke_role_assignment(
+        audited.transactions, identity_changes.Context.fresh(SYSTEM_CLOCK), grants[1]
+    )
 
     code, report = _audit(subprocess_env, own_broker)
     assert code == 1

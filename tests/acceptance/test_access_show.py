@@ -15,7 +15,7 @@ import pytest
 from pin_identity.adapters.kafka.partitioning import key_partition
 from pin_identity.adapters.system_clock import SYSTEM_CLOCK
 from pin_identity.composition import Container
-from pin_identity.operations import identity
+from pin_identity.operations import identity_changes
 from tests.support import seed
 from tests.support.cli import run_cli
 from tests.support.relay import publish_outbox
@@ -60,8 +60,8 @@ def test_exit_status_follows_the_verdict(
             " VALUES (%s, %s, %s, 'Platform')",
             (uuid.uuid4(), role[0], missing),
         )
-    identity.revoke_role_assignment(
-        container.stores.transactions, identity.Context.fresh(SYSTEM_CLOCK), pending_grant
+    identity_changes.revoke_role_assignment(
+        container.stores.transactions, identity_changes.Context.fresh(SYSTEM_CLOCK), pending_grant
     )
 
     expected = {
@@ -92,8 +92,8 @@ def test_the_table_names_the_verdict_the_event_and_what_waits(
     assert "verdict  matching" in stdout and str(grant) in stdout and "RoleAssigned" in stdout
     print(stdout)
 
-    identity.revoke_role_assignment(
-        container.stores.transactions, identity.Context.fresh(SYSTEM_CLOCK), grant
+    identity_changes.revoke_role_assignment(
+        container.stores.transactions, identity_changes.Context.fresh(SYSTEM_CLOCK), grant
     )
     code, stdout, _ = _show(subprocess_env, user)
     assert code == 0

@@ -30,13 +30,13 @@ from openapi_spec_validator import validate
 from schemathesis.checks import not_a_server_error
 from structlog.testing import capture_logs
 
-from pin_identity.adapters.kafka.embedded import free_port
+from pin_identity.adapters.kafka.embedded_kafka import free_port
 from pin_identity.adapters.system_clock import SYSTEM_CLOCK
 from pin_identity.composition import Container
 from pin_identity.config import ConfigurationError, Settings
 from pin_identity.entrypoints.admin_http import create_app
-from pin_identity.operations import identity
-from pin_identity.simulation.talent import SimulatedTalentApi, generate_dataset
+from pin_identity.operations import identity_changes
+from pin_identity.simulation.simulated_talent import SimulatedTalentApi, generate_dataset
 from tests.support import seed, talent
 from tests.support.cli import run_cli
 from tests.support.health import wait_for_healthz
@@ -379,7 +379,9 @@ def test_set_role_permissions_errors(client: TestClient, admin_container: Contai
     for body in ({}, {"permissions": "deals.read"}, {"permissions": ["a\x00b"]}):
         bad = client.put(path.format(role_id), json=body, headers=AUTH)
         assert_problem(bad, 422, "IDENTITY_INVALID_REQUEST")
-    identity.archive_role(admin_container.stores.transactions, identity.Context.fresh(SYSTEM_CLOCK), role_id)
+    identity_changes.archive_role(
+        admin_container.stores.transactions, identity_changes.Context.fresh(SYSTEM_CLOCK), role_id
+    )
     archived = client.put(path.format(role_id), json={"permissions": ["a"]}, headers=AUTH)
     assert_problem(archived, 409, "IDENTITY_CONFLICT")
 
@@ -404,8 +406,8 @@ def test_a_users_access_is_the_document_access_show_prints(
     printed = run_cli(subprocess_env, "access", "show", str(user), "--json")
     assert json.loads(printed.stdout) == document
 
-    identity.revoke_role_assignment(
-        admin_container.stores.transactions, identity.Context.fresh(SYSTEM_CLOCK), grant
+    identity_changes.revoke_role_assignment(
+        admin_container.stores.transactions, identity_changes.Context.fresh(SYSTEM_CLOCK), grant
     )
     pending = client.get(f"{ACCESS}/{user}", headers=AUTH).json()
     assert pending["verdict"] == "pending"  # 200 whatever the verdict: the answer is the document

@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from pin_identity import __version__
-from pin_identity.adapters.kafka.embedded import free_port
+from pin_identity.adapters.kafka.embedded_kafka import free_port
 from pin_identity.composition import Container
 from tests.support import seed
 from tests.support.cli import CLI, run_cli

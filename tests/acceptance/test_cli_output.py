@@ -20,7 +20,7 @@ from fastapi.testclient import TestClient
 
 from pin_identity.composition import Container
 from pin_identity.entrypoints.admin_http import create_app
-from pin_identity.simulation.talent import generate_dataset
+from pin_identity.simulation.simulated_talent import generate_dataset
 from tests.support import seed
 from tests.support.cli import CLI, run_cli
 from tests.support.talent_import import TalentWorld

@@ -24,7 +24,7 @@ import pytest
 from pin_identity.composition import Container
 from pin_identity.config import Settings
 from pin_identity.domain.events import ACCESS_TOPIC
-from pin_identity.domain.fanout import FanOutPolicy
+from pin_identity.domain.fanout_policy import FanOutPolicy
 from tests.support import seed
 from tests.support.cli import run_cli
 from tests.support.cluster import NODES, KafkaCluster

@@ -30,12 +30,12 @@ import httpx
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from pin_identity.adapters.kafka.embedded import free_port
+from pin_identity.adapters.kafka.embedded_kafka import free_port
 from pin_identity.adapters.kafka.group_lag import consumer_group_lag
 from pin_identity.composition import Container
 from pin_identity.config import Settings
 from pin_identity.domain.errors import BrokerUnavailableError
-from pin_identity.simulation.talent import (
+from pin_identity.simulation.simulated_talent import (
     TalentDataset,
     create_talent_topics,
     generate_dataset,

@@ -28,15 +28,15 @@ import psycopg
 import pytest
 from playwright.sync_api import Browser, Page, Request, expect, sync_playwright
 
-from pin_identity.adapters.kafka.embedded import free_port, port_open
+from pin_identity.adapters.kafka.embedded_kafka import free_port, port_open
 from pin_identity.adapters.postgres.import_store import PostgresImportStore
 from pin_identity.adapters.system_clock import SYSTEM_CLOCK
 from pin_identity.composition import Container
-from pin_identity.domain.fanout import FanOutPolicy
-from pin_identity.domain.talent_import import ImportRun, PageStatus, RunStatus
+from pin_identity.domain.fanout_policy import FanOutPolicy
+from pin_identity.domain.import_run import ImportRun, PageStatus, RunStatus
 from pin_identity.jobs.talent_import import TalentImportJob
-from pin_identity.operations import identity
-from pin_identity.simulation.talent import TalentDataset, generate_dataset
+from pin_identity.operations import identity_changes
+from pin_identity.simulation.simulated_talent import TalentDataset, generate_dataset
 from tests.support import seed, talent
 from tests.support.cli import CLI, run_cli
 from tests.support.health import wait_for_healthz
@@ -552,7 +552,7 @@ def test_fanout_discards_a_failed_task_on_a_second_click(
 
 def _role_with_holders(container: Container, code: str, holders: int, name: str | None = None) -> str:
     company_id = seed.company(container.stores.transactions, name=f"Company of {code}")
-    role_id = identity.create_role(
+    role_id = identity_changes.create_role(
         container.stores.transactions,
         code=code,
         name=name or code,
@@ -625,7 +625,8 @@ def test_access_looks_a_user_up_with_the_answer_of_access_show(
     publish_outbox(container)
     with psycopg.connect(database_url) as conn:  # behind the service's back: consumers still grant it
         conn.execute(
-            "UPDATE identity.role_assignments SET status = 'Revoked' WHERE id = %s", (granted[drifted],)
+            "UPDATE identity.role_assignments SET status = 'Revoked' WHERE id = %s",
+            (granted[drifted],),
         )
 
     sign_in(page, console, "access")

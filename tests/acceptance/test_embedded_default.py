@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pin_identity.adapters.kafka.embedded import is_broker
+from pin_identity.adapters.kafka.embedded_kafka import is_broker
 from tests.support.cli import run_cli, unconfigured_environment
 
 

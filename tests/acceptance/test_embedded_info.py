@@ -13,8 +13,8 @@ import psycopg
 import pytest
 
 from pin_identity.adapters.kafka.distribution import KAFKA_VERSION
-from pin_identity.adapters.kafka.embedded import ensure_embedded_kafka, port_open, stop_embedded_kafka
-from pin_identity.adapters.postgres.embedded import ensure_embedded_postgres, stop_embedded_postgres
+from pin_identity.adapters.kafka.embedded_kafka import ensure_embedded_kafka, port_open, stop_embedded_kafka
+from pin_identity.adapters.postgres.embedded_postgres import ensure_embedded_postgres, stop_embedded_postgres
 from tests.support.cli import run_cli, unconfigured_environment
 
 

@@ -22,10 +22,10 @@ import pytest
 import sqlalchemy.exc
 from confluent_kafka import KafkaError, KafkaException
 
-from pin_identity.adapters.kafka.embedded import free_port
+from pin_identity.adapters.kafka.embedded_kafka import free_port
 from pin_identity.adapters.system_clock import SYSTEM_CLOCK
 from pin_identity.composition import Container
-from pin_identity.domain.talent_import import ImportMode, ImportRequest, RunEnding
+from pin_identity.domain.import_run import ImportMode, ImportRequest, RunEnding
 from pin_identity.entrypoints import cli, operator_cli
 from tests.support.cli import run_cli
 

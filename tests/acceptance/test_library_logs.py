@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from pin_identity.adapters.postgres import migrate
-from pin_identity.adapters.postgres.embedded import ensure_embedded_postgres, stop_embedded_postgres
+from pin_identity.adapters.postgres.embedded_postgres import ensure_embedded_postgres, stop_embedded_postgres
 from tests.acceptance.test_cli import CLI
 from tests.support.waiting import wait_until
 

@@ -18,9 +18,9 @@ import httpx
 import psycopg
 import pytest
 
-from pin_identity.adapters.kafka.embedded import free_port
+from pin_identity.adapters.kafka.embedded_kafka import free_port
 from pin_identity.domain.phone import InvalidPhoneError, normalize_phone
-from pin_identity.simulation.talent import TalentDataset, generate_dataset
+from pin_identity.simulation.simulated_talent import TalentDataset, generate_dataset
 from tests.support.cli import CLI, run_cli
 from tests.support.health import wait_for_healthz
 from tests.support.relay import outbox_count

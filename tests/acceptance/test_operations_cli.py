@@ -8,10 +8,10 @@ import uuid
 from typing import Any
 
 from pin_identity.adapters.system_clock import SYSTEM_CLOCK
-from pin_identity.domain.fanout import FanOutPolicy
+from pin_identity.domain.fanout_policy import FanOutPolicy
+from pin_identity.domain.import_run import ImportMode, ImportRequest
 from pin_identity.domain.talent import ImportStage
-from pin_identity.domain.talent_import import ImportMode, ImportRequest
-from pin_identity.simulation.talent import TalentDataset
+from pin_identity.simulation.simulated_talent import TalentDataset
 from tests.support import seed, talent
 from tests.support.cli import run_cli
 from tests.support.talent_import import TalentWorld

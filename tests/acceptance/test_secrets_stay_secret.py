@@ -13,12 +13,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from pin_identity.adapters.kafka.embedded import free_port
+from pin_identity.adapters.kafka.embedded_kafka import free_port
 from pin_identity.adapters.kafka.topics import TopicLayout, ensure_topics
 from pin_identity.composition import Container
 from pin_identity.config import Settings
 from pin_identity.domain.events import PUBLISHED_TOPICS
-from pin_identity.domain.fanout import FanOutPolicy
+from pin_identity.domain.fanout_policy import FanOutPolicy
 from tests.support import seed
 from tests.support.certificates import make_server_certificate
 from tests.support.cli import CLI, run_cli

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from pin_identity.composition import Container
-from pin_identity.simulation.talent import SimulatedTalentApi, generate_dataset
+from pin_identity.simulation.simulated_talent import SimulatedTalentApi, generate_dataset
 from tests.support import talent
 from tests.support.cli import CLI, run_cli
 from tests.support.talent import TalentTopics

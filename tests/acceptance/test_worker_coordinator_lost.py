@@ -24,7 +24,7 @@ from pin_identity.adapters.postgres.outbox_queue import PostgresOutboxQueue
 from pin_identity.composition import Container
 from pin_identity.config import Settings
 from pin_identity.domain.events import ACCESS_TOPIC
-from pin_identity.domain.fanout import FanOutPolicy
+from pin_identity.domain.fanout_policy import FanOutPolicy
 from pin_identity.jobs.outbox_relay_observer import SILENT_AFTER_S
 from tests.support import seed
 from tests.support.cluster import KafkaCluster

@@ -8,7 +8,7 @@ import subprocess
 import psycopg
 
 from pin_identity.composition import Container
-from pin_identity.domain.fanout import FanOutPath, FanOutPolicy
+from pin_identity.domain.fanout_policy import FanOutPath, FanOutPolicy
 from tests.support import seed
 from tests.support.cli import CLI
 from tests.support.kafka_tap import EventTap

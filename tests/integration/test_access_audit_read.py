@@ -14,7 +14,7 @@ from confluent_kafka import Producer
 
 from pin_identity.adapters.kafka.access_log import KafkaAccessLog
 from pin_identity.adapters.kafka.topics import TopicLayout, ensure_topics
-from pin_identity.domain.access_audit import LastEvent
+from pin_identity.domain.access_verdicts import LastEvent
 from pin_identity.domain.events import ACCESS_TOPIC
 from tests.support.brokers import ProxiedBroker, proxied_broker
 

@@ -10,7 +10,7 @@ import psycopg
 
 from pin_identity.adapters.postgres.access_truth import AuditChunks, PostgresAccessTruth
 from pin_identity.composition import Container
-from pin_identity.domain.access_audit import LastEvent, compare
+from pin_identity.domain.access_verdicts import LastEvent, compare
 from tests.support import seed
 
 HOLDERS = 7

@@ -11,8 +11,8 @@ import pytest
 
 from pin_identity.adapters.system_clock import SYSTEM_CLOCK
 from pin_identity.composition import Container
-from pin_identity.domain.fanout import FanOutPath, FanOutPolicy
-from pin_identity.operations import identity
+from pin_identity.domain.fanout_policy import FanOutPath, FanOutPolicy
+from pin_identity.operations import identity_changes
 from pin_identity.operations.read_models import PermissionsChanged
 from tests.support import seed
 from tests.support.clocks import ManualClock
@@ -40,8 +40,8 @@ def test_a_role_wide_snapshot_never_overtakes_a_point_revoke_that_commits_meanwh
     hold = CommitHold(database_url)
     try:
         revoke = Background(
-            lambda: identity.revoke_role_assignment(
-                container.stores.transactions, identity.Context.fresh(SYSTEM_CLOCK), grants[1]
+            lambda: identity_changes.revoke_role_assignment(
+                container.stores.transactions, identity_changes.Context.fresh(SYSTEM_CLOCK), grants[1]
             )
         )
         # The revoke did its work and waits at COMMIT.

@@ -25,7 +25,7 @@ from pin_identity.config import Settings
 from pin_identity.domain import events
 from pin_identity.domain.events import AccessChange, OutboxMessage
 from pin_identity.domain.model import AccessChangeReason, CompanyType, Scope, ScopeType, UserType
-from pin_identity.operations import identity
+from pin_identity.operations import identity_changes
 from tests.support import seed
 from tests.support.schemas import validate_event
 
@@ -39,17 +39,17 @@ def settings(database_url: str, tmp_path: Path) -> Settings:
 def _user_with_every_kind_of_assignment(container: Container) -> tuple[UUID, UUID]:
     """A user of a company holding a global role and company roles in each scope, two of them expiring (one
     on a whole second), one revoked; names and role codes carry Cyrillic, quotes, a backslash and `%`."""
-    ctx = partial(identity.Context.fresh, SYSTEM_CLOCK)
-    company_id = identity.create_company(
+    ctx = partial(identity_changes.Context.fresh, SYSTEM_CLOCK)
+    company_id = identity_changes.create_company(
         container.stores.transactions,
         ctx(),
         name='Стройинвест «Дом» "Ёж"',
         company_type=CompanyType.DEVELOPER,
     )
-    user_id = identity.create_user(
+    user_id = identity_changes.create_user(
         container.stores.transactions,
         ctx(),
-        identity.NewUser(
+        identity_changes.NewUser(
             phone=seed.next_phone(),
             first_name="Иван",
             last_name="Пётр\\ов %s",
@@ -77,7 +77,7 @@ def _user_with_every_kind_of_assignment(container: Container) -> tuple[UUID, UUI
         (project_role, Scope(ScopeType.PROJECT, project_id=uuid.uuid4()), None),
     ]
     assignments = [
-        identity.grant_role_assignment(
+        identity_changes.grant_role_assignment(
             container.stores.transactions,
             ctx(),
             user_id=user_id,
@@ -87,24 +87,24 @@ def _user_with_every_kind_of_assignment(container: Container) -> tuple[UUID, UUI
         )
         for role_id, scope, expires in grants
     ]
-    identity.revoke_role_assignment(container.stores.transactions, ctx(), assignments[-1])
+    identity_changes.revoke_role_assignment(container.stores.transactions, ctx(), assignments[-1])
     return user_id, company_role
 
 
 def _user_without_company_or_assignments(container: Container) -> UUID:
     """A user of no company whose one assignment was revoked (the import announces revocations too)."""
-    ctx = partial(identity.Context.fresh, SYSTEM_CLOCK)
-    user_id = identity.create_user(
+    ctx = partial(identity_changes.Context.fresh, SYSTEM_CLOCK)
+    user_id = identity_changes.create_user(
         container.stores.transactions,
         ctx(),
-        identity.NewUser(phone=seed.next_phone(), first_name="Ёлка", last_name="Ünïcödé"),
+        identity_changes.NewUser(phone=seed.next_phone(), first_name="Ёлка", last_name="Ünïcödé"),
     )
     role_id = seed.role(container.stores.transactions, None, "гость")
     scope = Scope(ScopeType.PLATFORM)
-    assignment = identity.grant_role_assignment(
+    assignment = identity_changes.grant_role_assignment(
         container.stores.transactions, ctx(), user_id=user_id, role_id=role_id, scope=scope
     )
-    identity.revoke_role_assignment(container.stores.transactions, ctx(), assignment)
+    identity_changes.revoke_role_assignment(container.stores.transactions, ctx(), assignment)
     return user_id
 
 

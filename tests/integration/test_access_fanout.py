@@ -28,11 +28,11 @@ from pin_identity.config import FanOutSettings
 from pin_identity.domain import events
 from pin_identity.domain.access_cache import CacheDecision, UserAccessCache
 from pin_identity.domain.events import AccessChangeTemplate
-from pin_identity.domain.fanout import FanOutPolicy
+from pin_identity.domain.fanout_policy import FanOutPolicy
 from pin_identity.domain.model import AccessChangeReason, Scope, ScopeType
 from pin_identity.jobs.access_fanout import AccessFanOutJob, TaskOutcome
-from pin_identity.operations import identity
-from pin_identity.operations.ports.fanout import FanOutTask, PageWritten
+from pin_identity.operations import identity_changes
+from pin_identity.operations.ports.fanout_tasks import FanOutTask, PageWritten
 from tests.support import seed
 from tests.support.clocks import ManualClock
 from tests.support.fanout import fanout_job, run_until_idle
@@ -94,8 +94,8 @@ def test_empty_role_completes_at_once_without_events(
     user_id = seed.user(container.stores.transactions, company_id)
     assignment = seed.grant(container.stores.transactions, user_id, role_id, company_id)
     task_id = _change_permissions(container, role_id)
-    identity.revoke_role_assignment(
-        container.stores.transactions, identity.Context.fresh(SYSTEM_CLOCK), assignment
+    identity_changes.revoke_role_assignment(
+        container.stores.transactions, identity_changes.Context.fresh(SYSTEM_CLOCK), assignment
     )
 
     run_until_idle(fanout_job(container, ManualClock()))
@@ -113,7 +113,7 @@ def test_mass_fanout_sends_one_event_per_unique_user_across_all_pages(
     _, role_id, users = seed.bulk_held_role(container.stores.transactions, database_url, 173)
     for user_id in users[:20]:  # a second assignment of the same role must not make a second event
         seed.grant_in(
-            container.stores.transactions, user_id, role_id, identity.Scope.organization(uuid.uuid4())
+            container.stores.transactions, user_id, role_id, identity_changes.Scope.organization(uuid.uuid4())
         )
     task_id = _change_permissions(container, role_id)
 
@@ -143,8 +143,8 @@ def test_full_snapshot_holds_every_active_assignment_with_role_codes(
         seed.role(container.stores.transactions, company_id, "gone"),
         company_id,
     )
-    identity.revoke_role_assignment(
-        container.stores.transactions, identity.Context.fresh(SYSTEM_CLOCK), revoked
+    identity_changes.revoke_role_assignment(
+        container.stores.transactions, identity_changes.Context.fresh(SYSTEM_CLOCK), revoked
     )
     _change_permissions(container, role_id)
 
@@ -376,7 +376,9 @@ def test_role_archived_between_enqueue_and_processing(
         seed.grant(container.stores.transactions, user_id, role_id, company_id)
     seed.grant(container.stores.transactions, users[0], other, company_id)
     task_id = _change_permissions(container, role_id)
-    identity.archive_role(container.stores.transactions, identity.Context.fresh(SYSTEM_CLOCK), role_id)
+    identity_changes.archive_role(
+        container.stores.transactions, identity_changes.Context.fresh(SYSTEM_CLOCK), role_id
+    )
 
     run_until_idle(fanout_job(container, ManualClock()))
     publish_outbox(container)

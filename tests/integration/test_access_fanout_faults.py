@@ -13,7 +13,7 @@ import psycopg
 import pytest
 
 from pin_identity.composition import Container
-from pin_identity.domain.fanout import FanOutPolicy
+from pin_identity.domain.fanout_policy import FanOutPolicy
 from tests.support import seed
 from tests.support.kafka_tap import ConsumedEvent, EventTap
 from tests.support.relay import outbox_count

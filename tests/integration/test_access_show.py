@@ -18,10 +18,10 @@ from pin_identity.adapters.kafka.publisher import producer_config
 from pin_identity.adapters.postgres.access_truth import PostgresAccessTruth
 from pin_identity.adapters.system_clock import SYSTEM_CLOCK
 from pin_identity.composition import Container
-from pin_identity.domain.access_audit import AssignmentDifferenceView, Verdict
+from pin_identity.domain.access_verdicts import AssignmentDifferenceView, Verdict
 from pin_identity.domain.errors import NotFoundError
 from pin_identity.domain.events import ACCESS_TOPIC
-from pin_identity.operations import identity
+from pin_identity.operations import identity_changes
 from pin_identity.operations.access_show import show_access
 from pin_identity.operations.read_models import UserAccessReport
 from tests.support import seed
@@ -74,8 +74,8 @@ def test_a_published_grant_is_matching_and_names_its_event(container: Container)
 
 def test_a_change_still_in_the_outbox_is_pending(container: Container) -> None:
     user, _, assignment = _granted_user(container)
-    identity.revoke_role_assignment(
-        container.stores.transactions, identity.Context.fresh(SYSTEM_CLOCK), assignment
+    identity_changes.revoke_role_assignment(
+        container.stores.transactions, identity_changes.Context.fresh(SYSTEM_CLOCK), assignment
     )
     shown = container.use_cases.access_show(user)
     assert shown.verdict is Verdict.PENDING
@@ -93,7 +93,11 @@ def test_a_revoke_behind_the_services_back_is_drift_the_topic_still_grants(
     container: Container, database_url: str
 ) -> None:
     user, _, assignment = _granted_user(container)
-    _sql(database_url, "UPDATE identity.role_assignments SET status = 'Revoked' WHERE id = %s", assignment)
+    _sql(
+        database_url,
+        "UPDATE identity.role_assignments SET status = 'Revoked' WHERE id = %s",
+        assignment,
+    )
     shown = container.use_cases.access_show(user)
     assert shown.verdict is Verdict.DRIFTED
     assert shown.difference == _difference(only_on_topic=[str(assignment)])
@@ -156,8 +160,8 @@ def test_a_dead_lettered_access_event_is_shown_beside_the_drift_it_leaves(
     container: Container, database_url: str
 ) -> None:
     user, _, assignment = _granted_user(container)
-    identity.revoke_role_assignment(
-        container.stores.transactions, identity.Context.fresh(SYSTEM_CLOCK), assignment
+    identity_changes.revoke_role_assignment(
+        container.stores.transactions, identity_changes.Context.fresh(SYSTEM_CLOCK), assignment
     )
     # What the relay does with an event the broker refuses for good.
     _sql(

@@ -20,14 +20,14 @@ import httpx
 import psycopg
 import pytest
 
-from pin_identity.adapters.kafka.embedded import free_port
+from pin_identity.adapters.kafka.embedded_kafka import free_port
 from pin_identity.adapters.system_clock import SYSTEM_CLOCK
 from pin_identity.composition import Container
 from pin_identity.domain.events import ACCESS_TOPIC, PUBLISHED_TOPICS, USERS_TOPIC
-from pin_identity.domain.fanout import FanOutPolicy
-from pin_identity.domain.talent_import import ImportMode, ImportRequest, RunStatus
-from pin_identity.operations import identity
-from pin_identity.simulation.talent import SimulatedTalentApi, generate_dataset
+from pin_identity.domain.fanout_policy import FanOutPolicy
+from pin_identity.domain.import_run import ImportMode, ImportRequest, RunStatus
+from pin_identity.operations import identity_changes
+from pin_identity.simulation.simulated_talent import SimulatedTalentApi, generate_dataset
 from tests.support import seed
 from tests.support.brokers import RestartableBroker
 from tests.support.health import wait_for_healthz
@@ -165,9 +165,9 @@ def test_a_broker_killed_half_way_through_a_200000_user_fanout_loses_nothing(
 
 
 def _set_permissions(container: Container, role: UUID, permissions: list[str]) -> None:
-    identity.set_role_permissions(
+    identity_changes.set_role_permissions(
         container.stores.transactions,
-        identity.Context.fresh(SYSTEM_CLOCK),
+        identity_changes.Context.fresh(SYSTEM_CLOCK),
         role_id=role,
         permissions=permissions,
         policy=FanOutPolicy(inline_threshold=0),

@@ -16,10 +16,10 @@ from pin_identity.composition import Container
 from pin_identity.config import Settings
 from pin_identity.domain.access_cache import UserAccessCache
 from pin_identity.domain.events import ACCESS_TOPIC, COMPANIES_TOPIC, USERS_TOPIC
-from pin_identity.domain.fanout import FanOutPolicy
-from pin_identity.domain.talent_import import ImportMode, RunStatus
-from pin_identity.operations import identity
-from pin_identity.simulation.talent import (
+from pin_identity.domain.fanout_policy import FanOutPolicy
+from pin_identity.domain.import_run import ImportMode, RunStatus
+from pin_identity.operations import identity_changes
+from pin_identity.simulation.simulated_talent import (
     SimulatedTalentApi,
     TalentDataset,
     generate_dataset,
@@ -79,8 +79,8 @@ def test_a_new_cache_reading_the_compacted_access_topic_from_offset_0_holds_ever
             publish_outbox(container)
             roll_segments(compacting.bootstrap, [ACCESS_TOPIC], 3)  # each round in segments of its own
         for user in users[::3]:  # the last word for some: a revocation, a grant of another role
-            identity.revoke_role_assignment(
-                container.stores.transactions, identity.Context.fresh(SYSTEM_CLOCK), grants[user]
+            identity_changes.revoke_role_assignment(
+                container.stores.transactions, identity_changes.Context.fresh(SYSTEM_CLOCK), grants[user]
             )
         for user in users[1::3]:
             seed.grant(container.stores.transactions, user, other, company)

@@ -29,10 +29,10 @@ from pin_identity.composition import Container
 from pin_identity.config import FanOutSettings, RelaySettings, Settings
 from pin_identity.domain.errors import IdentityError
 from pin_identity.domain.events import PUBLISHED_TOPICS
-from pin_identity.domain.fanout import FanOutPolicy
+from pin_identity.domain.fanout_policy import FanOutPolicy
 from pin_identity.domain.model import Scope
 from pin_identity.jobs.access_fanout import AccessFanOutJob
-from pin_identity.operations import identity
+from pin_identity.operations import identity_changes
 from tests.support import seed, talent
 from tests.support.brokers import proxied_broker
 from tests.support.databases import scratch_database
@@ -130,10 +130,10 @@ STEPS = st.tuples(
 
 def _step(stand: Stand, cast: Cast, relay: Relay, step: Step) -> None:
     kind, a, b = step
-    ctx, transactions = identity.Context.fresh(SYSTEM_CLOCK), stand.container.stores.transactions
+    ctx, transactions = identity_changes.Context.fresh(SYSTEM_CLOCK), stand.container.stores.transactions
     role = cast.roles[a % len(cast.roles)]
     if kind == "grant":
-        identity.grant_role_assignment(
+        identity_changes.grant_role_assignment(
             transactions,
             ctx,
             user_id=cast.users[b % len(cast.users)],
@@ -143,15 +143,15 @@ def _step(stand: Stand, cast: Cast, relay: Relay, step: Step) -> None:
     elif kind == "revoke":
         assignment = _an_active_assignment(stand, cast, b)
         if assignment is not None:
-            identity.revoke_role_assignment(transactions, ctx, assignment)
+            identity_changes.revoke_role_assignment(transactions, ctx, assignment)
     elif kind in ("set-inline", "set-queued"):
         target = _developer_manager(stand) if b % 3 == 0 else role
         policy = FanOutPolicy(200 if kind == "set-inline" else 0)
-        identity.set_role_permissions(
+        identity_changes.set_role_permissions(
             transactions, ctx, role_id=target, permissions=[f"p{a}", f"q{b}"], policy=policy
         )
     elif kind == "archive":
-        identity.archive_role(transactions, ctx, role)
+        identity_changes.archive_role(transactions, ctx, role)
     elif kind == "talent-move":
         manager = cast.managers[a % len(cast.managers)]
         talent.users(

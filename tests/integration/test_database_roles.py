@@ -16,10 +16,10 @@ import pytest
 from pin_identity.adapters.postgres import grants
 from pin_identity.composition import Container
 from pin_identity.config import ConfigurationError, Settings
-from pin_identity.domain.fanout import FanOutPolicy
-from pin_identity.domain.talent_import import ImportMode, RunStatus
-from pin_identity.operations.audit import Actor
-from pin_identity.simulation.talent import SimulatedTalentApi, generate_dataset
+from pin_identity.domain.fanout_policy import FanOutPolicy
+from pin_identity.domain.import_run import ImportMode, RunStatus
+from pin_identity.operations.action_log import Actor
+from pin_identity.simulation.simulated_talent import SimulatedTalentApi, generate_dataset
 from tests.support import seed
 from tests.support.database_roles import DatabaseRoles, database_roles
 from tests.support.relay import outbox_count, publish_outbox

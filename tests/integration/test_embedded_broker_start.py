@@ -10,7 +10,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from pin_identity.adapters.kafka.distribution import kafka_runtime
-from pin_identity.adapters.kafka.embedded import (
+from pin_identity.adapters.kafka.embedded_kafka import (
     class_archive_path,
     kill_broker,
     prepare_starts,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from pin_identity.adapters.kafka.embedded import stop_broker
+from pin_identity.adapters.kafka.embedded_kafka import stop_broker
 
 # A stand-in for the JVM: it outlives SIGTERM's default, its main thread ends at once, and another thread
 # ends the process a while later. "kafka.Kafka" on its command line makes it a broker to stop_broker.

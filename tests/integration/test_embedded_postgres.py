@@ -8,7 +8,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from pin_identity.adapters.postgres.embedded import (
+from pin_identity.adapters.postgres.embedded_postgres import (
     EMBEDDED_SETTINGS,
     ensure_embedded_postgres,
     restart_embedded_postgres,

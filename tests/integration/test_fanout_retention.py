@@ -15,10 +15,10 @@ from structlog.testing import capture_logs
 from pin_identity.adapters.system_clock import SYSTEM_CLOCK
 from pin_identity.composition import Container
 from pin_identity.domain.errors import ConflictError, NotFoundError
-from pin_identity.domain.fanout import FanOutPolicy
+from pin_identity.domain.fanout_policy import FanOutPolicy
 from pin_identity.domain.model import FanOutTaskStatus
 from pin_identity.observability.logging import AUDIT_EVENT
-from pin_identity.operations.audit import Actor
+from pin_identity.operations.action_log import Actor
 from tests.support import seed
 
 WHO = Actor("cli:ops")

@@ -24,9 +24,9 @@ from pin_identity.composition import Container
 from pin_identity.config import TalentSyncSettings
 from pin_identity.domain.talent import ImportStage, ItemResult, SyncErrorCode, TalentItem
 from pin_identity.jobs.talent_sync import TalentSyncJob
-from pin_identity.operations.identity import Context
+from pin_identity.operations.identity_changes import Context
 from pin_identity.operations.ports.replica import SourceItem
-from pin_identity.operations.ports.talent import TalentRecord
+from pin_identity.operations.ports.talent_sources import TalentRecord
 from pin_identity.operations.talent_replica import ApplyOptions, apply_snapshots
 from tests.support import talent
 from tests.support.memory_talent import MemoryStream

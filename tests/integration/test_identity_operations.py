@@ -11,9 +11,9 @@ import pytest
 from pin_identity.adapters.system_clock import SYSTEM_CLOCK
 from pin_identity.composition import Container
 from pin_identity.domain.errors import ConflictError
-from pin_identity.domain.fanout import FanOutPath, FanOutPolicy
+from pin_identity.domain.fanout_policy import FanOutPath, FanOutPolicy
 from pin_identity.domain.model import Scope, ScopeType
-from pin_identity.operations import identity
+from pin_identity.operations import identity_changes
 from tests.support import seed
 from tests.support.kafka_tap import ConsumedEvent, EventTap
 from tests.support.relay import publish_outbox
@@ -74,8 +74,8 @@ def test_grant_and_revoke_publish_full_snapshots_with_point_versions(
     viewer = seed.role(container.stores.transactions, company_id, "viewer")
     first = seed.grant(container.stores.transactions, user_id, sales, company_id)
     second = seed.grant(container.stores.transactions, user_id, viewer, company_id)
-    identity.revoke_role_assignment(
-        container.stores.transactions, identity.Context.fresh(SYSTEM_CLOCK), first
+    identity_changes.revoke_role_assignment(
+        container.stores.transactions, identity_changes.Context.fresh(SYSTEM_CLOCK), first
     )
     publish_outbox(container)
 
@@ -120,11 +120,11 @@ def test_revoking_twice_announces_once(container: Container, tap: EventTap) -> N
         seed.role(container.stores.transactions, company_id),
         company_id,
     )
-    identity.revoke_role_assignment(
-        container.stores.transactions, identity.Context.fresh(SYSTEM_CLOCK), assignment
+    identity_changes.revoke_role_assignment(
+        container.stores.transactions, identity_changes.Context.fresh(SYSTEM_CLOCK), assignment
     )
-    identity.revoke_role_assignment(
-        container.stores.transactions, identity.Context.fresh(SYSTEM_CLOCK), assignment
+    identity_changes.revoke_role_assignment(
+        container.stores.transactions, identity_changes.Context.fresh(SYSTEM_CLOCK), assignment
     )
     publish_outbox(container)
     events = tap.read_to_end(_for(user_id))
@@ -144,8 +144,8 @@ def test_archive_role_revokes_its_assignments_and_tells_each_user(
     bystander = seed.user(container.stores.transactions, company_id)
     seed.grant(container.stores.transactions, bystander, kept, company_id)
 
-    affected = identity.archive_role(
-        container.stores.transactions, identity.Context.fresh(SYSTEM_CLOCK), archived
+    affected = identity_changes.archive_role(
+        container.stores.transactions, identity_changes.Context.fresh(SYSTEM_CLOCK), archived
     )
     publish_outbox(container)
 
@@ -207,7 +207,8 @@ def test_set_permissions_inline_up_to_the_threshold_and_queued_above(
             " attempt_count FROM identity.access_fanout_tasks"
         ).fetchall()
         codes = conn.execute(
-            "SELECT permission_code FROM identity.role_permissions WHERE role_id = %s ORDER BY 1", (role_id,)
+            "SELECT permission_code FROM identity.role_permissions WHERE role_id = %s ORDER BY 1",
+            (role_id,),
         ).fetchall()
     assert codes == [("deals.read",), ("deals.write",)]
 

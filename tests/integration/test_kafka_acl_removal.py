@@ -25,16 +25,16 @@ from pin_identity.adapters.kafka.topics import TopicLayout, ensure_topics
 from pin_identity.adapters.postgres.outbox_writer import write_outbox
 from pin_identity.composition import Container
 from pin_identity.config import Settings
-from pin_identity.domain.access_audit import Verdict
+from pin_identity.domain.access_verdicts import Verdict
 from pin_identity.domain.errors import BrokerUnavailableError
 from pin_identity.domain.events import ACCESS_TOPIC, PUBLISHED_TOPICS, envelope
-from pin_identity.domain.talent_import import (
+from pin_identity.domain.import_run import (
     ImportMode,
     ImportRequest,
     ImportSourceUnavailableError,
     RunStatus,
 )
-from pin_identity.operations.audit import Actor
+from pin_identity.operations.action_log import Actor
 from tests.support import seed
 from tests.support.relay import outbox_count, publish_outbox
 from tests.support.secured_kafka import JobLogins, Principal, SecuredKafka, talent_topics_of_their_own

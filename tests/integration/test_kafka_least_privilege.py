@@ -18,11 +18,11 @@ from pin_identity.adapters.kafka.acls import JOBS, TalentNames
 from pin_identity.adapters.kafka.topics import TopicLayout, ensure_topics
 from pin_identity.composition import Container
 from pin_identity.config import Settings
-from pin_identity.domain.access_audit import Verdict
+from pin_identity.domain.access_verdicts import Verdict
 from pin_identity.domain.events import ACCESS_TOPIC, PUBLISHED_TOPICS
-from pin_identity.domain.fanout import FanOutPolicy
-from pin_identity.domain.talent_import import ImportMode, ImportRequest, RunStatus
-from pin_identity.operations.audit import Actor
+from pin_identity.domain.fanout_policy import FanOutPolicy
+from pin_identity.domain.import_run import ImportMode, ImportRequest, RunStatus
+from pin_identity.operations.action_log import Actor
 from tests.support import seed
 from tests.support.relay import publish_outbox
 from tests.support.secured_kafka import JobLogins, SecuredKafka, talent_topics_of_their_own

@@ -12,7 +12,7 @@ import psycopg
 import pytest
 from confluent_kafka import Consumer
 
-from pin_identity.adapters.kafka.embedded import free_port, start_broker, stop_broker
+from pin_identity.adapters.kafka.embedded_kafka import free_port, start_broker, stop_broker
 from pin_identity.adapters.kafka.reader import TopicReader
 from pin_identity.adapters.postgres.outbox_queue import PostgresOutboxQueue
 from pin_identity.adapters.postgres.outbox_writer import write_outbox

@@ -20,7 +20,7 @@ from pin_identity.adapters.postgres.outbox_writer import write_outbox
 from pin_identity.composition import Container
 from pin_identity.config import RelaySettings, Settings
 from pin_identity.domain.events import OutboxMessage
-from pin_identity.domain.fanout import FanOutPolicy
+from pin_identity.domain.fanout_policy import FanOutPolicy
 from pin_identity.observability import metrics
 from tests.support import seed
 from tests.support.databases import create_database

@@ -13,7 +13,7 @@ import pytest
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from pin_identity.adapters.kafka.embedded import free_port
+from pin_identity.adapters.kafka.embedded_kafka import free_port
 from pin_identity.composition import Container
 from pin_identity.composition.connections import Connections
 from pin_identity.config import ConfigurationError, Settings

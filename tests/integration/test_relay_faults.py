@@ -17,7 +17,7 @@ import httpx
 import psycopg
 import pytest
 
-from pin_identity.adapters.kafka.embedded import free_port
+from pin_identity.adapters.kafka.embedded_kafka import free_port
 from pin_identity.adapters.kafka.topics import TopicLayout, ensure_topics
 from pin_identity.adapters.postgres.database import ConnectionLimits, Database, SilenceLimit
 from pin_identity.adapters.postgres.outbox_queue import PostgresOutboxQueue

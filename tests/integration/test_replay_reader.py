@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from pin_identity.adapters.kafka.embedded import free_port, start_broker, stop_broker
+from pin_identity.adapters.kafka.embedded_kafka import free_port, start_broker, stop_broker
 from pin_identity.adapters.kafka.replay_source import TopicReplaySource
+from pin_identity.domain.import_run import PlannedPage
 from pin_identity.domain.talent import ImportStage
-from pin_identity.domain.talent_import import PlannedPage
-from pin_identity.simulation.talent import (
+from pin_identity.simulation.simulated_talent import (
     TalentDataset,
     create_talent_topics,
     generate_dataset,

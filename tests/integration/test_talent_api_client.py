@@ -15,7 +15,7 @@ import pytest
 
 from pin_identity.adapters.talent_http.client import TalentApiClient, TalentPage
 from pin_identity.domain.errors import SourceRejectedError, SourceUnavailableError
-from pin_identity.simulation.talent import SimulatedTalentApi, TalentDataset, generate_dataset
+from pin_identity.simulation.simulated_talent import SimulatedTalentApi, TalentDataset, generate_dataset
 
 TOKEN = "talent-token"
 

@@ -13,8 +13,7 @@ from prometheus_client import REGISTRY
 
 from pin_identity.composition import Container
 from pin_identity.domain.errors import SourceUnavailableError
-from pin_identity.domain.talent import ImportStage
-from pin_identity.domain.talent_import import (
+from pin_identity.domain.import_run import (
     ImportErrorCode,
     ImportMode,
     ImportRefusedError,
@@ -23,9 +22,10 @@ from pin_identity.domain.talent_import import (
     RunStatus,
     StageCounters,
 )
+from pin_identity.domain.talent import ImportStage
 from pin_identity.entrypoints.cli_common import exit_status
-from pin_identity.operations.ports.talent import TalentSource
-from pin_identity.simulation.talent import TalentDataset, generate_dataset
+from pin_identity.operations.ports.talent_sources import TalentSource
+from pin_identity.simulation.simulated_talent import TalentDataset, generate_dataset
 from tests.support import talent
 from tests.support.talent_import import FAST, TalentWorld, job
 from tests.support.waiting import wait_until

@@ -9,9 +9,9 @@ from collections.abc import Callable
 from typing import Any
 
 from pin_identity.composition import Container
+from pin_identity.domain.import_run import ImportMode, ImportRequest, RunStatus
 from pin_identity.domain.phone import InvalidPhoneError, normalize_phone
-from pin_identity.domain.talent_import import ImportMode, ImportRequest, RunStatus
-from pin_identity.simulation.talent import SimulatedTalentApi, TalentDataset, generate_dataset
+from pin_identity.simulation.simulated_talent import SimulatedTalentApi, TalentDataset, generate_dataset
 from tests.support import talent
 from tests.support.clocks import ManualClock
 from tests.support.talent import TalentTopics

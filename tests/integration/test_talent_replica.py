@@ -10,7 +10,7 @@ from pin_identity.adapters.system_clock import SYSTEM_CLOCK
 from pin_identity.adapters.talent_wire import read_item
 from pin_identity.composition import Container
 from pin_identity.domain.talent import ImportStage, ItemResult, SyncErrorCode
-from pin_identity.operations.identity import Context
+from pin_identity.operations.identity_changes import Context
 from pin_identity.operations.ports.replica import SourceItem
 from pin_identity.operations.talent_replica import ApplyOptions, apply_snapshots
 from tests.support import seed, talent

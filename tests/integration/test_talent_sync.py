@@ -12,8 +12,8 @@ from typing import Any
 from confluent_kafka import Producer, TopicPartition
 
 from pin_identity.composition import Container
-from pin_identity.operations.ports.talent import TalentRecord
-from pin_identity.simulation.talent import TalentDataset
+from pin_identity.operations.ports.talent_sources import TalentRecord
+from pin_identity.simulation.simulated_talent import TalentDataset
 from tests.support import talent
 from tests.support.clocks import ManualClock
 from tests.support.kafka_tap import EventTap

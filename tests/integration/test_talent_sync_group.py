@@ -14,10 +14,10 @@ from typing import Any
 import httpx
 import pytest
 
-from pin_identity.adapters.kafka.embedded import free_port
+from pin_identity.adapters.kafka.embedded_kafka import free_port
 from pin_identity.composition import Container
 from pin_identity.config import Settings
-from pin_identity.simulation.talent import (
+from pin_identity.simulation.simulated_talent import (
     TalentDataset,
     create_talent_topics,
     generate_dataset,

@@ -15,7 +15,7 @@ from pathlib import Path
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from pin_identity.adapters.kafka.embedded import free_port, kill_broker, start_broker, stop_broker
+from pin_identity.adapters.kafka.embedded_kafka import free_port, kill_broker, start_broker, stop_broker
 from pin_identity.adapters.kafka.topics import TopicLayout, ensure_topics
 from tests.support.tcp_proxy import TcpProxy
 from tests.support.waiting import wait_until

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from confluent_kafka.admin import AdminClient
 
-from pin_identity.adapters.kafka.embedded import (
+from pin_identity.adapters.kafka.embedded_kafka import (
     QuorumNode,
     kill_broker,
     launch_node,

@@ -8,7 +8,7 @@ import time
 from pin_identity.composition import Container
 from pin_identity.config import FanOutSettings
 from pin_identity.jobs.access_fanout import AccessFanOutJob
-from pin_identity.operations.ports.fanout import FanOutQueue
+from pin_identity.operations.ports.fanout_tasks import FanOutQueue
 from tests.support.clocks import ManualClock
 
 

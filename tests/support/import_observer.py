@@ -3,8 +3,7 @@ operators would have seen, in words a test can compare."""
 
 from __future__ import annotations
 
-from pin_identity.domain.talent import ImportStage
-from pin_identity.domain.talent_import import (
+from pin_identity.domain.import_run import (
     ImportMode,
     ImportPage,
     ImportRun,
@@ -12,6 +11,7 @@ from pin_identity.domain.talent_import import (
     RunEnding,
     StageCounters,
 )
+from pin_identity.domain.talent import ImportStage
 from pin_identity.jobs.talent_import_observer import ImportObserver
 from pin_identity.operations.read_models import ImportResult
 from pin_identity.operations.talent_replica import BatchOutcome

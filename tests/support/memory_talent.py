@@ -21,9 +21,7 @@ from pin_identity.domain.errors import (
     StoreConflictError,
 )
 from pin_identity.domain.events import CompanyState, OutboxMessage, UserState
-from pin_identity.domain.model import RenderedAccessSnapshot, RoleStatus, UserAccessSnapshot
-from pin_identity.domain.talent import ImportStage, TalentItem
-from pin_identity.domain.talent_import import (
+from pin_identity.domain.import_run import (
     ImportMode,
     ImportPage,
     ImportRequest,
@@ -36,9 +34,11 @@ from pin_identity.domain.talent_import import (
     RunStatus,
     StageCounters,
 )
-from pin_identity.operations.ports.identity import RoleRecord
+from pin_identity.domain.model import RenderedAccessSnapshot, RoleStatus, UserAccessSnapshot
+from pin_identity.domain.talent import ImportStage, TalentItem
+from pin_identity.operations.ports.identity_records import RoleRecord
 from pin_identity.operations.ports.replica import DefaultGrant, QuarantineEntry, SourceItem
-from pin_identity.operations.ports.talent import TalentRecord
+from pin_identity.operations.ports.talent_sources import TalentRecord
 
 DEFAULT_ROLE = RoleRecord(uuid.uuid4(), "developer-manager", None, RoleStatus.ACTIVE, 1)
 

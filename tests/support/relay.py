@@ -15,13 +15,13 @@ from typing import Any, NamedTuple
 import httpx
 import psycopg
 
-from pin_identity.adapters.kafka.embedded import free_port
+from pin_identity.adapters.kafka.embedded_kafka import free_port
 from pin_identity.adapters.system_clock import SYSTEM_CLOCK
 from pin_identity.composition import Container
 from pin_identity.domain.events import ACCESS_TOPIC, OutboxMessage, envelope
-from pin_identity.domain.fanout import FanOutPolicy
+from pin_identity.domain.fanout_policy import FanOutPolicy
 from pin_identity.jobs.outbox_relay_observer import HELD_AFTER_S, RelayObserver
-from pin_identity.operations import identity
+from pin_identity.operations import identity_changes
 from tests.support.cli import CLI
 from tests.support.health import wait_for_healthz
 from tests.support.kafka_tap import EventTap
@@ -46,9 +46,9 @@ def access_message(key: uuid.UUID, payload: dict[str, Any]) -> OutboxMessage:
 
 def change_permissions_inline(container: Container, role: uuid.UUID, holders: int) -> None:
     """A permission change of a role of at most `holders` users: their events are written with the change."""
-    identity.set_role_permissions(
+    identity_changes.set_role_permissions(
         container.stores.transactions,
-        identity.Context.fresh(SYSTEM_CLOCK),
+        identity_changes.Context.fresh(SYSTEM_CLOCK),
         role_id=role,
         permissions=["deals.read", "deals.approve"],
         policy=FanOutPolicy(inline_threshold=holders),

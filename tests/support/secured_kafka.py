@@ -20,9 +20,15 @@ from confluent_kafka.admin import (
 )
 
 from pin_identity.adapters.kafka.acls import JOBS, Grant, TalentNames, binding_filter, job_grants
-from pin_identity.adapters.kafka.embedded import HOST, QuorumNode, launch_node, stop_broker, wait_node_ready
+from pin_identity.adapters.kafka.embedded_kafka import (
+    HOST,
+    QuorumNode,
+    launch_node,
+    stop_broker,
+    wait_node_ready,
+)
 from pin_identity.config import Settings
-from pin_identity.simulation.talent import create_talent_topics, generate_dataset, produce_to_topics
+from pin_identity.simulation.simulated_talent import create_talent_topics, generate_dataset, produce_to_topics
 from tests.support.certificates import KEYSTORE_PASSWORD, ServerCertificate, make_server_certificate
 from tests.support.talent import TalentTopics
 from tests.support.waiting import wait_until

@@ -12,18 +12,18 @@ from uuid import UUID
 import psycopg
 
 from pin_identity.adapters.system_clock import SYSTEM_CLOCK
-from pin_identity.domain.fanout import FanOutPolicy
+from pin_identity.domain.fanout_policy import FanOutPolicy
 from pin_identity.domain.model import CompanyType, Scope, UserType
-from pin_identity.operations import identity
-from pin_identity.operations.ports.identity import IdentityTransactions
+from pin_identity.operations import identity_changes
+from pin_identity.operations.ports.identity_records import IdentityTransactions
 from pin_identity.operations.read_models import PermissionsChanged
 from tests.support.phones import next_phone
 
 
 def company(transactions: IdentityTransactions, name: str = "Stroy Invest") -> UUID:
-    return identity.create_company(
+    return identity_changes.create_company(
         transactions,
-        identity.Context.fresh(SYSTEM_CLOCK),
+        identity_changes.Context.fresh(SYSTEM_CLOCK),
         name=name,
         company_type=CompanyType.DEVELOPER,
         tax_id="7701234567",
@@ -31,10 +31,10 @@ def company(transactions: IdentityTransactions, name: str = "Stroy Invest") -> U
 
 
 def user(transactions: IdentityTransactions, company_id: UUID | None = None) -> UUID:
-    return identity.create_user(
+    return identity_changes.create_user(
         transactions,
-        identity.Context.fresh(SYSTEM_CLOCK),
-        identity.NewUser(
+        identity_changes.Context.fresh(SYSTEM_CLOCK),
+        identity_changes.NewUser(
             phone=next_phone(),
             first_name="Ivan",
             last_name="Petrov",
@@ -45,7 +45,7 @@ def user(transactions: IdentityTransactions, company_id: UUID | None = None) -> 
 
 
 def role(transactions: IdentityTransactions, company_id: UUID | None, code: str = "sales-manager") -> UUID:
-    return identity.create_role(
+    return identity_changes.create_role(
         transactions, code=code, name=code, company_id=company_id, permissions=["deals.read"]
     )
 
@@ -62,9 +62,9 @@ def grant_in(
     scope: Scope,
     expires_at: datetime | None = None,
 ) -> UUID:
-    return identity.grant_role_assignment(
+    return identity_changes.grant_role_assignment(
         transactions,
-        identity.Context.fresh(SYSTEM_CLOCK),
+        identity_changes.Context.fresh(SYSTEM_CLOCK),
         user_id=user_id,
         role_id=role_id,
         scope=scope,
@@ -96,9 +96,9 @@ def change_permissions(
     transactions: IdentityTransactions, role_id: UUID, permissions: Sequence[str], policy: FanOutPolicy
 ) -> PermissionsChanged:
     """The role's permissions replaced through the use case (inline or queued, as the policy decides)."""
-    return identity.set_role_permissions(
+    return identity_changes.set_role_permissions(
         transactions,
-        identity.Context.fresh(SYSTEM_CLOCK),
+        identity_changes.Context.fresh(SYSTEM_CLOCK),
         role_id=role_id,
         permissions=permissions,
         policy=policy,

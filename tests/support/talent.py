@@ -17,11 +17,11 @@ from pin_identity.config import TalentSyncSettings
 from pin_identity.domain.clock import Clock
 from pin_identity.domain.talent import ImportStage, TalentItem
 from pin_identity.jobs.talent_sync import TalentSyncJob
-from pin_identity.operations.identity import Context
+from pin_identity.operations.identity_changes import Context
 from pin_identity.operations.ports.replica import SourceItem
-from pin_identity.operations.ports.talent import TalentStream
+from pin_identity.operations.ports.talent_sources import TalentStream
 from pin_identity.operations.talent_replica import ApplyOptions, BatchOutcome, apply_snapshots
-from pin_identity.simulation.talent import TalentDataset, produce_to_topics
+from pin_identity.simulation.simulated_talent import TalentDataset, produce_to_topics
 from tests.support.phones import written_phone
 
 

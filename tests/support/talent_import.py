@@ -11,14 +11,14 @@ from typing import Any
 from pin_identity.adapters.system_clock import SYSTEM_CLOCK
 from pin_identity.composition import Container
 from pin_identity.config import ImportSettings, Settings
-from pin_identity.domain.talent_import import (
+from pin_identity.domain.import_run import (
     ImportMode,
     ImportRequest,
     ImportRun,
 )
 from pin_identity.jobs.talent_import import TalentImportJob
-from pin_identity.operations.imports import start_run
-from pin_identity.simulation.talent import SimulatedTalentApi, TalentDataset, produce_to_topics
+from pin_identity.operations.import_admin import start_run
+from pin_identity.simulation.simulated_talent import SimulatedTalentApi, TalentDataset, produce_to_topics
 from tests.support.talent import TalentTopics
 
 FAST = ImportSettings(

@@ -20,7 +20,7 @@ import threading
 from collections.abc import Coroutine
 from typing import Any
 
-from pin_identity.adapters.kafka.embedded import HOST
+from pin_identity.adapters.kafka.embedded_kafka import HOST
 
 
 class _Link:

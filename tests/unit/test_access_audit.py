@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pin_identity.adapters.kafka.access_log import _user_key
-from pin_identity.domain.access_audit import NO_ASSIGNMENTS, compare, fingerprint
+from pin_identity.domain.access_verdicts import NO_ASSIGNMENTS, compare, fingerprint
 
 HOLDS = fingerprint([{"assignmentId": "a", "roleId": "r"}])
 OTHER = fingerprint([{"assignmentId": "b", "roleId": "r"}])

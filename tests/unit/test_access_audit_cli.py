@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from pin_identity.domain.access_audit import AuditReport
+from pin_identity.domain.access_verdicts import AuditReport
 from pin_identity.entrypoints import access_cli
 from pin_identity.entrypoints.cli import main
 

@@ -16,7 +16,13 @@ from pin_identity.domain.errors import LeaseLostError
 from pin_identity.domain.events import AccessChangeTemplate, OutboxMessage
 from pin_identity.jobs.access_fanout import AccessFanOutJob, TaskOutcome
 from pin_identity.jobs.access_fanout_observer import FanOutObserver
-from pin_identity.operations.ports.fanout import FanOutTask, PageWritten, PoisonedTask, QueueStats, Release
+from pin_identity.operations.ports.fanout_tasks import (
+    FanOutTask,
+    PageWritten,
+    PoisonedTask,
+    QueueStats,
+    Release,
+)
 from tests.support.clocks import ClockedStop, ManualClock
 from tests.support.fanout import NoWakeups
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from pin_identity.domain.access_audit import (
+from pin_identity.domain.access_verdicts import (
     NO_ASSIGNMENTS,
     UNREADABLE,
     AssignmentDifferenceView,

@@ -19,7 +19,7 @@ from pin_identity.entrypoints.admin_http.tokens import (
 )
 from pin_identity.entrypoints.documents import AdminRole
 from pin_identity.observability import metrics
-from pin_identity.operations.audit import Actor, admin_action
+from pin_identity.operations.action_log import Actor, admin_action
 from tests.support.clocks import ManualClock
 
 

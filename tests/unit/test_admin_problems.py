@@ -17,7 +17,7 @@ from pin_identity.domain.errors import (
     NotFoundError,
     SourceNotConfiguredError,
 )
-from pin_identity.domain.talent_import import (
+from pin_identity.domain.import_run import (
     ImportAlreadyRunningError,
     ImportInvalidRequestError,
     ImportRefusedError,

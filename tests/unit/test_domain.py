@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pin_identity.domain import events
-from pin_identity.domain.fanout import FanOutPath, FanOutPolicy
+from pin_identity.domain.fanout_policy import FanOutPath, FanOutPolicy
 from pin_identity.domain.model import (
     AccessChangeReason,
     ActiveAssignment,

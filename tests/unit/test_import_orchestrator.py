@@ -9,15 +9,15 @@ from datetime import UTC, datetime
 
 from pin_identity.config import ImportSettings
 from pin_identity.domain.errors import SourceNotConfiguredError
-from pin_identity.domain.talent import ImportStage
-from pin_identity.domain.talent_import import (
+from pin_identity.domain.import_run import (
     ImportMode,
     PageStatus,
     RunStatus,
 )
+from pin_identity.domain.talent import ImportStage
 from pin_identity.jobs.import_orchestrator import ImportOrchestrator
 from pin_identity.jobs.talent_import import TalentImportJob
-from pin_identity.operations.ports.talent import TalentSource
+from pin_identity.operations.ports.talent_sources import TalentSource
 from tests.support.clocks import ManualClock
 from tests.support.import_observer import RecordingImportObserver
 from tests.support.memory_talent import MemoryImportStore, MemoryRunLock, MemorySource, tenant_item, user_item

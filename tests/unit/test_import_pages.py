@@ -12,14 +12,14 @@ import pytest
 from pin_identity.adapters.talent_wire import read_item
 from pin_identity.config import ImportSettings
 from pin_identity.domain.errors import SourceRejectedError
-from pin_identity.domain.talent import ImportStage
-from pin_identity.domain.talent_import import (
+from pin_identity.domain.import_run import (
     ImportMode,
     ImportRun,
     PageStatus,
     RunEnding,
     StageCounters,
 )
+from pin_identity.domain.talent import ImportStage
 from pin_identity.jobs.import_pages import PageWorker
 from tests.support.clocks import ManualClock
 from tests.support.import_observer import RecordingImportObserver

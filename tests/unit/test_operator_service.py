@@ -19,9 +19,7 @@ from pin_identity.domain.errors import (
     NotFoundError,
     SourceUnavailableError,
 )
-from pin_identity.domain.model import FanOutTaskStatus
-from pin_identity.domain.talent import ImportStage
-from pin_identity.domain.talent_import import (
+from pin_identity.domain.import_run import (
     ImportErrorCode,
     ImportMode,
     ImportRefusedError,
@@ -32,14 +30,16 @@ from pin_identity.domain.talent_import import (
     RunStatus,
     StageCounters,
 )
-from pin_identity.operations.audit import Actor
+from pin_identity.domain.model import FanOutTaskStatus
+from pin_identity.domain.talent import ImportStage
+from pin_identity.operations.action_log import Actor
 from pin_identity.operations.fanout_admin import FanOutAdmin
-from pin_identity.operations.imports import ImportOperations
-from pin_identity.operations.ports.fanout import TaskReplay
+from pin_identity.operations.import_admin import ImportOperations
+from pin_identity.operations.ports.fanout_tasks import TaskReplay
 from pin_identity.operations.ports.replica import ReplicaTransaction
-from pin_identity.operations.ports.talent import SourceCheck
+from pin_identity.operations.ports.talent_sources import SourceCheck
 from pin_identity.operations.read_models import FailedItem, FanOutTask, ImportRunSummary, PruneResult
-from pin_identity.operations.retention import RetentionAdmin
+from pin_identity.operations.retention_admin import RetentionAdmin
 from tests.support.clocks import ManualClock
 from tests.support.memory_talent import MemoryImportStore, MemoryRunLock, MemorySource
 

@@ -19,7 +19,7 @@ from pin_identity.adapters.kafka.access_log import KafkaAccessLog
 from pin_identity.adapters.kafka.access_lookup import KafkaUserAccessLog
 from pin_identity.adapters.kafka.reader import TopicReader
 from pin_identity.adapters.kafka.replay_source import TopicReplaySource
-from pin_identity.domain.access_audit import LastEvent
+from pin_identity.domain.access_verdicts import LastEvent
 from pin_identity.domain.talent import ImportStage
 
 TOPIC = "some.topic"

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pin_identity.adapters.system_clock import SYSTEM_CLOCK
 from pin_identity.config import ConfigurationError
 from pin_identity.entrypoints.documents import Problem, Readiness
-from pin_identity.entrypoints.probes import NOT_READY, ReadinessCheck, readiness_reply
+from pin_identity.entrypoints.readiness import NOT_READY, ReadinessCheck, readiness_reply
 from tests.support.clocks import ManualClock
 
 

@@ -9,7 +9,7 @@ from collections import Counter
 import pytest
 
 from pin_identity.domain.phone import InvalidPhoneError, normalize_phone
-from pin_identity.simulation.talent import UNKNOWN_COMPANY_TYPE, UNPARSEABLE_PHONE, generate_dataset
+from pin_identity.simulation.simulated_talent import UNKNOWN_COMPANY_TYPE, UNPARSEABLE_PHONE, generate_dataset
 
 TENANT_KEYS = {"tenantId", "version", "name", "companyType", "taxId", "isDeleted"}
 USER_KEYS = {

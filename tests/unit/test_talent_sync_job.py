@@ -15,7 +15,7 @@ from pin_identity.config import TalentSyncSettings
 from pin_identity.domain.talent import SyncErrorCode
 from pin_identity.jobs.talent_sync import TalentSyncJob
 from pin_identity.jobs.talent_sync_observer import TalentSyncObserver
-from pin_identity.operations.ports.talent import TalentRecord
+from pin_identity.operations.ports.talent_sources import TalentRecord
 from pin_identity.operations.talent_replica import BatchOutcome
 from tests.support.clocks import ManualClock
 from tests.support.memory_talent import MemoryReplica, MemoryStream, tenant_item, user_item

@@ -12,8 +12,8 @@ from pathlib import Path
 import psycopg
 
 from pin_identity.adapters.kafka.distribution import KAFKA_VERSION
-from pin_identity.adapters.kafka.embedded import HOST, is_broker, port_open, read_broker_state
-from pin_identity.adapters.postgres.embedded import DATABASE_NAME
+from pin_identity.adapters.kafka.embedded_kafka import HOST, is_broker, port_open, read_broker_state
+from pin_identity.adapters.postgres.embedded_postgres import DATABASE_NAME
 
 
 @dataclass(frozen=True)

@@ -10,9 +10,9 @@ from pin_identity.adapters.embedded_state import (
     embedded_broker_state,
     embedded_postgres_state,
 )
-from pin_identity.adapters.kafka import embedded as embedded_kafka
+from pin_identity.adapters.kafka import embedded_kafka
 from pin_identity.adapters.kafka.distribution import KafkaRuntime, KafkaRuntimeUnavailableError, kafka_runtime
-from pin_identity.adapters.postgres import embedded as embedded_postgres
+from pin_identity.adapters.postgres import embedded_postgres
 from pin_identity.composition.failures import missing_extra
 from pin_identity.config import ConfigurationError, Settings
 

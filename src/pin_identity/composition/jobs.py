@@ -20,15 +20,15 @@ from pin_identity.config import ConfigurationError, RelaySettings, Settings, Tal
 from pin_identity.domain.clock import Clock
 from pin_identity.domain.errors import SourceNotConfiguredError
 from pin_identity.domain.events import PUBLISHED_TOPICS
-from pin_identity.domain.talent_import import ImportMode
+from pin_identity.domain.import_run import ImportMode
 from pin_identity.jobs.access_fanout import AccessFanOutJob
 from pin_identity.jobs.outbox_relay import OutboxRelay
 from pin_identity.jobs.outbox_relay_observer import RelayObserver
 from pin_identity.jobs.talent_import import TalentImportJob
 from pin_identity.jobs.talent_sync import TalentSyncJob
 from pin_identity.jobs.talent_sync_observer import TalentSyncObserver
-from pin_identity.operations.ports.imports import RunLock
-from pin_identity.operations.ports.talent import TalentSource
+from pin_identity.operations.ports.import_records import RunLock
+from pin_identity.operations.ports.talent_sources import TalentSource
 
 
 @dataclass

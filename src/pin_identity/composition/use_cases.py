@@ -22,21 +22,21 @@ from pin_identity.composition.failures import broker_failure_line
 from pin_identity.composition.jobs import Jobs
 from pin_identity.composition.stores import Stores
 from pin_identity.config import ConfigurationError
-from pin_identity.domain.access_audit import AuditReport
+from pin_identity.domain.access_verdicts import AuditReport
 from pin_identity.domain.clock import Clock
 from pin_identity.domain.errors import BrokerUnavailableError, SourceUnavailableError
-from pin_identity.domain.fanout import FanOutPolicy
-from pin_identity.domain.talent_import import ImportMode
+from pin_identity.domain.fanout_policy import FanOutPolicy
+from pin_identity.domain.import_run import ImportMode
 from pin_identity.operations.access_audit import audit_access
 from pin_identity.operations.access_show import show_access
 from pin_identity.operations.fanout_admin import FanOutAdmin
-from pin_identity.operations.health import HealthReads
-from pin_identity.operations.imports import ImportOperations
-from pin_identity.operations.ports.audit import Progress
-from pin_identity.operations.ports.talent import TalentSource
+from pin_identity.operations.health_reads import HealthReads
+from pin_identity.operations.import_admin import ImportOperations
+from pin_identity.operations.ports.access_reads import Progress
+from pin_identity.operations.ports.talent_sources import TalentSource
 from pin_identity.operations.read_models import UserAccessReport
-from pin_identity.operations.retention import RetentionAdmin
-from pin_identity.operations.roles import RoleAdmin
+from pin_identity.operations.retention_admin import RetentionAdmin
+from pin_identity.operations.role_admin import RoleAdmin
 
 
 @dataclass

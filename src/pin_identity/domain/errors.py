@@ -1,5 +1,5 @@
 """Errors of the domain and of its ports (adapters raise these): each kind has one home, here; the import's
-refusals sit beside their codes (`ImportRefusedError` in `domain/talent_import.py`).
+refusals sit beside their codes (`ImportRefusedError` in `domain/import_run.py`).
 
 One hierarchy, and a code is always a class attribute (the contract's code, CONTRACTS sections 2 and 6):
 

@@ -7,10 +7,10 @@ one entry of activeAssignments (assignmentId, roleId, roleCode, scopeType, scope
 scopeProjectGroupId, scopeProjectId, expiresAt: ids as lowercase text or null, expiresAt in UTC with
 microseconds and `Z`), sorted by assignmentId. The sites (blocks are those of adapters/postgres/queries.sql):
 
-1. `user_access_changed`: point changes, inline announcements (operations/identity.py) and the managers of
-   a company blocked or restored by Talent (operations/talent_tenants.py) fill the template in Python from
-   a typed snapshot (block `access_snapshots`). Not a measured path: the readable reference, and what unit
-   tests and benchmarks build events with.
+1. `user_access_changed`: point changes, inline announcements (operations/identity_changes.py) and the
+   managers of a company blocked or restored by Talent (operations/talent_tenants.py) fill the template in
+   Python from a typed snapshot (block `access_snapshots`). Not a measured path: the readable reference,
+   and what unit tests and benchmarks build events with.
 2. `rendered_access_changed` over block `rendered_access_snapshots`: the import's apply
    (bench/talent_apply.py) has the database render activeAssignments as JSON text, so it does no
    per-assignment Python work; each user's event carries that user's version and follows their

@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from pin_identity.domain.access_audit import AuditReport
+from pin_identity.domain.access_verdicts import AuditReport
 from pin_identity.entrypoints import cli_output as out
 from pin_identity.entrypoints.cli_common import JsonOption, command_group, container_from_env
 from pin_identity.operations.read_models import QueuedAccessEventView, UserAccessReport

@@ -20,14 +20,14 @@ from pin_identity.domain.errors import (
     ServiceError,
     SourceNotConfiguredError,
 )
-from pin_identity.domain.talent_import import (
+from pin_identity.domain.import_run import (
     ImportAlreadyRunningError,
     ImportSourceIncompleteError,
     ImportSourceUnavailableError,
 )
 from pin_identity.observability.logging import configure_logging, describe_error
 from pin_identity.observability.tracing import configure_tracing
-from pin_identity.operations.audit import Actor
+from pin_identity.operations.action_log import Actor
 
 # CONTRACTS section 2.
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_ALREADY_RUNNING, EXIT_SOURCE_UNAVAILABLE, EXIT_CANCELLED = range(6)

@@ -23,12 +23,12 @@ from rich.table import Table
 
 from pin_identity.composition import Container
 from pin_identity.domain.events import ACCESS_TOPIC
-from pin_identity.domain.fanout import FanOutPath
+from pin_identity.domain.fanout_policy import FanOutPath
+from pin_identity.domain.import_run import RunStatus
 from pin_identity.domain.model import CompanyType, Scope, UserType
-from pin_identity.domain.talent_import import RunStatus
 from pin_identity.entrypoints.demo_bootstrap import EXPECTED_QUARANTINE, bootstrap_from_simulated_talent
-from pin_identity.operations import identity
-from pin_identity.operations.ports.worker import Job
+from pin_identity.operations import identity_changes
+from pin_identity.operations.ports.job_control import Job
 from pin_identity.operations.read_models import ImportResult
 
 DEMO_TIMEOUT_S = 300
@@ -140,13 +140,13 @@ class _Workers:
 
 
 def _company_with_role(container: Container, code: str) -> tuple[UUID, UUID]:
-    company_id = identity.create_company(
+    company_id = identity_changes.create_company(
         container.stores.transactions,
-        identity.Context.fresh(container.clock),
+        identity_changes.Context.fresh(container.clock),
         name=f"Demo {code}",
         company_type=CompanyType.DEVELOPER,
     )
-    role_id = identity.create_role(
+    role_id = identity_changes.create_role(
         container.stores.transactions, code=code, name=code, company_id=company_id, permissions=["deals.read"]
     )
     return company_id, role_id
@@ -155,10 +155,10 @@ def _company_with_role(container: Container, code: str) -> tuple[UUID, UUID]:
 def _inline_change(container: Container, report: DemoReport) -> UUID:
     company_id, role_id = _company_with_role(container, "site-manager")
     for n in range(5):
-        user_id = identity.create_user(
+        user_id = identity_changes.create_user(
             container.stores.transactions,
-            identity.Context.fresh(container.clock),
-            identity.NewUser(
+            identity_changes.Context.fresh(container.clock),
+            identity_changes.NewUser(
                 phone=f"8 999 {secrets.randbelow(10_000_000):07d}",
                 first_name="Demo",
                 last_name=f"Site {n}",
@@ -166,16 +166,16 @@ def _inline_change(container: Container, report: DemoReport) -> UUID:
                 company_id=company_id,
             ),
         )
-        identity.grant_role_assignment(
+        identity_changes.grant_role_assignment(
             container.stores.transactions,
-            identity.Context.fresh(container.clock),
+            identity_changes.Context.fresh(container.clock),
             user_id=user_id,
             role_id=role_id,
             scope=Scope.organization(company_id),
         )
-    change = identity.set_role_permissions(
+    change = identity_changes.set_role_permissions(
         container.stores.transactions,
-        identity.Context.fresh(container.clock),
+        identity_changes.Context.fresh(container.clock),
         role_id=role_id,
         permissions=["deals.read", "deals.approve"],
         policy=container.use_cases.fanout_policy,
@@ -195,9 +195,9 @@ def _developer_manager_change(
         role = tx.default_role()
     holders = container.stores.demo_reads.active_holders(role.role_id)
     console.print(f"changing the permissions of developer-manager, held by {holders:,} users")
-    change = identity.set_role_permissions(
+    change = identity_changes.set_role_permissions(
         container.stores.transactions,
-        identity.Context.fresh(container.clock),
+        identity_changes.Context.fresh(container.clock),
         role_id=role.role_id,
         permissions=["deals.read", "deals.approve", "chessboard.view", f"demo.{secrets.token_hex(3)}"],
         policy=container.use_cases.fanout_policy,

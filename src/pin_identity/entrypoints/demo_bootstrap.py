@@ -10,10 +10,10 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from pin_identity.composition import Container
+from pin_identity.domain.import_run import ImportMode, ImportRequest, ImportRun, PageStatus
 from pin_identity.domain.talent import ImportStage
-from pin_identity.domain.talent_import import ImportMode, ImportRequest, ImportRun, PageStatus
-from pin_identity.operations.imports import start_run
-from pin_identity.simulation.talent import SimulatedTalentApi, TalentDataset, generate_dataset
+from pin_identity.operations.import_admin import start_run
+from pin_identity.simulation.simulated_talent import SimulatedTalentApi, TalentDataset, generate_dataset
 
 DEMO_TALENT_TOKEN = "demo-talent-token"  # noqa: S105 - the simulated Talent's, on loopback, for this run only
 # The poison generate_dataset adds, and the quarantine code each must end with.

@@ -15,13 +15,13 @@ from uuid import UUID
 from pydantic import Field, StringConstraints
 
 from pin_identity.domain.api_model import ApiModel
-from pin_identity.domain.model import FanOutTaskStatus
-from pin_identity.domain.talent_import import (
+from pin_identity.domain.import_run import (
     MAX_PAGE_SIZE,
     ImportMode,
     ImportRequest,
     RunStatus,
 )
+from pin_identity.domain.model import FanOutTaskStatus
 from pin_identity.operations.read_models import FanOutTask
 
 # ---------------------------------------------------------------- talent import

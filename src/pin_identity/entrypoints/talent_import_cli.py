@@ -18,8 +18,7 @@ from rich.table import Table
 
 from pin_identity.composition import Container
 from pin_identity.domain.errors import InvalidInputError
-from pin_identity.domain.talent import ImportStage
-from pin_identity.domain.talent_import import (
+from pin_identity.domain.import_run import (
     ImportErrorCode,
     ImportMode,
     ImportRequest,
@@ -28,6 +27,7 @@ from pin_identity.domain.talent_import import (
     PageStatus,
     RunStatus,
 )
+from pin_identity.domain.talent import ImportStage
 from pin_identity.entrypoints import cli_output as out
 from pin_identity.entrypoints.cli_common import (
     EXIT_CANCELLED,
@@ -40,7 +40,7 @@ from pin_identity.entrypoints.cli_common import (
     operator,
 )
 from pin_identity.observability.logging import configure_logging
-from pin_identity.operations.ports.imports import RunLock
+from pin_identity.operations.ports.import_records import RunLock
 from pin_identity.operations.read_models import ImportResult, ImportRunReport
 
 # CONTRACTS section 2: the exit status each end of a run maps to (a refusal's: cli_common's table).

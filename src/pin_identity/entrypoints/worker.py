@@ -10,12 +10,12 @@ from dataclasses import dataclass, field
 from http.server import ThreadingHTTPServer
 
 from pin_identity.composition import Container
-from pin_identity.entrypoints.probes import ReadinessCheck
+from pin_identity.entrypoints.readiness import ReadinessCheck
 from pin_identity.entrypoints.worker_http import bind_worker_http, start_serving
 from pin_identity.jobs.outbox_relay_observer import RelayObserver
 from pin_identity.jobs.talent_sync_observer import TalentSyncObserver
 from pin_identity.observability.logging import get_logger
-from pin_identity.operations.ports.worker import Job, StopSignal
+from pin_identity.operations.ports.job_control import Job, StopSignal
 
 log = get_logger("worker")
 

@@ -11,7 +11,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pin_identity.config import ConfigurationError
 from pin_identity.domain.api_model import ApiModel
 from pin_identity.entrypoints.documents import Health
-from pin_identity.entrypoints.probes import ReadinessCheck, readiness_reply
+from pin_identity.entrypoints.readiness import ReadinessCheck, readiness_reply
 from pin_identity.observability import metrics
 
 

@@ -16,8 +16,8 @@ from pin_identity.domain.errors import LeaseLostError
 from pin_identity.domain.model import AccessChangeReason
 from pin_identity.jobs.access_fanout_observer import FanOutObserver
 from pin_identity.observability.tracing import current_traceparent, tracer
-from pin_identity.operations.ports.fanout import FanOutQueue, FanOutTask, Release, TaskWakeups
-from pin_identity.operations.ports.worker import StopSignal
+from pin_identity.operations.ports.fanout_tasks import FanOutQueue, FanOutTask, Release, TaskWakeups
+from pin_identity.operations.ports.job_control import StopSignal
 
 _tracer = tracer("access-fanout")
 

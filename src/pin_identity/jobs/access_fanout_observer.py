@@ -10,7 +10,7 @@ from datetime import datetime
 
 from pin_identity.observability import metrics
 from pin_identity.observability.logging import describe_error, get_logger
-from pin_identity.operations.ports.fanout import FanOutTask, PoisonedTask, QueueStats
+from pin_identity.operations.ports.fanout_tasks import FanOutTask, PoisonedTask, QueueStats
 
 log = get_logger("access-fanout")
 

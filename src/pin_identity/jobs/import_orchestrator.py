@@ -7,8 +7,7 @@ from __future__ import annotations
 from pin_identity.config import ImportSettings
 from pin_identity.domain.clock import Clock
 from pin_identity.domain.errors import SourceRejectedError, SourceUnavailableError
-from pin_identity.domain.talent import ImportStage
-from pin_identity.domain.talent_import import (
+from pin_identity.domain.import_run import (
     ImportErrorCode,
     ImportMode,
     ImportRun,
@@ -16,10 +15,11 @@ from pin_identity.domain.talent_import import (
     RunEnding,
     RunStatus,
 )
+from pin_identity.domain.talent import ImportStage
 from pin_identity.jobs.talent_import_observer import ImportObserver
 from pin_identity.observability.logging import describe_error
-from pin_identity.operations.ports.imports import ImportStore, RunLock
-from pin_identity.operations.ports.talent import TalentSource
+from pin_identity.operations.ports.import_records import ImportStore, RunLock
+from pin_identity.operations.ports.talent_sources import TalentSource
 from pin_identity.operations.read_models import ImportResult
 
 

@@ -12,19 +12,19 @@ from uuid import UUID
 from pin_identity.config import ImportSettings
 from pin_identity.domain.clock import Clock
 from pin_identity.domain.errors import LeaseLostError, SourceRejectedError
-from pin_identity.domain.talent import ImportStage, TalentItem
-from pin_identity.domain.talent_import import (
+from pin_identity.domain.import_run import (
     ImportMode,
     ImportPage,
     ImportRun,
     StageCounters,
 )
+from pin_identity.domain.talent import ImportStage, TalentItem
 from pin_identity.jobs.talent_import_observer import ImportObserver
 from pin_identity.observability.logging import describe_error
-from pin_identity.operations.identity import Context
-from pin_identity.operations.ports.imports import ImportPageTransaction, ImportStore
+from pin_identity.operations.identity_changes import Context
+from pin_identity.operations.ports.import_records import ImportPageTransaction, ImportStore
 from pin_identity.operations.ports.replica import SourceItem
-from pin_identity.operations.ports.talent import TalentSource
+from pin_identity.operations.ports.talent_sources import TalentSource
 from pin_identity.operations.talent_replica import ApplyOptions, BatchOutcome, apply_snapshots
 
 

@@ -11,6 +11,7 @@ from pin_identity.config import RelaySettings
 from pin_identity.domain.clock import Clock
 from pin_identity.domain.errors import OutboxIdsWentBackError
 from pin_identity.jobs.outbox_relay_observer import RelayObserver
+from pin_identity.operations.ports.job_control import StopSignal
 from pin_identity.operations.ports.outbox import (
     EventPublisher,
     OutboxQueue,
@@ -18,7 +19,6 @@ from pin_identity.operations.ports.outbox import (
     PublishReport,
     RelayRole,
 )
-from pin_identity.operations.ports.worker import StopSignal
 
 # Publishing that failed this many times in a row has the broker asked whether too few replicas are in sync
 # (a blip recovers at its first retry without the question).

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pin_identity.config import ImportSettings
 from pin_identity.domain.clock import Clock
 from pin_identity.domain.errors import SourceNotConfiguredError, SourceRejectedError
-from pin_identity.domain.talent_import import (
+from pin_identity.domain.import_run import (
     ImportErrorCode,
     ImportMode,
     ImportRun,
@@ -24,9 +24,9 @@ from pin_identity.domain.talent_import import (
 from pin_identity.jobs.import_orchestrator import ImportOrchestrator
 from pin_identity.jobs.import_pages import PageWorker
 from pin_identity.jobs.talent_import_observer import ImportObserver
-from pin_identity.operations.ports.imports import ImportStore, RunLock
-from pin_identity.operations.ports.talent import TalentSource
-from pin_identity.operations.ports.worker import StopSignal
+from pin_identity.operations.ports.import_records import ImportStore, RunLock
+from pin_identity.operations.ports.job_control import StopSignal
+from pin_identity.operations.ports.talent_sources import TalentSource
 
 
 @dataclass

@@ -7,8 +7,7 @@ wait on those hooks as signals instead of polling or sleeping.
 
 from __future__ import annotations
 
-from pin_identity.domain.talent import ImportStage, ItemResult
-from pin_identity.domain.talent_import import (
+from pin_identity.domain.import_run import (
     ImportMode,
     ImportPage,
     ImportRun,
@@ -17,6 +16,7 @@ from pin_identity.domain.talent_import import (
     RunStatus,
     StageCounters,
 )
+from pin_identity.domain.talent import ImportStage, ItemResult
 from pin_identity.jobs.replica_outcomes import record_outcome
 from pin_identity.observability import metrics
 from pin_identity.observability.logging import describe_error, get_logger

@@ -15,10 +15,10 @@ from datetime import datetime, timedelta
 from pin_identity.config import TalentSyncSettings
 from pin_identity.domain.clock import Clock
 from pin_identity.jobs.talent_sync_observer import TalentSyncObserver
-from pin_identity.operations.identity import Context
+from pin_identity.operations.identity_changes import Context
+from pin_identity.operations.ports.job_control import StopSignal
 from pin_identity.operations.ports.replica import ReplicaTransactions, SourceItem
-from pin_identity.operations.ports.talent import TalentRecord, TalentStream
-from pin_identity.operations.ports.worker import StopSignal
+from pin_identity.operations.ports.talent_sources import TalentRecord, TalentStream
 from pin_identity.operations.talent_replica import ApplyOptions, BatchOutcome, apply_snapshots
 
 _LAG_REPORT_S = 10.0

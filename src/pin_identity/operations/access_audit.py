@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from pin_identity.domain.access_audit import AuditReport, compare
-from pin_identity.operations.ports.audit import AccessLog, AccessTruth, Progress
+from pin_identity.domain.access_verdicts import AuditReport, compare
+from pin_identity.operations.ports.access_reads import AccessLog, AccessTruth, Progress
 
 
 def audit_access(log: AccessLog, truth: AccessTruth, progress: Progress) -> AuditReport:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from uuid import UUID
 
-from pin_identity.domain.access_audit import difference, fingerprint, verdict
+from pin_identity.domain.access_verdicts import difference, fingerprint, verdict
 from pin_identity.domain.errors import NotFoundError
-from pin_identity.operations.ports.audit import UserAccessLog, UserAccessStates
+from pin_identity.operations.ports.access_reads import UserAccessLog, UserAccessStates
 from pin_identity.operations.read_models import UserAccessReport
 
 

@@ -8,8 +8,8 @@ from uuid import UUID
 from pin_identity.domain.clock import Clock
 from pin_identity.domain.errors import ConflictError, NotFoundError
 from pin_identity.domain.model import FanOutTaskStatus
-from pin_identity.operations.audit import Actor, admin_action
-from pin_identity.operations.ports.fanout import FanOutTasks, TaskReplay
+from pin_identity.operations.action_log import Actor, admin_action
+from pin_identity.operations.ports.fanout_tasks import FanOutTasks, TaskReplay
 from pin_identity.operations.read_models import FanOutTask
 
 

@@ -17,12 +17,10 @@ from uuid import UUID
 
 from pydantic import Field
 
-from pin_identity.domain.access_audit import AssignmentDifferenceView, Verdict
+from pin_identity.domain.access_verdicts import AssignmentDifferenceView, Verdict
 from pin_identity.domain.api_model import ApiModel
-from pin_identity.domain.fanout import FanOutPath
-from pin_identity.domain.model import FanOutTaskStatus, RoleStatus
-from pin_identity.domain.talent import ImportStage
-from pin_identity.domain.talent_import import (
+from pin_identity.domain.fanout_policy import FanOutPath
+from pin_identity.domain.import_run import (
     ImportMode,
     ImportRun,
     PageProgress,
@@ -30,6 +28,8 @@ from pin_identity.domain.talent_import import (
     RunStatus,
     StageCounters,
 )
+from pin_identity.domain.model import FanOutTaskStatus, RoleStatus
+from pin_identity.domain.talent import ImportStage
 
 # ---------------------------------------------------------------- talent import
 

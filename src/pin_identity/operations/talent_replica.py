@@ -17,7 +17,7 @@ from uuid import UUID
 
 from pin_identity.domain.errors import NotFoundError, StoreConflictError
 from pin_identity.domain.talent import ImportStage, Quarantine, SyncErrorCode
-from pin_identity.operations.identity import Context
+from pin_identity.operations.identity_changes import Context
 from pin_identity.operations.ports.replica import ReplicaTransaction, ReplicaTransactions, SourceItem
 from pin_identity.operations.talent_round import ApplyOptions, BatchOutcome, ItemOutcome, Round
 from pin_identity.operations.talent_tenants import apply_tenants

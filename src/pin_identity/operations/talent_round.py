@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import TypeVar
 from uuid import UUID
 
+from pin_identity.domain.import_run import StageCounters
 from pin_identity.domain.talent import (
     Change,
     CompanyChange,
@@ -28,8 +29,7 @@ from pin_identity.domain.talent import (
     UserChange,
     UserSnapshot,
 )
-from pin_identity.domain.talent_import import StageCounters
-from pin_identity.operations.identity import Context
+from pin_identity.operations.identity_changes import Context
 from pin_identity.operations.ports.replica import (
     DryRunMemory,
     QuarantineEntry,

@@ -13,8 +13,8 @@ from pin_identity.domain import events
 from pin_identity.domain.events import CompanyState
 from pin_identity.domain.model import AccessChangeReason, CompanyStatus
 from pin_identity.domain.talent import Change, CompanyChange, TenantDecision, TenantSnapshot, decide_tenant
-from pin_identity.operations.identity import notify_access_changed
-from pin_identity.operations.ports.identity import RoleRecord
+from pin_identity.operations.identity_changes import notify_access_changed
+from pin_identity.operations.ports.identity_records import RoleRecord
 from pin_identity.operations.ports.replica import DefaultGrant, ReplicaTransaction, SourceItem
 from pin_identity.operations.talent_round import ItemOutcome, Round
 

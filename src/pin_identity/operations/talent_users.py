@@ -22,8 +22,8 @@ from pin_identity.domain.talent import (
     UserSnapshot,
     decide_user,
 )
-from pin_identity.operations.identity import Context
-from pin_identity.operations.ports.identity import RoleRecord
+from pin_identity.operations.identity_changes import Context
+from pin_identity.operations.ports.identity_records import RoleRecord
 from pin_identity.operations.ports.replica import DefaultGrant, DryRunMemory, ReplicaTransaction, SourceItem
 from pin_identity.operations.talent_round import ItemOutcome, Round, stand_in
 

@@ -13,11 +13,11 @@ from pin_identity.adapters.kafka.consumers import new_consumer
 from pin_identity.adapters.kafka.denials import DenialLog, denial
 from pin_identity.adapters.kafka.offsets import end_reached, watermarks
 from pin_identity.adapters.system_clock import SYSTEM_CLOCK
-from pin_identity.domain.access_audit import UNREADABLE, LastEvent, UserKey, fingerprint
+from pin_identity.domain.access_verdicts import UNREADABLE, LastEvent, UserKey, fingerprint
 from pin_identity.domain.errors import BrokerUnavailableError
 from pin_identity.domain.events import ACCESS_TOPIC
 from pin_identity.observability.logging import get_logger
-from pin_identity.operations.ports.audit import KeepRecords, Progress, TopicRead
+from pin_identity.operations.ports.access_reads import KeepRecords, Progress, TopicRead
 
 log = get_logger("access-audit")
 

@@ -32,8 +32,8 @@ from pin_identity.adapters.kafka.talent_stream import TALENT_SYNC_GROUP
 from pin_identity.adapters.system_clock import SYSTEM_CLOCK
 from pin_identity.adapters.talent_wire import topic_item
 from pin_identity.domain.errors import SourceUnavailableError
+from pin_identity.domain.import_run import PlannedPage, PlanStep
 from pin_identity.domain.talent import TENANTS_TOPIC, USERS_TOPIC, ImportStage, TalentItem
-from pin_identity.domain.talent_import import PlannedPage, PlanStep
 from pin_identity.observability.logging import get_logger
 
 log = get_logger("talent-replay")

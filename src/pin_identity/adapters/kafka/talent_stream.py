@@ -12,7 +12,7 @@ from pin_identity.adapters.kafka.denials import DenialLog, denial
 from pin_identity.adapters.talent_wire import topic_item
 from pin_identity.domain.talent import TENANTS_TOPIC, USERS_TOPIC, ImportStage
 from pin_identity.observability.logging import get_logger
-from pin_identity.operations.ports.talent import TalentRecord
+from pin_identity.operations.ports.talent_sources import TalentRecord
 
 log = get_logger("talent-stream")
 

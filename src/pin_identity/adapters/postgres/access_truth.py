@@ -17,7 +17,7 @@ from psycopg.types.array import ListBinaryDumper
 
 from pin_identity.adapters.postgres.catalogue import query
 from pin_identity.adapters.postgres.database import NIL_UUID, Database, read
-from pin_identity.domain.access_audit import Fingerprint, LastEvent, UserKey, fingerprint
+from pin_identity.domain.access_verdicts import Fingerprint, LastEvent, UserKey, fingerprint
 from pin_identity.domain.events import ACCESS_TOPIC
 from pin_identity.domain.model import RenderedAccessSnapshot
 from pin_identity.operations.read_models import QueuedAccessEventView, UserAccessState

@@ -10,8 +10,8 @@ from uuid import UUID
 from psycopg.rows import dict_row
 
 from pin_identity.adapters.postgres.database import Database
+from pin_identity.domain.import_run import ImportMode, RunStatus
 from pin_identity.domain.model import RoleStatus
-from pin_identity.domain.talent_import import ImportMode, RunStatus
 from pin_identity.operations.read_models import DeadLetters, ImportRunSummary, RoleView, StageCounts
 
 Columns = dict[str, Any]  # one row, by column name

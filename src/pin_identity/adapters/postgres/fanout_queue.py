@@ -18,7 +18,7 @@ from pin_identity.domain.errors import LeaseLostError
 from pin_identity.domain.events import AccessChangeTemplate
 from pin_identity.domain.model import FanOutTaskStatus
 from pin_identity.operations import read_models
-from pin_identity.operations.ports.fanout import (
+from pin_identity.operations.ports.fanout_tasks import (
     FanOutTask,
     PageWritten,
     PoisonedTask,

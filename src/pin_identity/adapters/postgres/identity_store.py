@@ -20,7 +20,7 @@ from pin_identity.adapters.postgres.database import Database, read
 from pin_identity.adapters.postgres.outbox_writer import write_outbox
 from pin_identity.domain.events import CompanyState, OutboxMessage, UserState
 from pin_identity.domain.model import ActiveAssignment, RoleStatus, Scope, ScopeType, UserAccessSnapshot
-from pin_identity.operations.ports.identity import AssignmentRecord, NewAssignment, RoleRecord
+from pin_identity.operations.ports.identity_records import AssignmentRecord, NewAssignment, RoleRecord
 
 _SCOPE_TYPES = {scope_type.value: scope_type for scope_type in ScopeType}
 

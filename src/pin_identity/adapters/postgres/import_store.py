@@ -19,8 +19,7 @@ from pin_identity.adapters.postgres.catalogue import query
 from pin_identity.adapters.postgres.database import Database, Fence, read
 from pin_identity.adapters.postgres.replica_store import PostgresReplicaTransaction
 from pin_identity.domain.errors import LeaseLostError
-from pin_identity.domain.talent import ImportStage
-from pin_identity.domain.talent_import import (
+from pin_identity.domain.import_run import (
     RUN_LOCK_KEY,
     ImportMode,
     ImportPage,
@@ -33,6 +32,7 @@ from pin_identity.domain.talent_import import (
     RunStatus,
     StageCounters,
 )
+from pin_identity.domain.talent import ImportStage
 from pin_identity.operations.read_models import FailedItem
 
 _COUNTERS = tuple(field.name for field in fields(StageCounters))

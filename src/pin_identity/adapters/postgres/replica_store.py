@@ -25,7 +25,7 @@ from pin_identity.domain.events import CompanyState, UserState
 from pin_identity.domain.model import DEVELOPER_MANAGER_ROLE_CODE, RenderedAccessSnapshot
 from pin_identity.domain.talent import ImportStage
 from pin_identity.observability.logging import get_logger
-from pin_identity.operations.ports.identity import RoleRecord
+from pin_identity.operations.ports.identity_records import RoleRecord
 from pin_identity.operations.ports.replica import DefaultGrant, QuarantineEntry, SourceItem
 
 log = get_logger("replica-store")

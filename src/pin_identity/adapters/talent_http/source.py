@@ -8,8 +8,8 @@ from uuid import UUID
 
 from pin_identity.adapters.talent_http.client import TalentApiClient, TalentPage
 from pin_identity.adapters.talent_wire import api_item
+from pin_identity.domain.import_run import MAX_PAGE_SIZE, PlannedPage, PlanStep
 from pin_identity.domain.talent import ImportStage, TalentItem, TenantSnapshot
-from pin_identity.domain.talent_import import MAX_PAGE_SIZE, PlannedPage, PlanStep
 
 
 class ApiPullSource:

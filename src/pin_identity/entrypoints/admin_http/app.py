@@ -18,21 +18,21 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from pin_identity import __version__
 from pin_identity.composition import Container
 from pin_identity.config import ConfigurationError
-from pin_identity.entrypoints.admin_http.access import access
+from pin_identity.entrypoints.admin_http.access_routes import access
 from pin_identity.entrypoints.admin_http.console import console
-from pin_identity.entrypoints.admin_http.fanout import fanout
+from pin_identity.entrypoints.admin_http.fanout_routes import fanout
 from pin_identity.entrypoints.admin_http.gate import ADMIN_PATHS, FORBIDDEN, AdminGate
 from pin_identity.entrypoints.admin_http.gauges import DatabaseGauges
-from pin_identity.entrypoints.admin_http.health import health
+from pin_identity.entrypoints.admin_http.health_routes import health
 from pin_identity.entrypoints.admin_http.operators import operators as operators_router
-from pin_identity.entrypoints.admin_http.probes import probes
+from pin_identity.entrypoints.admin_http.probe_routes import probes
 from pin_identity.entrypoints.admin_http.problems import PROBLEM_JSON, handle_exception
-from pin_identity.entrypoints.admin_http.roles import roles
-from pin_identity.entrypoints.admin_http.talent_import import imports
-from pin_identity.entrypoints.admin_http.talent_sync import sync
+from pin_identity.entrypoints.admin_http.role_routes import roles
+from pin_identity.entrypoints.admin_http.talent_import_routes import imports
+from pin_identity.entrypoints.admin_http.talent_sync_routes import sync
 from pin_identity.entrypoints.admin_http.tokens import Operators
 from pin_identity.entrypoints.documents import AdminRole
-from pin_identity.entrypoints.probes import ReadinessCheck
+from pin_identity.entrypoints.readiness import ReadinessCheck
 from pin_identity.observability.logging import get_logger
 
 log = get_logger("admin-http")

@@ -13,7 +13,7 @@ from fastapi.security import HTTPBearer
 from pin_identity.composition import Container
 from pin_identity.entrypoints.admin_http.problems import ProblemRoute, problem_responses
 from pin_identity.entrypoints.admin_http.tokens import Operator
-from pin_identity.operations.audit import Actor
+from pin_identity.operations.action_log import Actor
 
 # Documents the scheme in /openapi.json; AdminGate enforces it.
 bearer = HTTPBearer(

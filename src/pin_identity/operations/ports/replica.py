@@ -12,8 +12,8 @@ from uuid import UUID
 from pin_identity.domain.events import CompanyState, UserState
 from pin_identity.domain.model import RenderedAccessSnapshot
 from pin_identity.domain.talent import TalentItem
-from pin_identity.operations.ports.access import AccessEventWriter
-from pin_identity.operations.ports.identity import RoleRecord
+from pin_identity.operations.ports.access_events import AccessEventWriter
+from pin_identity.operations.ports.identity_records import RoleRecord
 from pin_identity.operations.ports.transactions import Transaction, Transactions
 
 

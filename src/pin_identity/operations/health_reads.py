@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from pin_identity.domain.errors import BrokerUnavailableError
-from pin_identity.operations.ports.health import ConsumerLagReader, DeadLetterReads
+from pin_identity.operations.ports.health_sources import ConsumerLagReader, DeadLetterReads
 from pin_identity.operations.read_models import ConsumerLag, DeadLetters, HealthSummary, QueueGauges
 
 

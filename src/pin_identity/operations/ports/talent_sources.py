@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from typing import Protocol
 from uuid import UUID
 
+from pin_identity.domain.import_run import PlanStep
 from pin_identity.domain.talent import ImportStage, TalentItem
-from pin_identity.domain.talent_import import PlanStep
 
 
 class SourceCheck(Protocol):

@@ -10,7 +10,7 @@ from uuid import UUID
 
 from pin_identity.domain.events import CompanyState, UserState
 from pin_identity.domain.model import RoleStatus, Scope
-from pin_identity.operations.ports.access import AccessEventWriter
+from pin_identity.operations.ports.access_events import AccessEventWriter
 from pin_identity.operations.ports.transactions import Transaction, Transactions
 from pin_identity.operations.read_models import RoleView
 

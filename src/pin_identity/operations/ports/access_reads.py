@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 from uuid import UUID
 
-from pin_identity.domain.access_audit import Fingerprint, LastEvent, UserKey
+from pin_identity.domain.access_verdicts import Fingerprint, LastEvent, UserKey
 from pin_identity.operations.read_models import AccessLogSearch, UserAccessState
 
 # (records read, records the topic held when reading began)

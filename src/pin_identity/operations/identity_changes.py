@@ -12,7 +12,7 @@ from pin_identity.domain import events
 from pin_identity.domain.clock import Clock
 from pin_identity.domain.errors import ConflictError, InvalidInputError, NotFoundError
 from pin_identity.domain.events import CompanyState, UserState
-from pin_identity.domain.fanout import FanOutPath, FanOutPolicy
+from pin_identity.domain.fanout_policy import FanOutPath, FanOutPolicy
 from pin_identity.domain.model import (
     AccessChangeReason,
     CompanyStatus,
@@ -25,8 +25,8 @@ from pin_identity.domain.model import (
     UserType,
 )
 from pin_identity.domain.phone import InvalidPhoneError, normalize_phone
-from pin_identity.operations.ports.access import AccessEventWriter
-from pin_identity.operations.ports.identity import (
+from pin_identity.operations.ports.access_events import AccessEventWriter
+from pin_identity.operations.ports.identity_records import (
     IdentityTransaction,
     IdentityTransactions,
     NewAssignment,

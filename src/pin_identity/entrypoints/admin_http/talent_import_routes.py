@@ -7,7 +7,7 @@ from typing import Annotated
 
 from fastapi import Query, Response
 
-from pin_identity.domain.talent_import import RunStatus
+from pin_identity.domain.import_run import RunStatus
 from pin_identity.entrypoints.admin_http.problems import problem_responses
 from pin_identity.entrypoints.admin_http.routing import ContainerDep, RunId, Who, admin_router
 from pin_identity.entrypoints.documents import (

@@ -5,8 +5,8 @@ from __future__ import annotations
 from datetime import timedelta
 
 from pin_identity.domain.clock import Clock
-from pin_identity.operations.audit import Actor, admin_action
-from pin_identity.operations.ports.retention import Retention
+from pin_identity.operations.action_log import Actor, admin_action
+from pin_identity.operations.ports.pruning import Retention
 from pin_identity.operations.read_models import PruneResult
 
 

@@ -9,8 +9,7 @@ from datetime import datetime
 from typing import Protocol
 from uuid import UUID
 
-from pin_identity.domain.talent import ImportStage
-from pin_identity.domain.talent_import import (
+from pin_identity.domain.import_run import (
     ImportPage,
     ImportRequest,
     ImportRun,
@@ -20,6 +19,7 @@ from pin_identity.domain.talent_import import (
     RunEnding,
     StageCounters,
 )
+from pin_identity.domain.talent import ImportStage
 from pin_identity.operations.ports.replica import DryRunMemory, ReplicaTransaction
 from pin_identity.operations.ports.transactions import Transaction
 from pin_identity.operations.read_models import FailedItem, ImportRunSummary

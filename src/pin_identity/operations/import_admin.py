@@ -14,7 +14,7 @@ from uuid import UUID
 
 from pin_identity.domain.clock import Clock
 from pin_identity.domain.errors import ImportNotRunningError, NotFoundError, SourceUnavailableError
-from pin_identity.domain.talent_import import (
+from pin_identity.domain.import_run import (
     TRUNCATED_SOURCE_SHARE,
     ImportAlreadyRunningError,
     ImportMode,
@@ -26,11 +26,11 @@ from pin_identity.domain.talent_import import (
     PageProgress,
 )
 from pin_identity.observability.logging import get_logger
-from pin_identity.operations.audit import Actor, admin_action
-from pin_identity.operations.identity import Context
-from pin_identity.operations.ports.imports import ImportRuns, RunLock, RunSummaries
+from pin_identity.operations.action_log import Actor, admin_action
+from pin_identity.operations.identity_changes import Context
+from pin_identity.operations.ports.import_records import ImportRuns, RunLock, RunSummaries
 from pin_identity.operations.ports.replica import ReplicaTransactions
-from pin_identity.operations.ports.talent import SourceCheck
+from pin_identity.operations.ports.talent_sources import SourceCheck
 from pin_identity.operations.read_models import (
     FailedItem,
     ImportRunReport,

@@ -8,10 +8,10 @@ from uuid import UUID
 
 from pin_identity.domain.clock import Clock
 from pin_identity.domain.errors import NotFoundError
-from pin_identity.domain.fanout import FanOutPolicy
-from pin_identity.operations import identity
-from pin_identity.operations.audit import Actor, admin_action
-from pin_identity.operations.ports.identity import IdentityTransactions, RoleSummaries
+from pin_identity.domain.fanout_policy import FanOutPolicy
+from pin_identity.operations import identity_changes
+from pin_identity.operations.action_log import Actor, admin_action
+from pin_identity.operations.ports.identity_records import IdentityTransactions, RoleSummaries
 from pin_identity.operations.read_models import PermissionsChanged, RoleView
 
 
@@ -39,9 +39,9 @@ class RoleAdmin:
     def set_permissions(self, role_id: UUID, permissions: Sequence[str], *, who: Actor) -> PermissionsChanged:
         """Replace the set, bump the role's version, notify its users inline (a small role) or enqueue a
         fan-out task, in one transaction."""
-        change = identity.set_role_permissions(
+        change = identity_changes.set_role_permissions(
             self._transactions,
-            identity.Context.fresh(self._clock),
+            identity_changes.Context.fresh(self._clock),
             role_id=role_id,
             permissions=permissions,
             policy=self._policy,

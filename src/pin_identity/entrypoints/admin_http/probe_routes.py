@@ -11,7 +11,7 @@ from starlette.datastructures import State
 
 from pin_identity.entrypoints.admin_http.problems import ProblemError, ProblemRoute, problem_responses
 from pin_identity.entrypoints.documents import Health, Readiness
-from pin_identity.entrypoints.probes import NOT_READY, NOT_READY_DETAIL, readiness_reply
+from pin_identity.entrypoints.readiness import NOT_READY, NOT_READY_DETAIL, readiness_reply
 from pin_identity.observability import metrics
 
 probes = APIRouter(tags=["probes"], route_class=ProblemRoute)
