@@ -16,6 +16,8 @@ from pin_identity.adapters.kafka.embedded_kafka import JVM_OPTIONS_VARIABLE, sta
 from pin_identity.adapters.kafka.topics import TopicLayout, ensure_topics
 from pin_identity.adapters.postgres.embedded_postgres import ensure_embedded_postgres, stop_embedded_postgres
 from pin_identity.composition import Container
+from pin_identity.composition.connections import Connections
+from pin_identity.composition.stores import Stores
 from pin_identity.config import FanOutSettings, Settings
 from pin_identity.domain.events import PUBLISHED_TOPICS
 from pin_identity.domain.import_run import ImportMode
@@ -133,6 +135,17 @@ def container(settings: Settings) -> Iterator[Container]:
     built = Container(settings)
     yield built
     built.close()
+
+
+# A test asks for the part it uses; the parts are the container's own, so one test holds one pool.
+@pytest.fixture
+def connections(container: Container) -> Connections:
+    return container.connections
+
+
+@pytest.fixture
+def stores(container: Container) -> Stores:
+    return container.stores
 
 
 @pytest.fixture

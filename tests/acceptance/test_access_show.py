@@ -15,6 +15,7 @@ import pytest
 from pin_identity.adapters.kafka.partitioning import key_partition
 from pin_identity.adapters.system_clock import SYSTEM_CLOCK
 from pin_identity.composition import Container
+from pin_identity.composition.stores import Stores
 from pin_identity.operations import identity_changes
 from tests.support import seed
 from tests.support.cli import run_cli
@@ -43,12 +44,12 @@ def _granted(container: Container) -> tuple[UUID, UUID]:
 
 
 def test_exit_status_follows_the_verdict(
-    container: Container, subprocess_env: dict[str, str], database_url: str
+    container: Container, stores: Stores, subprocess_env: dict[str, str], database_url: str
 ) -> None:
     matching, _ = _granted(container)
     drifted, drifted_grant = _granted(container)
     pending, pending_grant = _granted(container)
-    missing = seed.user(container.stores.transactions, seed.company(container.stores.transactions))
+    missing = seed.user(stores.transactions, seed.company(stores.transactions))
     publish_outbox(container)
     with psycopg.connect(database_url) as conn:
         revoke = "UPDATE identity.role_assignments SET status = 'Revoked' WHERE id = %s"
@@ -61,7 +62,7 @@ def test_exit_status_follows_the_verdict(
             (uuid.uuid4(), role[0], missing),
         )
     identity_changes.revoke_role_assignment(
-        container.stores.transactions, identity_changes.Context.fresh(SYSTEM_CLOCK), pending_grant
+        stores.transactions, identity_changes.Context.fresh(SYSTEM_CLOCK), pending_grant
     )
 
     expected = {
@@ -83,7 +84,7 @@ def test_exit_status_follows_the_verdict(
 
 
 def test_the_table_names_the_verdict_the_event_and_what_waits(
-    container: Container, subprocess_env: dict[str, str], database_url: str
+    container: Container, stores: Stores, subprocess_env: dict[str, str], database_url: str
 ) -> None:
     user, grant = _granted(container)
     publish_outbox(container)
@@ -93,7 +94,7 @@ def test_the_table_names_the_verdict_the_event_and_what_waits(
     print(stdout)
 
     identity_changes.revoke_role_assignment(
-        container.stores.transactions, identity_changes.Context.fresh(SYSTEM_CLOCK), grant
+        stores.transactions, identity_changes.Context.fresh(SYSTEM_CLOCK), grant
     )
     code, stdout, _ = _show(subprocess_env, user)
     assert code == 0

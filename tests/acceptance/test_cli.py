@@ -11,7 +11,7 @@ import pytest
 
 from pin_identity import __version__
 from pin_identity.adapters.kafka.embedded_kafka import free_port
-from pin_identity.composition import Container
+from pin_identity.composition.stores import Stores
 from tests.support import seed
 from tests.support.cli import CLI, run_cli
 from tests.support.health import wait_for_healthz
@@ -56,13 +56,13 @@ def test_unreachable_database_exits_2(subprocess_env: dict[str, str]) -> None:
 
 
 def test_upgrade_then_set_permissions_then_relay_publishes(
-    subprocess_env: dict[str, str], container: Container, tap: EventTap
+    subprocess_env: dict[str, str], stores: Stores, tap: EventTap
 ) -> None:
     assert run_cli(subprocess_env, "db", "upgrade").returncode == 0
-    company_id = seed.company(container.stores.transactions)
-    role_id = seed.role(container.stores.transactions, company_id)
-    user_id = seed.user(container.stores.transactions, company_id)
-    seed.grant(container.stores.transactions, user_id, role_id, company_id)
+    company_id = seed.company(stores.transactions)
+    role_id = seed.role(stores.transactions, company_id)
+    user_id = seed.user(stores.transactions, company_id)
+    seed.grant(stores.transactions, user_id, role_id, company_id)
 
     changed = run_cli(
         subprocess_env, "roles", "set-permissions", str(role_id), "deals.read", "deals.approve", "--json"
@@ -84,7 +84,7 @@ def test_upgrade_then_set_permissions_then_relay_publishes(
     assert event.payload["version"] == 2
 
 
-def test_sigterm_stops_the_worker_gracefully(subprocess_env: dict[str, str], container: Container) -> None:
+def test_sigterm_stops_the_worker_gracefully(subprocess_env: dict[str, str], stores: Stores) -> None:
     worker = subprocess.Popen(
         [*CLI, "worker", "--jobs", "outbox-relay"], env=subprocess_env, stderr=subprocess.PIPE, text=True
     )
@@ -93,7 +93,7 @@ def test_sigterm_stops_the_worker_gracefully(subprocess_env: dict[str, str], con
         for line in worker.stderr:
             if "outbox-relay-started" in line:
                 break
-        seed.company(container.stores.transactions)
+        seed.company(stores.transactions)
         worker.send_signal(signal.SIGTERM)
         assert worker.wait(timeout=30) == 0
         logged = [json.loads(line) for line in worker.stderr.read().splitlines() if line.startswith("{")]
@@ -102,9 +102,7 @@ def test_sigterm_stops_the_worker_gracefully(subprocess_env: dict[str, str], con
     assert {"event": "worker-stopped", "graceful": True}.items() <= logged[-1].items()
 
 
-def test_worker_serves_metrics_health_and_readiness(
-    subprocess_env: dict[str, str], container: Container
-) -> None:
+def test_worker_serves_metrics_health_and_readiness(subprocess_env: dict[str, str], stores: Stores) -> None:
     port = free_port()
     env = {**subprocess_env, "PIN_IDENTITY_WORKER_HTTP_PORT": str(port)}
     worker = subprocess.Popen(
@@ -119,7 +117,7 @@ def test_worker_serves_metrics_health_and_readiness(
             200,
             {"status": "ready", "warnings": []},
         )  # `serve`'s document
-        seed.company(container.stores.transactions)
+        seed.company(stores.transactions)
         metrics = httpx.get(f"{base}/metrics", timeout=5).text
         for name in (
             "identity_outbox_backlog",

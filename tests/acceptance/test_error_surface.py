@@ -24,7 +24,7 @@ from confluent_kafka import KafkaError, KafkaException
 
 from pin_identity.adapters.kafka.embedded_kafka import free_port
 from pin_identity.adapters.system_clock import SYSTEM_CLOCK
-from pin_identity.composition import Container
+from pin_identity.composition.stores import Stores
 from pin_identity.domain.import_run import ImportMode, ImportRequest, RunEnding
 from pin_identity.entrypoints import cli, operator_cli
 from tests.support.cli import run_cli
@@ -122,8 +122,8 @@ def test_kafka_properties_librdkafka_refuses(subprocess_env: dict[str, str]) -> 
     run_table({**subprocess_env, "PIN_IDENTITY_ADMIN_TOKEN": "t"}, cases)
 
 
-def test_unknown_ids(subprocess_env: dict[str, str], container: Container) -> None:
-    store = container.stores.import_store
+def test_unknown_ids(subprocess_env: dict[str, str], stores: Stores) -> None:
+    store = stores.import_store
     finished = store.create_run(ImportRequest(ImportMode.API_PULL), uuid.uuid4(), SYSTEM_CLOCK.now())
     store.finish_run(finished.run_id, RunEnding.completed(), SYSTEM_CLOCK.now())
     run_id = str(finished.run_id)

@@ -7,7 +7,7 @@ import subprocess
 
 import psycopg
 
-from pin_identity.composition import Container
+from pin_identity.composition.stores import Stores
 from pin_identity.domain.fanout_policy import FanOutPath, FanOutPolicy
 from tests.support import seed
 from tests.support.cli import CLI
@@ -15,15 +15,15 @@ from tests.support.kafka_tap import EventTap
 
 
 def test_two_once_workers_publish_every_event_of_three_queued_roles(
-    container: Container, subprocess_env: dict[str, str], tap: EventTap, database_url: str
+    stores: Stores, subprocess_env: dict[str, str], tap: EventTap, database_url: str
 ) -> None:
-    company = seed.company(container.stores.transactions)
+    company = seed.company(stores.transactions)
     members: set[str] = set()
     for n in range(3):
-        role = seed.role(container.stores.transactions, company, code=f"role-{n}")
+        role = seed.role(stores.transactions, company, code=f"role-{n}")
         members |= {str(u) for u in seed.bulk_role_members(database_url, role, company, 1500)}
         change = seed.change_permissions(
-            container.stores.transactions, role, ["deals.read", f"deals.write.{n}"], FanOutPolicy(0)
+            stores.transactions, role, ["deals.read", f"deals.write.{n}"], FanOutPolicy(0)
         )
         assert change.path is FanOutPath.QUEUED
 

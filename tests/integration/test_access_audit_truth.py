@@ -9,7 +9,8 @@ from uuid import UUID
 import psycopg
 
 from pin_identity.adapters.postgres.access_truth import AuditChunks, PostgresAccessTruth
-from pin_identity.composition import Container
+from pin_identity.composition.connections import Connections
+from pin_identity.composition.stores import Stores
 from pin_identity.domain.access_verdicts import LastEvent, compare
 from tests.support import seed
 
@@ -34,24 +35,26 @@ def _truths(truth: PostgresAccessTruth) -> list[tuple[bytes, int]]:
         return list(snapshot.truths())
 
 
-def test_truths_read_in_small_chunks_are_those_read_in_one(container: Container, database_url: str) -> None:
-    seed.held_role(container.stores.transactions, HOLDERS)
-    whole = _truths(PostgresAccessTruth(container.connections.database))
+def test_truths_read_in_small_chunks_are_those_read_in_one(
+    connections: Connections, stores: Stores, database_url: str
+) -> None:
+    seed.held_role(stores.transactions, HOLDERS)
+    whole = _truths(PostgresAccessTruth(connections.database))
     assert [user for user, _ in whole] == _holders(database_url)
-    assert _truths(PostgresAccessTruth(container.connections.database, SMALL)) == whole
+    assert _truths(PostgresAccessTruth(connections.database, SMALL)) == whole
 
 
 def test_each_users_last_record_wins_across_chunks_and_the_merge_reads_both_in_turns(
-    container: Container, database_url: str
+    connections: Connections, stores: Stores, database_url: str
 ) -> None:
-    seed.held_role(container.stores.transactions, HOLDERS)
+    seed.held_role(stores.transactions, HOLDERS)
     _published(database_url)
-    truths = dict(_truths(PostgresAccessTruth(container.connections.database)))
+    truths = dict(_truths(PostgresAccessTruth(connections.database)))
     users = list(truths)
     stranger = UUID(int=2**128 - 1).bytes  # after every user: only on the topic
     older: list[LastEvent] = [(user, -5) for user in users]  # each user's earlier, wrong record
     latest: list[LastEvent] = [(user, truths[user]) for user in reversed(users)]
-    with PostgresAccessTruth(container.connections.database, SMALL).session() as session:
+    with PostgresAccessTruth(connections.database, SMALL).session() as session:
         session.keep(older[:4])
         session.keep([*older[4:], (stranger, None), *latest])
         with session.snapshot() as snapshot:

@@ -11,6 +11,7 @@ import pytest
 
 from pin_identity.adapters.system_clock import SYSTEM_CLOCK
 from pin_identity.composition import Container
+from pin_identity.composition.stores import Stores
 from pin_identity.domain.fanout_policy import FanOutPath, FanOutPolicy
 from pin_identity.operations import identity_changes
 from pin_identity.operations.read_models import PermissionsChanged
@@ -25,12 +26,12 @@ from tests.support.waiting import wait_until
 
 @pytest.mark.parametrize("path", [FanOutPath.QUEUED, FanOutPath.INLINE])
 def test_a_role_wide_snapshot_never_overtakes_a_point_revoke_that_commits_meanwhile(
-    path: FanOutPath, container: Container, tap: EventTap, database_url: str
+    path: FanOutPath, container: Container, stores: Stores, tap: EventTap, database_url: str
 ) -> None:
-    company = seed.company(container.stores.transactions)
-    role = seed.role(container.stores.transactions, company, code="developer-manager-local")
-    users = [seed.user(container.stores.transactions, company) for _ in range(3)]
-    grants = [seed.grant(container.stores.transactions, user, role, company) for user in users]
+    company = seed.company(stores.transactions)
+    role = seed.role(stores.transactions, company, code="developer-manager-local")
+    users = [seed.user(stores.transactions, company) for _ in range(3)]
+    grants = [seed.grant(stores.transactions, user, role, company) for user in users]
     threshold = 0 if path is FanOutPath.QUEUED else 200
     policy = FanOutPolicy(threshold)
     if path is FanOutPath.QUEUED:
@@ -41,7 +42,7 @@ def test_a_role_wide_snapshot_never_overtakes_a_point_revoke_that_commits_meanwh
     try:
         revoke = Background(
             lambda: identity_changes.revoke_role_assignment(
-                container.stores.transactions, identity_changes.Context.fresh(SYSTEM_CLOCK), grants[1]
+                stores.transactions, identity_changes.Context.fresh(SYSTEM_CLOCK), grants[1]
             )
         )
         # The revoke did its work and waits at COMMIT.

@@ -24,6 +24,8 @@ from pin_identity.adapters.postgres.fanout_queue import (
 )
 from pin_identity.adapters.system_clock import SYSTEM_CLOCK
 from pin_identity.composition import Container
+from pin_identity.composition.connections import Connections
+from pin_identity.composition.stores import Stores
 from pin_identity.config import FanOutSettings
 from pin_identity.domain import events
 from pin_identity.domain.access_cache import CacheDecision, UserAccessCache
@@ -87,15 +89,15 @@ def _claimed_change(
 
 
 def test_empty_role_completes_at_once_without_events(
-    container: Container, database_url: str, tap: EventTap
+    container: Container, stores: Stores, database_url: str, tap: EventTap
 ) -> None:
-    company_id = seed.company(container.stores.transactions)
-    role_id = seed.role(container.stores.transactions, company_id)
-    user_id = seed.user(container.stores.transactions, company_id)
-    assignment = seed.grant(container.stores.transactions, user_id, role_id, company_id)
+    company_id = seed.company(stores.transactions)
+    role_id = seed.role(stores.transactions, company_id)
+    user_id = seed.user(stores.transactions, company_id)
+    assignment = seed.grant(stores.transactions, user_id, role_id, company_id)
     task_id = _change_permissions(container, role_id)
     identity_changes.revoke_role_assignment(
-        container.stores.transactions, identity_changes.Context.fresh(SYSTEM_CLOCK), assignment
+        stores.transactions, identity_changes.Context.fresh(SYSTEM_CLOCK), assignment
     )
 
     run_until_idle(fanout_job(container, ManualClock()))
@@ -108,12 +110,12 @@ def test_empty_role_completes_at_once_without_events(
 
 
 def test_mass_fanout_sends_one_event_per_unique_user_across_all_pages(
-    container: Container, database_url: str, tap: EventTap
+    container: Container, stores: Stores, database_url: str, tap: EventTap
 ) -> None:
-    _, role_id, users = seed.bulk_held_role(container.stores.transactions, database_url, 173)
+    _, role_id, users = seed.bulk_held_role(stores.transactions, database_url, 173)
     for user_id in users[:20]:  # a second assignment of the same role must not make a second event
         seed.grant_in(
-            container.stores.transactions, user_id, role_id, identity_changes.Scope.organization(uuid.uuid4())
+            stores.transactions, user_id, role_id, identity_changes.Scope.organization(uuid.uuid4())
         )
     task_id = _change_permissions(container, role_id)
 
@@ -132,19 +134,19 @@ def test_mass_fanout_sends_one_event_per_unique_user_across_all_pages(
 
 
 def test_full_snapshot_holds_every_active_assignment_with_role_codes(
-    container: Container, database_url: str, tap: EventTap
+    container: Container, stores: Stores, database_url: str, tap: EventTap
 ) -> None:
-    company_id, role_id, users = seed.bulk_held_role(container.stores.transactions, database_url, 3)
-    other_role = seed.role(container.stores.transactions, company_id, "chessboard-viewer")
-    extra = seed.grant(container.stores.transactions, users[1], other_role, company_id)
+    company_id, role_id, users = seed.bulk_held_role(stores.transactions, database_url, 3)
+    other_role = seed.role(stores.transactions, company_id, "chessboard-viewer")
+    extra = seed.grant(stores.transactions, users[1], other_role, company_id)
     revoked = seed.grant(
-        container.stores.transactions,
+        stores.transactions,
         users[1],
-        seed.role(container.stores.transactions, company_id, "gone"),
+        seed.role(stores.transactions, company_id, "gone"),
         company_id,
     )
     identity_changes.revoke_role_assignment(
-        container.stores.transactions, identity_changes.Context.fresh(SYSTEM_CLOCK), revoked
+        stores.transactions, identity_changes.Context.fresh(SYSTEM_CLOCK), revoked
     )
     _change_permissions(container, role_id)
 
@@ -192,9 +194,9 @@ def _die() -> None:
 
 @pytest.mark.parametrize("before_commit", [False, True], ids=["after-commit", "before-commit"])
 def test_restart_resumes_from_the_cursor_and_repeats_at_most_the_batch_in_flight(
-    container: Container, database_url: str, tap: EventTap, before_commit: bool
+    container: Container, stores: Stores, database_url: str, tap: EventTap, before_commit: bool
 ) -> None:
-    _, role_id, users = seed.bulk_held_role(container.stores.transactions, database_url, 120)
+    _, role_id, users = seed.bulk_held_role(stores.transactions, database_url, 120)
     task_id = _change_permissions(container, role_id)
     clock = ManualClock()
 
@@ -204,7 +206,7 @@ def test_restart_resumes_from_the_cursor_and_repeats_at_most_the_batch_in_flight
                 container,
                 clock,
                 batch_size=25,
-                queue=CrashAfter(container.stores.fanout_queue, 2, before_commit=before_commit),
+                queue=CrashAfter(stores.fanout_queue, 2, before_commit=before_commit),
             )
         )
     task = _task_row(database_url, task_id)
@@ -222,8 +224,10 @@ def test_restart_resumes_from_the_cursor_and_repeats_at_most_the_batch_in_flight
     assert (task["status"], task["processed_count"]) == ("Completed", 120)
 
 
-def test_parallel_workers_never_share_a_task(container: Container, database_url: str, tap: EventTap) -> None:
-    roles = [seed.bulk_held_role(container.stores.transactions, database_url, 60)[1] for _ in range(4)]
+def test_parallel_workers_never_share_a_task(
+    container: Container, stores: Stores, database_url: str, tap: EventTap
+) -> None:
+    roles = [seed.bulk_held_role(stores.transactions, database_url, 60)[1] for _ in range(4)]
     task_ids = [_change_permissions(container, role_id) for role_id in roles]
     clock = ManualClock()
     workers = [
@@ -246,9 +250,9 @@ def test_parallel_workers_never_share_a_task(container: Container, database_url:
 
 
 def test_events_carry_the_task_role_version_and_a_newer_cache_drops_them(
-    container: Container, database_url: str, tap: EventTap
+    container: Container, stores: Stores, database_url: str, tap: EventTap
 ) -> None:
-    _, role_id, _ = seed.bulk_held_role(container.stores.transactions, database_url, 5)
+    _, role_id, _ = seed.bulk_held_role(stores.transactions, database_url, 5)
     _change_permissions(container, role_id)  # version 2, its task Pending
     _change_permissions(container, role_id)  # version 3 coalesces into the same task
     run_until_idle(fanout_job(container, ManualClock()))
@@ -286,16 +290,14 @@ class FailingRole:
 
 
 def test_poison_task_fails_after_max_attempts_and_blocks_no_other_task(
-    container: Container, database_url: str, tap: EventTap
+    container: Container, stores: Stores, database_url: str, tap: EventTap
 ) -> None:
-    _, poison_role, _ = seed.bulk_held_role(container.stores.transactions, database_url, 10)
-    _, healthy_role, _ = seed.bulk_held_role(container.stores.transactions, database_url, 10)
+    _, poison_role, _ = seed.bulk_held_role(stores.transactions, database_url, 10)
+    _, healthy_role, _ = seed.bulk_held_role(stores.transactions, database_url, 10)
     poison_task = _change_permissions(container, poison_role)
     healthy_task = _change_permissions(container, healthy_role)
     clock = ManualClock()
-    job = fanout_job(
-        container, clock, max_attempts=3, queue=FailingRole(container.stores.fanout_queue, poison_role)
-    )
+    job = fanout_job(container, clock, max_attempts=3, queue=FailingRole(stores.fanout_queue, poison_role))
 
     run_until_idle(job)
     assert _task_row(database_url, healthy_task)["status"] == "Completed"
@@ -310,7 +312,7 @@ def test_poison_task_fails_after_max_attempts_and_blocks_no_other_task(
     publish_outbox(container)
     assert len(_every_fanout_event(tap, healthy_role)) == 10
 
-    container.stores.fanout_queue.replay(poison_task, clock.now())  # the runbook, once the cause is fixed
+    stores.fanout_queue.replay(poison_task, clock.now())  # the runbook, once the cause is fixed
     run_until_idle(fanout_job(container, clock))
     assert _task_row(database_url, poison_task)["status"] == "Completed"
 
@@ -344,14 +346,12 @@ class StopAfterFirstBatch(AfterEachBatch):
 
 
 def test_cancellation_between_batches_keeps_committed_batches_and_releases_the_lease(
-    container: Container, database_url: str, tap: EventTap
+    container: Container, stores: Stores, database_url: str, tap: EventTap
 ) -> None:
-    _, role_id, users = seed.bulk_held_role(container.stores.transactions, database_url, 30)
+    _, role_id, users = seed.bulk_held_role(stores.transactions, database_url, 30)
     task_id = _change_permissions(container, role_id)
     clock, stop = ManualClock(), threading.Event()
-    job = fanout_job(
-        container, clock, batch_size=10, queue=StopAfterFirstBatch(container.stores.fanout_queue, stop)
-    )
+    job = fanout_job(container, clock, batch_size=10, queue=StopAfterFirstBatch(stores.fanout_queue, stop))
     job.run(stop)
 
     row = _task_row(database_url, task_id)
@@ -366,19 +366,17 @@ def test_cancellation_between_batches_keeps_committed_batches_and_releases_the_l
 
 
 def test_role_archived_between_enqueue_and_processing(
-    container: Container, database_url: str, tap: EventTap
+    container: Container, stores: Stores, database_url: str, tap: EventTap
 ) -> None:
-    company_id = seed.company(container.stores.transactions)
-    role_id = seed.role(container.stores.transactions, company_id)
-    other = seed.role(container.stores.transactions, company_id, "kept")
-    users = [seed.user(container.stores.transactions, company_id) for _ in range(3)]
+    company_id = seed.company(stores.transactions)
+    role_id = seed.role(stores.transactions, company_id)
+    other = seed.role(stores.transactions, company_id, "kept")
+    users = [seed.user(stores.transactions, company_id) for _ in range(3)]
     for user_id in users:
-        seed.grant(container.stores.transactions, user_id, role_id, company_id)
-    seed.grant(container.stores.transactions, users[0], other, company_id)
+        seed.grant(stores.transactions, user_id, role_id, company_id)
+    seed.grant(stores.transactions, users[0], other, company_id)
     task_id = _change_permissions(container, role_id)
-    identity_changes.archive_role(
-        container.stores.transactions, identity_changes.Context.fresh(SYSTEM_CLOCK), role_id
-    )
+    identity_changes.archive_role(stores.transactions, identity_changes.Context.fresh(SYSTEM_CLOCK), role_id)
 
     run_until_idle(fanout_job(container, ManualClock()))
     publish_outbox(container)
@@ -398,13 +396,13 @@ def test_role_archived_between_enqueue_and_processing(
 
 
 def test_a_paused_worker_whose_lease_expired_cannot_commit(
-    container: Container, database_url: str, tap: EventTap
+    container: Container, stores: Stores, database_url: str, tap: EventTap
 ) -> None:
     clock = ManualClock()
     role_id, users, task_id, task = _claimed_change(container, database_url, clock)
     paused_stop = threading.Event()
     paused = fanout_job(
-        container, clock, batch_size=10, queue=StopAfterFirstBatch(container.stores.fanout_queue, paused_stop)
+        container, clock, batch_size=10, queue=StopAfterFirstBatch(stores.fanout_queue, paused_stop)
     )
 
     # The paused worker commits one batch, then hangs (GC pause, network partition) past its lease.
@@ -438,12 +436,12 @@ class HoldAfterFirstBatch(AfterEachBatch):
 
 
 def test_a_paused_worker_cannot_write_while_the_worker_that_took_over_holds_the_task(
-    container: Container, database_url: str, tap: EventTap
+    container: Container, stores: Stores, database_url: str, tap: EventTap
 ) -> None:
     """The task is still InProgress when the paused worker wakes: only the claim id can refuse it."""
     clock = ManualClock()
     role_id, users, task_id, task = _claimed_change(container, database_url, clock)
-    paused_queue, taker_queue = (HoldAfterFirstBatch(container.stores.fanout_queue) for _ in range(2))
+    paused_queue, taker_queue = (HoldAfterFirstBatch(stores.fanout_queue) for _ in range(2))
     paused = fanout_job(container, clock, batch_size=10, queue=paused_queue)
     taker = fanout_job(container, clock, batch_size=10, queue=taker_queue)
 
@@ -490,13 +488,13 @@ def _listening(conn: psycopg.Connection) -> bool:
 
 
 def test_a_new_task_wakes_an_idle_worker_long_before_its_polling_interval(
-    container: Container, database_url: str
+    container: Container, connections: Connections, stores: Stores, database_url: str
 ) -> None:
-    _, role_id, _ = seed.bulk_held_role(container.stores.transactions, database_url, 20)
+    _, role_id, _ = seed.bulk_held_role(stores.transactions, database_url, 20)
     settings = FanOutSettings(polling_interval_s=60, batch_size=50)
     job = AccessFanOutJob(
-        container.stores.fanout_queue,
-        PostgresTaskWakeups(container.connections.database),
+        stores.fanout_queue,
+        PostgresTaskWakeups(connections.database),
         settings,
         SYSTEM_CLOCK,
     )
@@ -519,26 +517,26 @@ def test_a_new_task_wakes_an_idle_worker_long_before_its_polling_interval(
 
 
 def test_the_page_writes_events_exactly_as_the_domain_renders_them(
-    container: Container, database_url: str
+    container: Container, stores: Stores, database_url: str
 ) -> None:
     """The fan-out's page renders and writes its events in SQL; they must say what the domain says."""
-    company_id, role_id, users = seed.bulk_held_role(container.stores.transactions, database_url, 3)
+    company_id, role_id, users = seed.bulk_held_role(stores.transactions, database_url, 3)
     seed.grant_in(
-        container.stores.transactions,
+        stores.transactions,
         users[0],
-        seed.role(container.stores.transactions, company_id, 'code "quoted" \\ кириллица %s 100%'),
+        seed.role(stores.transactions, company_id, 'code "quoted" \\ кириллица %s 100%'),
         Scope(ScopeType.PROJECT, project_id=uuid.uuid4()),
         expires_at=datetime(2027, 3, 1, 9, 30, 15, 123456, tzinfo=UTC),
     )
     seed.grant_in(
-        container.stores.transactions,
+        stores.transactions,
         users[0],
         role_id,
         Scope(ScopeType.PROJECT_GROUP, project_group_id=uuid.uuid4()),
     )
     _change_permissions(container, role_id)
     occurred = datetime.now(UTC)
-    task = container.stores.fanout_queue.claim(uuid.uuid4(), occurred, occurred + timedelta(minutes=5))
+    task = stores.fanout_queue.claim(uuid.uuid4(), occurred, occurred + timedelta(minutes=5))
     assert task is not None
     common = {
         "reason": AccessChangeReason.ROLE_PERMISSIONS_CHANGED,
@@ -549,7 +547,7 @@ def test_the_page_writes_events_exactly_as_the_domain_renders_them(
         "traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
     }
     template = events.access_changed_template(**common)
-    with container.stores.fanout_queue.batch(task, occurred, occurred + timedelta(minutes=5)) as batch:
+    with stores.fanout_queue.batch(task, occurred, occurred + timedelta(minutes=5)) as batch:
         page = batch.write_page(role_id, None, 10, template)
         batch.commit()
     with psycopg.connect(database_url) as conn:
@@ -558,7 +556,7 @@ def test_the_page_writes_events_exactly_as_the_domain_renders_them(
             " FROM identity.outbox_events WHERE correlation_id = %s ORDER BY message_key",
             (task.claim_id,),
         ).fetchall()
-    with container.stores.transactions() as tx:
+    with stores.transactions() as tx:
         domain = tx.access_snapshots(users)
     assert page == (len(users), max(users))
     expected = [events.user_access_changed(snapshot, **common) for snapshot in domain]

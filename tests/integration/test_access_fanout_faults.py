@@ -12,7 +12,7 @@ from collections import Counter
 import psycopg
 import pytest
 
-from pin_identity.composition import Container
+from pin_identity.composition.stores import Stores
 from pin_identity.domain.fanout_policy import FanOutPolicy
 from tests.support import seed
 from tests.support.kafka_tap import ConsumedEvent, EventTap
@@ -34,10 +34,10 @@ def _task_status(database_url: str) -> tuple[str, int]:
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_sigkill_at_random_moments_loses_no_user(
-    container: Container, database_url: str, subprocess_env: dict[str, str], tap: EventTap
+    stores: Stores, database_url: str, subprocess_env: dict[str, str], tap: EventTap
 ) -> None:
-    _, role_id, users = seed.bulk_held_role(container.stores.transactions, database_url, USERS)
-    seed.change_permissions(container.stores.transactions, role_id, ["x"], FanOutPolicy(inline_threshold=0))
+    _, role_id, users = seed.bulk_held_role(stores.transactions, database_url, USERS)
+    seed.change_permissions(stores.transactions, role_id, ["x"], FanOutPolicy(inline_threshold=0))
     env = {
         **subprocess_env,
         "PIN_IDENTITY_FANOUT_BATCH_SIZE": "50",

@@ -18,6 +18,8 @@ from pin_identity.adapters.kafka.publisher import producer_config
 from pin_identity.adapters.postgres.access_truth import PostgresAccessTruth
 from pin_identity.adapters.system_clock import SYSTEM_CLOCK
 from pin_identity.composition import Container
+from pin_identity.composition.connections import Connections
+from pin_identity.composition.stores import Stores
 from pin_identity.domain.access_verdicts import AssignmentDifferenceView, Verdict
 from pin_identity.domain.errors import NotFoundError
 from pin_identity.domain.events import ACCESS_TOPIC
@@ -72,10 +74,10 @@ def test_a_published_grant_is_matching_and_names_its_event(container: Container)
     assert shown.outbox == [] and shown.difference == _difference()
 
 
-def test_a_change_still_in_the_outbox_is_pending(container: Container) -> None:
+def test_a_change_still_in_the_outbox_is_pending(container: Container, stores: Stores) -> None:
     user, _, assignment = _granted_user(container)
     identity_changes.revoke_role_assignment(
-        container.stores.transactions, identity_changes.Context.fresh(SYSTEM_CLOCK), assignment
+        stores.transactions, identity_changes.Context.fresh(SYSTEM_CLOCK), assignment
     )
     shown = container.use_cases.access_show(user)
     assert shown.verdict is Verdict.PENDING
@@ -118,11 +120,11 @@ def test_a_changed_scope_behind_the_services_back_is_drift_of_that_assignment(
 
 
 def test_an_assignment_without_any_event_is_missing(
-    container: Container, database_url: str, broker: str
+    container: Container, stores: Stores, database_url: str, broker: str
 ) -> None:
-    company = seed.company(container.stores.transactions)
-    role = seed.role(container.stores.transactions, company)
-    user = seed.user(container.stores.transactions, company)
+    company = seed.company(stores.transactions)
+    role = seed.role(stores.transactions, company)
+    user = seed.user(stores.transactions, company)
     granted = uuid.uuid4()
     _sql(
         database_url,
@@ -145,8 +147,10 @@ def test_an_assignment_without_any_event_is_missing(
     assert shown.difference == _difference(only_in_database=[str(granted)])
 
 
-def test_a_user_with_no_assignment_and_no_event_has_nothing_to_carry(container: Container) -> None:
-    user = seed.user(container.stores.transactions, seed.company(container.stores.transactions))
+def test_a_user_with_no_assignment_and_no_event_has_nothing_to_carry(
+    container: Container, stores: Stores
+) -> None:
+    user = seed.user(stores.transactions, seed.company(stores.transactions))
     publish_outbox(container)
     shown = container.use_cases.access_show(user)
     assert (shown.verdict, shown.last_event, shown.active_assignments) == (
@@ -157,11 +161,11 @@ def test_a_user_with_no_assignment_and_no_event_has_nothing_to_carry(container: 
 
 
 def test_a_dead_lettered_access_event_is_shown_beside_the_drift_it_leaves(
-    container: Container, database_url: str
+    container: Container, stores: Stores, database_url: str
 ) -> None:
     user, _, assignment = _granted_user(container)
     identity_changes.revoke_role_assignment(
-        container.stores.transactions, identity_changes.Context.fresh(SYSTEM_CLOCK), assignment
+        stores.transactions, identity_changes.Context.fresh(SYSTEM_CLOCK), assignment
     )
     # What the relay does with an event the broker refuses for good.
     _sql(
@@ -202,7 +206,7 @@ def _fillers(count: int) -> list[tuple[bytes, bytes | None]]:
 
 
 def test_the_last_event_is_found_windows_back_and_the_newest_of_the_user_wins(
-    container: Container, broker: str
+    container: Container, connections: Connections, broker: str
 ) -> None:
     user, _, _ = _granted_user(container)
     truth = _rendered(container.use_cases.access_show(user))
@@ -215,13 +219,11 @@ def test_the_last_event_is_found_windows_back_and_the_newest_of_the_user_wins(
         [(key, _event(user, [], 7)), *_fillers(5), (key, _event(user, truth, 8)), *_fillers(3000)],
     )
     log = KafkaUserAccessLog({"bootstrap.servers": broker}, first_window=100)
-    shown = show_access(log, PostgresAccessTruth(container.connections.database), user)
+    shown = show_access(log, PostgresAccessTruth(connections.database), user)
     assert shown.verdict is Verdict.MATCHING
     assert shown.last_event is not None and shown.last_event.version == 8
     # Windows of 100, 200, 400, 800, 1,600, 3,200 from the end: the event is in the sixth, not at the start.
     assert 3000 < shown.records_read < 2 * 3000 + 100 * 2
 
     _produce(broker, partition, [(key, None)])  # a tombstone: the user's events are to be forgotten
-    assert (
-        show_access(log, PostgresAccessTruth(container.connections.database), user).verdict is Verdict.MISSING
-    )
+    assert show_access(log, PostgresAccessTruth(connections.database), user).verdict is Verdict.MISSING

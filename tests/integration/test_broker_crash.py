@@ -23,6 +23,7 @@ import pytest
 from pin_identity.adapters.kafka.embedded_kafka import free_port
 from pin_identity.adapters.system_clock import SYSTEM_CLOCK
 from pin_identity.composition import Container
+from pin_identity.composition.stores import Stores
 from pin_identity.domain.events import ACCESS_TOPIC, PUBLISHED_TOPICS, USERS_TOPIC
 from pin_identity.domain.fanout_policy import FanOutPolicy
 from pin_identity.domain.import_run import ImportMode, ImportRequest, RunStatus
@@ -132,9 +133,14 @@ def _outage_felt(worker: Worker, database_url: str, killed_at: float) -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_a_broker_killed_half_way_through_a_200000_user_fanout_loses_nothing(
-    container: Container, env: dict[str, str], crashable: RestartableBroker, database_url: str, tmp_path: Path
+    container: Container,
+    stores: Stores,
+    env: dict[str, str],
+    crashable: RestartableBroker,
+    database_url: str,
+    tmp_path: Path,
 ) -> None:
-    _, role, users = seed.bulk_held_role(container.stores.transactions, database_url, USERS)
+    _, role, users = seed.bulk_held_role(stores.transactions, database_url, USERS)
     worker = Worker(env, "access-fanout,outbox-relay", tmp_path / "worker.log")
     try:
         _set_permissions(container, role, ["deals.read"])  # version 2

@@ -14,7 +14,7 @@ import psycopg
 import pytest
 
 from pin_identity.adapters.postgres import grants
-from pin_identity.composition import Container
+from pin_identity.composition import Container, privileges
 from pin_identity.config import ConfigurationError, Settings
 from pin_identity.domain.fanout_policy import FanOutPolicy
 from pin_identity.domain.import_run import ImportMode, RunStatus
@@ -99,9 +99,9 @@ def test_a_fan_out_queued_by_serve_runs_as_the_fan_out_and_the_relay_publishes_i
     publish_outbox(containers["outbox-relay"])
     assert (outbox_count(url), outbox_count(url, "outbox_dead_letters")) == (0, 0)
     serve = containers["serve"]
-    assert [task.status.value for task in serve.fanout_admin.tasks()] == ["Completed"]
-    assert serve.health.dead_letters().count == 0
-    backlog = serve.outbox_backlog_reader()
+    assert [task.status.value for task in serve.use_cases.fanout_admin.tasks()] == ["Completed"]
+    assert serve.use_cases.health.dead_letters().count == 0
+    backlog = serve.stores.outbox_backlog_reader()
     try:
         assert backlog.backlog().waiting == 0
         with psycopg.connect(roles.url("access-fanout"), application_name="held-writer") as writer:
@@ -128,9 +128,9 @@ def test_an_import_runs_as_its_role_and_serve_replays_what_it_quarantined(
         world.close()
     assert run.status is RunStatus.COMPLETED and run.users.applied > 0
     serve = containers["serve"]
-    assert serve.imports.report(run.run_id).lock_holder is None
-    assert serve.imports.failed_items(run.run_id)
-    replayed = serve.imports.replay_failed(run.run_id, None, who=Actor("cli:olga"))
+    assert serve.use_cases.imports.report(run.run_id).lock_holder is None
+    assert serve.use_cases.imports.failed_items(run.run_id)
+    replayed = serve.use_cases.imports.replay_failed(run.run_id, None, who=Actor("cli:olga"))
     assert replayed.applied + replayed.skipped + replayed.failed > 0
 
 
@@ -162,7 +162,7 @@ def without(
     yield row
     owner = Container(roles.settings(settings, "migrations"))
     try:
-        owner.apply_database_grants(roles.names, administrator=False)
+        privileges.apply_database_grants(owner.connections, roles.names, administrator=False)
     finally:
         owner.close()
 

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from pin_identity.adapters.system_clock import SYSTEM_CLOCK
 from pin_identity.adapters.talent_wire import api_item, decode_page, topic_item
 from pin_identity.composition import Container
+from pin_identity.composition.stores import Stores
 from pin_identity.config import TalentSyncSettings
 from pin_identity.domain.talent import ImportStage, ItemResult, SyncErrorCode, TalentItem
 from pin_identity.jobs.talent_sync import TalentSyncJob
@@ -177,16 +178,14 @@ def _apply(container: Container, items: list[TalentItem]) -> None:
 @HOSTILE
 @given(batch=st.lists(items(), min_size=1, max_size=12))
 def test_the_consumer_applies_or_quarantines_every_record_and_its_offsets_advance(
-    container: Container, batch: list[Item]
+    container: Container, stores: Stores, batch: list[Item]
 ) -> None:
     records = [
         TalentRecord("tenants", 0, offset, topic_item(ImportStage.TENANTS, item.key.encode(), item.text))
         for offset, item in enumerate(batch)
     ]
     stream = MemoryStream(records)
-    job = TalentSyncJob(
-        stream, container.stores.replica_transactions, TalentSyncSettings(), clock=SYSTEM_CLOCK
-    )
+    job = TalentSyncJob(stream, stores.replica_transactions, TalentSyncSettings(), clock=SYSTEM_CLOCK)
     job.step()
     assert stream.committed == list(range(len(batch)))
     _check(container, batch)

@@ -10,6 +10,7 @@ import pytest
 
 from pin_identity.adapters.system_clock import SYSTEM_CLOCK
 from pin_identity.composition import Container
+from pin_identity.composition.stores import Stores
 from pin_identity.domain.errors import ConflictError
 from pin_identity.domain.fanout_policy import FanOutPath, FanOutPolicy
 from pin_identity.domain.model import Scope, ScopeType
@@ -35,10 +36,10 @@ def _check_envelope(event: ConsumedEvent, topic: str, aggregate_type: str) -> No
 
 
 def test_create_company_and_user_publish_upserts(
-    container: Container, tap: EventTap, database_url: str
+    container: Container, stores: Stores, tap: EventTap, database_url: str
 ) -> None:
-    company_id = seed.company(container.stores.transactions, name="Stroy Invest")
-    user_id = seed.user(container.stores.transactions, company_id)
+    company_id = seed.company(stores.transactions, name="Stroy Invest")
+    user_id = seed.user(stores.transactions, company_id)
     publish_outbox(container)
 
     [company_event] = tap.wait_for(_for(company_id, "CompanyUpserted"), 1)
@@ -66,16 +67,16 @@ def test_create_company_and_user_publish_upserts(
 
 
 def test_grant_and_revoke_publish_full_snapshots_with_point_versions(
-    container: Container, tap: EventTap
+    container: Container, stores: Stores, tap: EventTap
 ) -> None:
-    company_id = seed.company(container.stores.transactions)
-    user_id = seed.user(container.stores.transactions, company_id)
-    sales = seed.role(container.stores.transactions, company_id, "sales-manager")
-    viewer = seed.role(container.stores.transactions, company_id, "viewer")
-    first = seed.grant(container.stores.transactions, user_id, sales, company_id)
-    second = seed.grant(container.stores.transactions, user_id, viewer, company_id)
+    company_id = seed.company(stores.transactions)
+    user_id = seed.user(stores.transactions, company_id)
+    sales = seed.role(stores.transactions, company_id, "sales-manager")
+    viewer = seed.role(stores.transactions, company_id, "viewer")
+    first = seed.grant(stores.transactions, user_id, sales, company_id)
+    second = seed.grant(stores.transactions, user_id, viewer, company_id)
     identity_changes.revoke_role_assignment(
-        container.stores.transactions, identity_changes.Context.fresh(SYSTEM_CLOCK), first
+        stores.transactions, identity_changes.Context.fresh(SYSTEM_CLOCK), first
     )
     publish_outbox(container)
 
@@ -111,20 +112,20 @@ def test_grant_and_revoke_publish_full_snapshots_with_point_versions(
     assert revoked.payload["companyId"] == str(company_id)
 
 
-def test_revoking_twice_announces_once(container: Container, tap: EventTap) -> None:
-    company_id = seed.company(container.stores.transactions)
-    user_id = seed.user(container.stores.transactions, company_id)
+def test_revoking_twice_announces_once(container: Container, stores: Stores, tap: EventTap) -> None:
+    company_id = seed.company(stores.transactions)
+    user_id = seed.user(stores.transactions, company_id)
     assignment = seed.grant(
-        container.stores.transactions,
+        stores.transactions,
         user_id,
-        seed.role(container.stores.transactions, company_id),
+        seed.role(stores.transactions, company_id),
         company_id,
     )
     identity_changes.revoke_role_assignment(
-        container.stores.transactions, identity_changes.Context.fresh(SYSTEM_CLOCK), assignment
+        stores.transactions, identity_changes.Context.fresh(SYSTEM_CLOCK), assignment
     )
     identity_changes.revoke_role_assignment(
-        container.stores.transactions, identity_changes.Context.fresh(SYSTEM_CLOCK), assignment
+        stores.transactions, identity_changes.Context.fresh(SYSTEM_CLOCK), assignment
     )
     publish_outbox(container)
     events = tap.read_to_end(_for(user_id))
@@ -132,20 +133,20 @@ def test_revoking_twice_announces_once(container: Container, tap: EventTap) -> N
 
 
 def test_archive_role_revokes_its_assignments_and_tells_each_user(
-    container: Container, tap: EventTap, database_url: str
+    container: Container, stores: Stores, tap: EventTap, database_url: str
 ) -> None:
-    company_id = seed.company(container.stores.transactions)
-    archived = seed.role(container.stores.transactions, company_id, "to-archive")
-    kept = seed.role(container.stores.transactions, company_id, "kept")
-    holders = [seed.user(container.stores.transactions, company_id) for _ in range(3)]
+    company_id = seed.company(stores.transactions)
+    archived = seed.role(stores.transactions, company_id, "to-archive")
+    kept = seed.role(stores.transactions, company_id, "kept")
+    holders = [seed.user(stores.transactions, company_id) for _ in range(3)]
     for user_id in holders:
-        seed.grant(container.stores.transactions, user_id, archived, company_id)
-    seed.grant(container.stores.transactions, holders[0], kept, company_id)
-    bystander = seed.user(container.stores.transactions, company_id)
-    seed.grant(container.stores.transactions, bystander, kept, company_id)
+        seed.grant(stores.transactions, user_id, archived, company_id)
+    seed.grant(stores.transactions, holders[0], kept, company_id)
+    bystander = seed.user(stores.transactions, company_id)
+    seed.grant(stores.transactions, bystander, kept, company_id)
 
     affected = identity_changes.archive_role(
-        container.stores.transactions, identity_changes.Context.fresh(SYSTEM_CLOCK), archived
+        stores.transactions, identity_changes.Context.fresh(SYSTEM_CLOCK), archived
     )
     publish_outbox(container)
 
@@ -175,25 +176,23 @@ def test_archive_role_revokes_its_assignments_and_tells_each_user(
     assert role_status == ("Archived",)
     assert not [e for e in tap.read_to_end(_for(bystander)) if e.payload["changeReason"] == "RoleArchived"]
     with pytest.raises(ConflictError):
-        seed.grant(container.stores.transactions, bystander, archived, company_id)
+        seed.grant(stores.transactions, bystander, archived, company_id)
 
 
 @pytest.mark.parametrize(("members", "expected"), [(3, FanOutPath.INLINE), (4, FanOutPath.QUEUED)])
 def test_set_permissions_inline_up_to_the_threshold_and_queued_above(
-    container: Container, tap: EventTap, database_url: str, members: int, expected: FanOutPath
+    container: Container, stores: Stores, tap: EventTap, database_url: str, members: int, expected: FanOutPath
 ) -> None:
-    company_id = seed.company(container.stores.transactions)
-    role_id = seed.role(container.stores.transactions, company_id)
-    users = [seed.user(container.stores.transactions, company_id) for _ in range(members)]
+    company_id = seed.company(stores.transactions)
+    role_id = seed.role(stores.transactions, company_id)
+    users = [seed.user(stores.transactions, company_id) for _ in range(members)]
     for user_id in users:
-        seed.grant(container.stores.transactions, user_id, role_id, company_id)
+        seed.grant(stores.transactions, user_id, role_id, company_id)
     # A second assignment of the same role must not count its user twice.
-    seed.grant_in(
-        container.stores.transactions, users[0], role_id, Scope(ScopeType.PROJECT, project_id=uuid.uuid4())
-    )
+    seed.grant_in(stores.transactions, users[0], role_id, Scope(ScopeType.PROJECT, project_id=uuid.uuid4()))
 
     change = seed.change_permissions(
-        container.stores.transactions,
+        stores.transactions,
         role_id,
         ["deals.read", "deals.write"],
         FanOutPolicy(inline_threshold=3),
@@ -232,14 +231,14 @@ def test_set_permissions_inline_up_to_the_threshold_and_queued_above(
         assert tap.settle(changed, quiet_s=0.5) == []
 
 
-def test_pending_fanout_tasks_coalesce_to_the_newest_version(container: Container, database_url: str) -> None:
-    company_id = seed.company(container.stores.transactions)
-    role_id = seed.role(container.stores.transactions, company_id)
-    for user_id in [seed.user(container.stores.transactions, company_id) for _ in range(2)]:
-        seed.grant(container.stores.transactions, user_id, role_id, company_id)
+def test_pending_fanout_tasks_coalesce_to_the_newest_version(stores: Stores, database_url: str) -> None:
+    company_id = seed.company(stores.transactions)
+    role_id = seed.role(stores.transactions, company_id)
+    for user_id in [seed.user(stores.transactions, company_id) for _ in range(2)]:
+        seed.grant(stores.transactions, user_id, role_id, company_id)
     policy = FanOutPolicy(inline_threshold=1)
-    first = seed.change_permissions(container.stores.transactions, role_id, ["a"], policy)
-    second = seed.change_permissions(container.stores.transactions, role_id, ["b"], policy)
+    first = seed.change_permissions(stores.transactions, role_id, ["a"], policy)
+    second = seed.change_permissions(stores.transactions, role_id, ["b"], policy)
     assert first.task_id == second.task_id
     with psycopg.connect(database_url) as conn:
         rows = conn.execute("SELECT status, role_version FROM identity.access_fanout_tasks").fetchall()
@@ -250,10 +249,10 @@ def test_pending_fanout_tasks_coalesce_to_the_newest_version(container: Containe
     assert version == (3,)
 
 
-def test_granting_a_role_the_user_already_holds_in_that_scope_is_a_conflict(container: Container) -> None:
-    company = seed.company(container.stores.transactions)
-    role = seed.role(container.stores.transactions, company)
-    user = seed.user(container.stores.transactions, company)
-    seed.grant(container.stores.transactions, user, role, company)
+def test_granting_a_role_the_user_already_holds_in_that_scope_is_a_conflict(stores: Stores) -> None:
+    company = seed.company(stores.transactions)
+    role = seed.role(stores.transactions, company)
+    user = seed.user(stores.transactions, company)
+    seed.grant(stores.transactions, user, role, company)
     with pytest.raises(ConflictError, match="already holds"):
-        seed.grant(container.stores.transactions, user, role, company)
+        seed.grant(stores.transactions, user, role, company)

@@ -98,7 +98,7 @@ def test_a_row_that_commits_late_is_not_overtaken(
 
 
 def test_a_relay_starting_on_an_emptied_outbox_reads_the_next_row(
-    container: Container, database_url: str
+    connections: Connections, database_url: str
 ) -> None:
     """Every row ever written published and removed, the id sequence far along (any restart after the first
     day): the first reads find nothing up to the horizon, and a new row must still be read, not wait until
@@ -106,7 +106,7 @@ def test_a_relay_starting_on_an_emptied_outbox_reads_the_next_row(
     _write(database_url, [_message(uuid.uuid4(), n) for n in range(5000)])
     with psycopg.connect(database_url) as conn:
         conn.execute("DELETE FROM identity.outbox_events")
-    queue = PostgresOutboxQueue(container.connections.database)
+    queue = PostgresOutboxQueue(connections.database)
     try:
         assert queue.try_become_active() is not RelayRole.STANDBY
         assert queue.fetch_ready(2000, 0) == [] and queue.fetch_ready(2000, 0) == []
@@ -143,9 +143,9 @@ def test_a_row_that_commits_late_is_not_stepped_over_by_the_rows_after_it(
 
 
 def test_the_backlog_is_counted_while_short_and_estimated_from_the_ids_when_long(
-    container: Container, database_url: str
+    connections: Connections, database_url: str
 ) -> None:
-    queue = PostgresOutboxQueue(container.connections.database)
+    queue = PostgresOutboxQueue(connections.database)
     _write(database_url, [_message(uuid.uuid4(), n) for n in range(3)])
     assert queue.backlog().waiting == 3
     _write(database_url, [_message(uuid.uuid4(), n) for n in range(12_000)])
@@ -160,14 +160,14 @@ def test_the_backlog_is_counted_while_short_and_estimated_from_the_ids_when_long
 
 
 def test_a_removal_lost_with_its_session_is_sent_again_before_the_next_session_reads(
-    container: Container, database_url: str
+    connections: Connections, database_url: str
 ) -> None:
     """A removal goes out after a read without being waited for. Should the session die before a sync
     commits it, the row must not be read again: it would be published behind its key's later row, whose
     removal the next session commits."""
     key = uuid.uuid4()
     _write(database_url, [_message(key, n) for n in range(1, 4)])
-    queue = PostgresOutboxQueue(container.connections.database)
+    queue = PostgresOutboxQueue(connections.database)
     assert queue.try_become_active() is RelayRole.ACTIVE
     [first] = queue.fetch_ready(1, 0)
     queue.settle([first.outbox_id], {})
@@ -207,14 +207,14 @@ def _end_relay_session(database_url: str) -> None:
 
 
 def test_a_removal_that_outlives_a_crash_spares_a_new_row_that_reuses_its_id(
-    container: Container, database_url: str
+    connections: Connections, database_url: str
 ) -> None:
     """The relay's session commits without waiting for the WAL flush, and so do fan-out pages: a crash that
     loses the WAL tail can take back the id sequence's advance, and hand out again the id of a row the relay
     already acknowledged and still holds for removal. The next session sends that removal before its first
     read: it must not delete the new row that carries the id, which was never published."""
     _write(database_url, [_message(uuid.uuid4(), 1)])
-    queue = PostgresOutboxQueue(container.connections.database)
+    queue = PostgresOutboxQueue(connections.database)
     assert queue.try_become_active() is RelayRole.ACTIVE
     [published] = queue.fetch_ready(10, 0)
     queue.settle([published.outbox_id], {})  # acknowledged: its removal goes out with the next read
@@ -230,9 +230,11 @@ def test_a_removal_that_outlives_a_crash_spares_a_new_row_that_reuses_its_id(
     assert outbox_count(database_url) == 1
 
 
-def test_only_one_relay_is_active_and_a_standby_takes_over(container: Container, settings: Settings) -> None:
+def test_only_one_relay_is_active_and_a_standby_takes_over(
+    connections: Connections, settings: Settings
+) -> None:
     first, second = (
-        PostgresOutboxQueue(container.connections.database),
+        PostgresOutboxQueue(connections.database),
         PostgresOutboxQueue(Connections(settings).database),
     )
     assert first.try_become_active() is RelayRole.ACTIVE

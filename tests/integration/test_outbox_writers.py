@@ -18,6 +18,7 @@ from pin_identity.adapters.postgres import migrate
 from pin_identity.adapters.postgres.outbox_queue import PostgresOutboxQueue
 from pin_identity.adapters.postgres.outbox_writer import write_outbox
 from pin_identity.composition import Container
+from pin_identity.composition.connections import Connections
 from pin_identity.config import RelaySettings, Settings
 from pin_identity.domain.events import OutboxMessage
 from pin_identity.domain.fanout_policy import FanOutPolicy
@@ -113,7 +114,7 @@ def _sequence_locks(database_url: str, application_name: str) -> list[str]:
 
 
 def test_a_session_that_only_reads_the_id_sequence_holds_nothing_back(
-    container: Container, tap: EventTap, database_url: str, relay: RelaySignals
+    connections: Connections, tap: EventTap, database_url: str, relay: RelaySignals
 ) -> None:
     """A transaction that read the sequence (a person in psql, a report; pg_dump 15-17 reads every sequence
     so, inside its one transaction, for the length of the dump) holds its lock until it ends, in the mode of
@@ -124,7 +125,7 @@ def test_a_session_that_only_reads_the_id_sequence_holds_nothing_back(
         assert _sequence_locks(database_url, "reads-the-sequence") == ["AccessShareLock"]
         _write(database_url, *ours)
         tap.wait_for(lambda e: e.key in {m.key for m in ours}, 20, timeout_s=15)
-        backlog_reader = PostgresOutboxQueue(container.connections.database)
+        backlog_reader = PostgresOutboxQueue(connections.database)
         try:
             assert backlog_reader.backlog().held_by is None
         finally:

@@ -138,7 +138,7 @@ def test_a_relay_that_lost_its_session_lands_nothing_behind_the_relay_that_took_
     # The standby looks for the lock every 50 ms: it takes over before the old relay could take it back.
     quick_standby = RelaySettings(standby_wait_s=0.05)
     relays = [
-        threading.Thread(target=c.outbox_relay(quick_standby).run, args=(stop,), daemon=True)
+        threading.Thread(target=c.jobs.outbox_relay(quick_standby).run, args=(stop,), daemon=True)
         for c in (first, second)
     ]
     relays[0].start()

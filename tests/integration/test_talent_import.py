@@ -325,7 +325,7 @@ def test_a_worker_that_cannot_read_the_source_leaves_the_run_to_others(api_world
     runner.lock.release()  # the run waits for an orchestrator
     unconfigured = Container(world.settings.model_copy(update={"talent_api_url": None}))
 
-    helper = unconfigured.talent_import()
+    helper = unconfigured.jobs.talent_import()
     moved = helper.step(run)
     helper.close()
     unconfigured.close()

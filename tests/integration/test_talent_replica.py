@@ -9,6 +9,7 @@ from typing import Any
 from pin_identity.adapters.system_clock import SYSTEM_CLOCK
 from pin_identity.adapters.talent_wire import read_item
 from pin_identity.composition import Container
+from pin_identity.composition.stores import Stores
 from pin_identity.domain.talent import ImportStage, ItemResult, SyncErrorCode
 from pin_identity.operations.identity_changes import Context
 from pin_identity.operations.ports.replica import SourceItem
@@ -49,10 +50,12 @@ def test_a_new_manager_gets_exactly_one_default_role_and_three_events(container:
         validate_event(json.loads(value))
 
 
-def test_a_phone_of_an_existing_investor_is_quarantined_not_merged(container: Container) -> None:
+def test_a_phone_of_an_existing_investor_is_quarantined_not_merged(
+    container: Container, stores: Stores
+) -> None:
     company = talent.tenant()
     talent.tenants(container, company)
-    investor = seed.user(container.stores.transactions)
+    investor = seed.user(stores.transactions)
     [(phone,)] = _rows(container, "SELECT phone FROM identity.users WHERE id = %s", [investor])
     manager = talent.user(company["tenantId"], phone=phone)
 
@@ -116,14 +119,16 @@ def test_tenant_rules_unknown_type_immutable_type_and_deletion(container: Contai
     assert [row[2:4] for row in talent.replica_state(container)["companies"]] == [("Developer", "Blocked")]
 
 
-def test_a_deleted_manager_is_blocked_and_loses_every_active_role(container: Container) -> None:
+def test_a_deleted_manager_is_blocked_and_loses_every_active_role(
+    container: Container, stores: Stores
+) -> None:
     company = talent.tenant()
     manager = talent.user(company["tenantId"])
     talent.tenants(container, company)
     talent.users(container, manager)
     [(user_id, company_id)] = _rows(container, "SELECT id, company_id FROM identity.users")
-    extra_role = seed.role(container.stores.transactions, company_id)
-    seed.grant(container.stores.transactions, user_id, extra_role, company_id)
+    extra_role = seed.role(stores.transactions, company_id)
+    seed.grant(stores.transactions, user_id, extra_role, company_id)
 
     outcome = talent.users(container, {**manager, "version": 2, "isDeleted": True})
 
@@ -191,9 +196,9 @@ def test_the_same_failure_seen_twice_by_the_consumer_is_kept_once(container: Con
     assert _rows(container, "SELECT count(*) FROM identity.talent_import_failed_items") == [(1,)]
 
 
-def test_a_batch_is_one_transaction_even_with_its_savepoints(container: Container) -> None:
+def test_a_batch_is_one_transaction_even_with_its_savepoints(container: Container, stores: Stores) -> None:
     company = talent.tenant()
-    with container.stores.replica_transactions() as tx:
+    with stores.replica_transactions() as tx:
         apply_snapshots(tx, [SourceItem(talent.raw(company))], Context.fresh(SYSTEM_CLOCK), ApplyOptions())
         # left without commit(): the consumer's failed batch, whose offsets are not committed either
     assert talent.replica_state(container) == {"companies": [], "users": []}

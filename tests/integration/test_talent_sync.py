@@ -12,6 +12,7 @@ from typing import Any
 from confluent_kafka import Producer, TopicPartition
 
 from pin_identity.composition import Container
+from pin_identity.composition.connections import Connections
 from pin_identity.operations.ports.talent_sources import TalentRecord
 from pin_identity.simulation.simulated_talent import TalentDataset
 from tests.support import talent
@@ -175,7 +176,7 @@ def _deferral(container: Container) -> tuple[str, int, datetime]:
 
 
 def test_poison_records_on_the_topic_are_quarantined_and_the_partition_moves_on(
-    container: Container, talent_topics: TalentTopics
+    container: Container, connections: Connections, talent_topics: TalentTopics
 ) -> None:
     """Bytes a producer could write that once crashed the worker or failed its batch again and again."""
     good = [talent.tenant() for _ in range(2)]
@@ -186,7 +187,7 @@ def test_poison_records_on_the_topic_are_quarantined_and_the_partition_moves_on(
         str(uuid.uuid4()): b'{"tenantId": "%s", "version": 1, "name": "\\ud800", "companyType": "Bank"}',
         str(uuid.uuid4()): b"\xff\xfe not text",
     }
-    producer = Producer(container.connections.kafka_client_config)
+    producer = Producer(connections.kafka_client_config)
     producer.produce(talent_topics.tenants, json.dumps(good[0]).encode(), good[0]["tenantId"])
     for key, value in poison.items():
         producer.produce(talent_topics.tenants, value.replace(b"%s", key.encode()), key)
