@@ -10,13 +10,13 @@ whose only event is the partition's oldest record costs about two reads of the p
 from __future__ import annotations
 
 import json
-import logging
 from datetime import datetime
 from typing import Any
 from uuid import UUID
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
+from pin_identity.adapters.kafka.client_log import silenced
 from pin_identity.adapters.kafka.consumers import new_consumer
 from pin_identity.adapters.kafka.denials import DenialLog, denial
 from pin_identity.adapters.kafka.offsets import end_reached, watermarks
@@ -28,9 +28,7 @@ from pin_identity.operations.read_models import AccessEventOnTopic, AccessLogSea
 
 # librdkafka's own lines (a broker that does not answer) stay out of a command's one-line answer: a failure is
 # raised as BrokerUnavailableError with its reason.
-_librdkafka_log = logging.getLogger("pin_identity.kafka.access_lookup")
-_librdkafka_log.addHandler(logging.NullHandler())
-_librdkafka_log.propagate = False
+_librdkafka_log = silenced("access_lookup")
 
 FIRST_WINDOW = 1_000
 MAX_WINDOW = 64_000

@@ -5,11 +5,11 @@ broker."""
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Mapping, Sequence
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
+from pin_identity.adapters.kafka.client_log import silenced
 from pin_identity.adapters.kafka.consumers import new_consumer
 from pin_identity.adapters.kafka.denials import DenialLog, denial, group_denial
 from pin_identity.adapters.kafka.offsets import watermarks
@@ -18,9 +18,7 @@ from pin_identity.domain.errors import BrokerUnavailableError
 from pin_identity.operations.read_models import PartitionLagView
 
 # librdkafka would write its own log lines to stderr: the caller reports the failure as one line instead.
-_quiet = logging.getLogger("pin_identity.kafka.group_lag")
-_quiet.addHandler(logging.NullHandler())
-_quiet.propagate = False
+_quiet = silenced("group_lag")
 _denials = DenialLog("serve")
 
 

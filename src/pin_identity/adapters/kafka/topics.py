@@ -3,7 +3,6 @@ client properties acceptable, does a broker answer, and what a broker failure sa
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -14,7 +13,7 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._config import ConfigResource
 from confluent_kafka.cimpl import NewTopic
 
-from pin_identity.adapters.kafka.client_log import with_client_log
+from pin_identity.adapters.kafka.client_log import silenced, with_client_log
 from pin_identity.adapters.kafka.consumers import new_consumer
 from pin_identity.adapters.kafka.denials import DenialLog, denial
 from pin_identity.adapters.kafka.publisher import producer_config
@@ -23,9 +22,7 @@ from pin_identity.observability.logging import first_line
 
 # librdkafka writes its log lines raw to stderr unless it is given a logger. The checks below report their
 # outcome as one line of their own, so their clients log nowhere.
-_quiet = logging.getLogger("pin_identity.kafka.checks")
-_quiet.addHandler(logging.NullHandler())
-_quiet.propagate = False
+_quiet = silenced("checks")
 
 _PROBE_STEP_S = 0.5
 
