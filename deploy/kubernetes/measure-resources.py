@@ -47,7 +47,8 @@ from pathlib import Path
 import httpx
 import psycopg
 
-from pin_identity.composition import Container, stop_embedded_servers
+from pin_identity.composition import Container
+from pin_identity.composition.embedded_servers import stop_embedded_servers
 from pin_identity.config import Settings
 from pin_identity.simulation.simulated_talent import (
     SimulatedTalentApi,
@@ -171,7 +172,7 @@ def developer_manager_role(url: str) -> str:
 
 def run(cli: str, companies: int, managers: int, work: Path) -> list[Usage]:
     container = Container(Settings(data_dir=work / "data"))
-    url, bootstrap = container.database_url, container.kafka_bootstrap_servers
+    url, bootstrap = container.connections.database_url, container.connections.kafka_bootstrap_servers
     container.close()
     logs = work / "logs"
     logs.mkdir()

@@ -41,7 +41,8 @@ class Section(BaseModel):
 class FanOutSettings(Section):
     """PollingInterval, BatchSize, MaxLeaseDuration, MaxAttempts (CONTRACTS section 1) and the pace."""
 
-    polling_interval_s: Seconds = 5.0
+    # Above 0: an idle worker would otherwise ask the database for a task in a tight loop.
+    polling_interval_s: Annotated[float, Field(gt=0)] = 5.0
     batch_size: Annotated[int, Field(ge=1, le=10_000)] = 500
     max_lease_s: PositiveInt = 300
     max_attempts: PositiveInt = 5

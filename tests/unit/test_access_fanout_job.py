@@ -92,9 +92,7 @@ def _task(attempt: int = 1) -> FanOutTask:
 
 
 def _job(queue: MemoryFanOutQueue, clock: ManualClock, batch_size: int = 10) -> AccessFanOutJob:
-    return AccessFanOutJob(
-        queue, NoWakeups(), FanOutSettings(polling_interval_s=0, batch_size=batch_size), clock
-    )
+    return AccessFanOutJob(queue, NoWakeups(), FanOutSettings(batch_size=batch_size), clock)
 
 
 def test_pages_until_a_short_page_and_completes_there() -> None:
@@ -227,7 +225,7 @@ class RecordingObserver(FanOutObserver):
 
 def _observed(queue: MemoryFanOutQueue) -> tuple[AccessFanOutJob, RecordingObserver]:
     observer = RecordingObserver()
-    settings = FanOutSettings(polling_interval_s=0, batch_size=10)
+    settings = FanOutSettings(batch_size=10)
     return AccessFanOutJob(queue, NoWakeups(), settings, ManualClock(), observer), observer
 
 

@@ -44,6 +44,7 @@ def test_defaults_follow_the_contract(monkeypatch: pytest.MonkeyPatch) -> None:
         ("PIN_IDENTITY_FANOUT_BATCH_SIZE", "many"),
         ("PIN_IDENTITY_FANOUT_BATCH_SIZE", "0"),
         ("PIN_IDENTITY_FANOUT_MAX_ATTEMPTS", "-1"),
+        ("PIN_IDENTITY_FANOUT_POLLING_INTERVAL_S", "0"),
         ("PIN_IDENTITY_TALENT_IMPORT_MODE", "pull"),
         ("PIN_IDENTITY_WORKER_HTTP_PORT", "70000"),
         ("PIN_IDENTITY_KAFKA_CONFIG", "{not json"),

@@ -46,7 +46,9 @@ class Jobs:
         self, settings: RelaySettings | None = None, observer: RelayObserver | None = None
     ) -> OutboxRelay:
         settings = settings or self.settings.relay
-        queue = PostgresOutboxQueue(self.stores.database, SilenceLimit(settings.session_timeout_s))
+        # The session's limit is the process's (PIN_IDENTITY_RELAY_SESSION_TIMEOUT_S) whatever a caller tunes.
+        silence = SilenceLimit(self.settings.relay.session_timeout_s)
+        queue = PostgresOutboxQueue(self.stores.database, silence)
         self._relay_queues.append(queue)
         publisher = KafkaEventPublisher(
             self.connections.kafka_client_config,

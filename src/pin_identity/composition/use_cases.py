@@ -99,9 +99,14 @@ class UseCases:
             raise BrokerUnavailableError(str(exc)) from None
 
     def access_audit(self, progress: Progress) -> AuditReport:
+        """BrokerUnavailableError naming the variable to check when the broker stops answering midway (at
+        the start it is the configuration failure every command gives)."""
         truth = PostgresAccessTruth(self.stores.database)
         self.connections.require_broker()
-        return audit_access(KafkaAccessLog(self.connections.kafka_client_config), truth, progress)
+        try:
+            return audit_access(KafkaAccessLog(self.connections.kafka_client_config), truth, progress)
+        except BrokerUnavailableError as exc:
+            raise self._naming_the_variable(exc) from None
 
     def access_show(self, user_id: UUID) -> UserAccessReport:
         """NotFoundError for an unknown user; BrokerUnavailableError naming the variable to check when the
@@ -114,9 +119,11 @@ class UseCases:
         try:
             return show_access(log, PostgresAccessTruth(self.stores.database), user_id)
         except BrokerUnavailableError as exc:
-            failure = BrokerFailure.REFUSED if is_denial(str(exc)) else BrokerFailure.UNREACHABLE
-            line = broker_failure_line(self.connections.settings, failure, exc)
-            raise BrokerUnavailableError(line) from None
+            raise self._naming_the_variable(exc) from None
+
+    def _naming_the_variable(self, exc: BrokerUnavailableError) -> BrokerUnavailableError:
+        failure = BrokerFailure.REFUSED if is_denial(str(exc)) else BrokerFailure.UNREACHABLE
+        return BrokerUnavailableError(broker_failure_line(self.connections.settings, failure, exc))
 
     def topic_reader(self, topics: Iterable[str]) -> TopicReader:
         """Reads what is published to `topics` from now on (the demo reads its events back)."""
