@@ -249,6 +249,15 @@ class MemoryReplicaTransaction:
         for entry_id in entry_ids:
             self.state.quarantine.pop(entry_id, None)
 
+    def wake_deferred(self, tenant_ids: Sequence[UUID], now: datetime) -> None:
+        waiting = {str(t) for t in tenant_ids}
+        for entry in list(self.state.quarantine.values()):
+            deferred = (
+                entry.run_id is None and entry.next_attempt_at is not None and entry.next_attempt_at > now
+            )
+            if deferred and entry.stage == "Users" and str(entry.payload.get("tenantId")).lower() in waiting:
+                self.state.quarantine[entry.entry_id] = replace(entry, next_attempt_at=now)
+
     def discard_deferred(self, stage: str, talent_ids: Sequence[UUID]) -> None:
         for entry in list(self.state.quarantine.values()):
             if entry.run_id is None and entry.stage == stage and entry.external_id in talent_ids:

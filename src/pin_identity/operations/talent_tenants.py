@@ -82,6 +82,10 @@ def _write_companies(this_round: Round, changes: list[CompanyChange]) -> None:
     created = [c.state for c in changes if c.change is Change.CREATED]
     updated = [c.state for c in changes if c.change is not Change.CREATED]
     tx.save_companies(created, updated, ctx.now)
+    # Users the consumer deferred until their tenant arrived go now, not at their next back-off.
+    tx.wake_deferred(
+        [c.state.external_talent_tenant_id for c in changes if c.state.external_talent_tenant_id], ctx.now
+    )
     tx.add_events(
         [
             events.company_upserted(c.state, correlation_id=ctx.correlation_id, occurred_at=ctx.now)

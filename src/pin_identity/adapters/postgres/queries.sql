@@ -513,6 +513,15 @@ DELETE FROM identity.talent_import_failed_items
 WHERE run_id IS NULL AND next_attempt_at IS NOT NULL AND stage = %(stage)s
   AND external_id = ANY(%(talent_ids)s::uuid[]);
 
+-- name: wake_deferred_users
+-- The consumer's users deferred until their tenant arrived are due as soon as it has, not at their next back-off:
+-- the consumer retries them in the same step (and `--once` does not end with them waiting).
+UPDATE identity.talent_import_failed_items
+SET next_attempt_at = %(now)s
+WHERE run_id IS NULL AND next_attempt_at > %(now)s AND stage = 'Users'
+  AND error_code = 'IDENTITY_SYNC_COMPANY_NOT_FOUND'
+  AND lower(payload ->> 'tenantId') = ANY(%(tenant_ids)s::text[]);
+
 -- name: due_quarantined
 -- The consumer's deferred items (a user that arrived before its tenant) whose next try is due; snapshots of
 -- one entity deferred together come back in version order (a deletion waits behind an older snapshot).

@@ -316,6 +316,10 @@ class PostgresReplicaTransaction(PostgresAccessEvents):
     def release_quarantined(self, entry_ids: Sequence[UUID]) -> None:
         self._execute("release_quarantined", {"ids": list(entry_ids)})
 
+    def wake_deferred(self, tenant_ids: Sequence[UUID], now: datetime) -> None:
+        if tenant_ids:
+            self._execute("wake_deferred_users", {"tenant_ids": [str(t) for t in tenant_ids], "now": now})
+
     def discard_deferred(self, stage: str, talent_ids: Sequence[UUID]) -> None:
         self._execute("discard_deferred", {"stage": stage, "talent_ids": list(talent_ids)})
 
