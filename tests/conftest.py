@@ -22,6 +22,7 @@ from pin_identity.config import FanOutSettings, Settings
 from pin_identity.domain.events import PUBLISHED_TOPICS
 from pin_identity.domain.import_run import ImportMode
 from pin_identity.simulation.simulated_talent import SimulatedTalentApi, TalentDataset, create_talent_topics
+from tests.support import session_dirs
 from tests.support.brokers import start_transaction_coordinator
 from tests.support.cli import unconfigured_environment
 from tests.support.cluster import KafkaCluster, kafka_cluster
@@ -40,6 +41,14 @@ os.environ.setdefault(JVM_OPTIONS_VARIABLE, "-XX:TieredStopAtLevel=1")
 # 15 s bound never measures a cluster's load on another process.
 ONE_AT_A_TIME = pytest.mark.xdist_group("brokers-one-at-a-time")
 _ONE_AT_A_TIME_FILES = {"test_broker_crash.py", "test_error_surface.py"}
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest's own temporary-directory plugin reads the option
+def pytest_configure(config: pytest.Config) -> None:
+    """The session's temporary files outside `pytest-of-<user>`, which any other session resets to 0700
+    (tests/support/session_dirs.py); the workers of `pytest -n` take their part of the controller's."""
+    if config.option.basetemp is None and not hasattr(config, "workerinput"):
+        config.option.basetemp = str(session_dirs.new_basetemp())
 
 
 # tryfirst: pytest-xdist tags a grouped test in its own hook of this name, which must see the mark.

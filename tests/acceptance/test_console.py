@@ -463,6 +463,47 @@ def _consumer_quarantine(container: Container) -> dict[str, str]:
     return {"early": early["userId"], "broken": broken["userId"]}
 
 
+def test_a_poll_that_answers_while_the_operator_presses_a_button_does_not_eat_the_click(
+    console: Console, page: Page
+) -> None:
+    """The followed run is polled every 2 s and its card redrawn. An operator pressing Cancel as a poll
+    answers (a human's press lasts a tenth of a second) must still get the click: the redraw waits for the
+    release."""
+    console.world.publish(generate_dataset(6, 0))
+    run_id = _running_import(console)
+    sign_in(page, console)
+    detail = page.locator(f'#run-detail[data-run-id="{run_id}"]')
+    cancel = detail.get_by_role("button", name="Cancel")
+    expect(cancel).to_be_visible()
+    box = cancel.bounding_box()
+    assert box is not None
+    pressed = cancel.element_handle()
+    page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+
+    with page.expect_response(lambda answer: answer.url.endswith(f"/talent-import/runs/{run_id}")):
+        page.mouse.down()  # held while the next poll of the run answers
+    # Either the answer was drawn under the pressed button (it is gone), or its drawing waits for the release.
+    page.wait_for_function(
+        "button => !button.isConnected || Number(document.documentElement.dataset.drawsWaiting || 0) > 0",
+        arg=pressed,
+    )
+    page.mouse.up()
+
+    expect(detail.get_by_role("button", name="Click again to confirm")).to_be_visible()
+
+
+def _running_import(console: Console) -> uuid.UUID:
+    """A run started over the API and left Running: no worker takes it, so the page follows it by polling."""
+    answer = httpx.post(
+        f"{console.base}/admin/v1/talent-import/runs",
+        json={"mode": "ApiPull", "pageSize": 2},
+        headers=bearer(TOKEN),
+        timeout=10,
+    )
+    assert answer.status_code == 202, answer.text
+    return uuid.UUID(answer.json()["runId"])
+
+
 def test_quarantine_filter_by_code_and_replay_one_several_or_all(console: Console, page: Page) -> None:
     run, _ = poisoned_bootstrap(console.world)
     consumer = _consumer_quarantine(console.container)

@@ -64,24 +64,32 @@ def test_an_offset_commit_that_fails_after_the_database_commit_is_not_fatal() ->
     assert len(replica.state.companies) == 1 and stream.rewound == 0
 
 
-def test_a_user_before_its_tenant_is_deferred_and_retried_when_due() -> None:
+def test_a_user_before_its_tenant_is_retried_when_due_and_at_once_when_its_tenant_applies() -> None:
     stream, replica, clock, tenant = MemoryStream(), MemoryReplica(), ManualClock(START), uuid.uuid4()
     job = _job(stream, replica, clock, retry_base_s=1.0)
     stream.publish(user_item(tenant))
     job.step()
     [deferred] = replica.state.quarantine.values()
+    clock.advance(0.5)
+    job.step()  # not due yet
+    early = replica.state.quarantine[deferred.entry_id].attempt_count
+    clock.advance(0.5)
+    job.step()  # due: tried again, the tenant still missing
+    [again] = replica.state.quarantine.values()
     stream.publish(tenant_item(tenant))
 
-    job.step()  # the tenant applies; the user is not due yet
-    waiting = len(replica.state.users)
-    clock.advance(1)
-    job.step()
+    job.step()  # the tenant applies, and the user with it: its next try (2 s away) is not waited for
 
     assert (deferred.error_code, deferred.next_attempt_at) == (
         SyncErrorCode.COMPANY_NOT_FOUND.value,
         datetime(2026, 12, 1, 0, 0, 1, tzinfo=UTC),
     )
-    assert (waiting, len(replica.state.users), replica.state.quarantine) == (0, 1, {})
+    assert (early, again.attempt_count, again.next_attempt_at) == (
+        1,
+        2,
+        datetime(2026, 12, 1, 0, 0, 3, tzinfo=UTC),
+    )
+    assert (len(replica.state.users), replica.state.quarantine) == (1, {})
 
 
 def test_a_user_deferred_too_often_stays_in_the_quarantine_for_the_operator() -> None:
@@ -177,8 +185,6 @@ def test_the_observer_hears_a_deferred_user_retried_and_a_retry_that_rolled_back
     job, observer = _observed(stream, replica, clock)
     stream.publish(user_item(tenant))
     job.step()
-    stream.publish(tenant_item(tenant))
-    job.step()
     clock.advance(1)
     replica.fail_commits = 1
 
@@ -187,9 +193,8 @@ def test_the_observer_hears_a_deferred_user_retried_and_a_retry_that_rolled_back
 
     assert observer.calls == [
         "applied 0 of 1",
-        "applied 1 of 1",
         "retry failed: the database went away",
-        "retried 1 of 1",
+        "retried 0 of 1",
     ]
 
 

@@ -85,6 +85,32 @@
     return node;
   }
 
+  // A poll redraws its section by replacing the section's nodes, buttons included. A click whose press and
+  // release fell either side of a redraw would press one button and release another, and the browser fires no
+  // click at all: the operator's click is lost. So what a load draws while a pointer is pressed waits for the
+  // release (the latest draw of each kind), and is drawn once the click, if any, has been handled.
+  const pressing = { down: false, waiting: new Map() };
+  document.addEventListener('pointerdown', () => { pressing.down = true; }, true);
+  const released = () => {
+    pressing.down = false;
+    setTimeout(() => {  // after the click this release makes, which the browser dispatches next
+      if (pressing.down) return;
+      const waiting = [...pressing.waiting.values()];
+      pressing.waiting.clear();
+      document.documentElement.dataset.drawsWaiting = '0';
+      waiting.forEach((draw) => draw());
+    }, 0);
+  };
+  document.addEventListener('pointerup', released, true);
+  document.addEventListener('pointercancel', released, true);
+
+  function draw(kind, render) {
+    if (!pressing.down) return render();
+    pressing.waiting.set(kind, render);
+    document.documentElement.dataset.drawsWaiting = String(pressing.waiting.size);
+    return undefined;
+  }
+
   // Each section draws only the answer of its latest load: a slower, older one (a poll, the reload after an
   // action) must not overwrite what a newer one, started by the operator meanwhile, drew.
   const generations = new Map();
@@ -269,7 +295,7 @@
     const result = await api('GET', '/talent-import/runs?limit=20');
     if (!current()) return undefined;
     if (!result.ok) return showOutcome($('#imports-outcome'), result);
-    renderRuns(result.data);
+    draw('runs', () => renderRuns(result.data));
     const running = result.data.find((run) => run.status === 'Running');
     const followed = running && running.runId !== state.closedRun ? running.runId : null;
     const selected = state.selectedRun || followed;
@@ -317,7 +343,7 @@
       card.hidden = true;
       return showOutcome($('#imports-outcome'), result);
     }
-    renderRunDetail(card, result.data);
+    draw('run-detail', () => renderRunDetail(card, result.data));
     return undefined;
   }
 
