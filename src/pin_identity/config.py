@@ -88,7 +88,9 @@ class RelaySettings(Section):
 
 
 class TalentSyncSettings(Section):
-    batch_size: PositiveInt = 500
+    # A batch holds a lock per Talent entity it applies (PostgreSQL's shared lock table: 64 per connection by
+    # default); at most as many as the largest import page (2,000), which holds as many.
+    batch_size: Annotated[int, Field(ge=1, le=2000)] = 500
     poll_timeout_s: Seconds = 1.0
     retry_base_s: Seconds = 1.0
     retry_max_s: Seconds = 300.0

@@ -204,7 +204,7 @@ def test_two_workers_and_the_runner_apply_every_page_exactly_once(
     assert all(worker.returncode == 0 for worker in workers)
 
 
-def test_cancel_and_sigterm_stop_after_the_current_page_with_exit_5(
+def test_a_cancel_and_ctrl_c_cancel_the_run_after_the_current_page_with_exit_5(
     env: dict[str, str], api_world: TalentWorld
 ) -> None:
     api_world.publish(generate_dataset(30, 0, seed=34))
@@ -222,7 +222,7 @@ def test_cancel_and_sigterm_stop_after_the_current_page_with_exit_5(
 
     second = _start(env, *args)
     _hold_once(api_world, lambda: _done_pages(api_world.container, "Tenants") >= 3)
-    second.send_signal(signal.SIGTERM)
+    second.send_signal(signal.SIGINT)
     api_world.api.release()
     out, _ = second.communicate(timeout=60)
     assert (second.returncode, json.loads(out)["status"]) == (5, "Cancelled")
@@ -230,3 +230,32 @@ def test_cancel_and_sigterm_stop_after_the_current_page_with_exit_5(
         api_world.container, "SELECT count(*) FROM identity.talent_import_pages WHERE status = 'Done'"
     )
     assert done[0][0] >= 3  # Done pages are kept
+
+
+def test_sigterm_leaves_the_run_running_without_leases_and_the_next_run_resumes_it(
+    env: dict[str, str], api_world: TalentWorld
+) -> None:
+    """A Kubernetes eviction or a drained node: the pod gets SIGTERM. The run is not the operator's to end:
+    after its current page the process lets go of the run (its lock, no page held) and exits 143, and the
+    Job's next pod, running the same command, resumes the run to its end."""
+    api_world.publish(generate_dataset(30, 60, seed=35))
+    args = ("talent-import", "run", "--mode", "api-pull", "--page-size", "3", "--json")
+
+    drained = _start(env, *args)
+    _hold_once(api_world, lambda: _done_pages(api_world.container, "Users") >= 2)
+    drained.send_signal(signal.SIGTERM)
+    api_world.api.release()
+    out, err = drained.communicate(timeout=60)
+    [(run_id, status)] = _rows(api_world.container, "SELECT id, status FROM identity.talent_import_runs")
+    held = _rows(
+        api_world.container, "SELECT count(*) FROM identity.talent_import_pages WHERE status = 'InProgress'"
+    )
+    lock_holder = api_world.container.stores.run_lock().holder()
+    resumed = run_cli(env, *args, timeout=120)
+
+    assert (drained.returncode, out, status, held, lock_holder) == (143, "", "Running", [(0,)], None), err
+    assert f"run {run_id} stopped after its current page and left Running" in err
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    result = json.loads(resumed.stdout)
+    assert (result["runId"], result["status"]) == (str(run_id), "Completed")
+    assert (result["companies"]["applied"], result["users"]["applied"]) == (30, 60)  # the whole run's counts

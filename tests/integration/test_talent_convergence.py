@@ -25,7 +25,7 @@ from pin_identity.composition import Container
 from pin_identity.domain.talent import ItemResult
 from pin_identity.operations.identity_changes import Context
 from pin_identity.operations.ports.replica import SourceItem
-from pin_identity.operations.talent_replica import ApplyOptions, BatchOutcome, apply_snapshots
+from pin_identity.operations.talent_replica import ApplyOptions, BatchOutcome, apply_snapshots, retry_deferred
 from tests.support import talent
 
 TENANTS = [uuid.UUID(int=i, version=4) for i in (1, 2)]
@@ -93,8 +93,7 @@ def _consume(container: Container, batch: list[dict[str, Any]]) -> list[BatchOut
 def _retry_deferred(container: Container) -> list[BatchOutcome]:
     ctx = Context(uuid.uuid4(), SYSTEM_CLOCK.now() + timedelta(days=1))
     with container.stores.replica_transactions() as tx:
-        due = tx.due_quarantined(ctx.now, 100)
-        outcome = apply_snapshots(tx, due, ctx, ApplyOptions(retry_at=lambda _: ctx.now))
+        outcome = retry_deferred(tx, ctx, ApplyOptions(retry_at=lambda _: ctx.now), 100)
         tx.commit()
     return [outcome]
 

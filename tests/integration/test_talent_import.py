@@ -24,6 +24,7 @@ from pin_identity.domain.import_run import (
 )
 from pin_identity.domain.talent import ImportStage
 from pin_identity.entrypoints.cli_common import exit_status
+from pin_identity.jobs.talent_import import TalentImportJob
 from pin_identity.operations.ports.talent_sources import TalentSource
 from pin_identity.simulation.simulated_talent import TalentDataset, generate_dataset
 from tests.support import talent
@@ -154,11 +155,52 @@ def test_a_dry_run_writes_nothing_and_counts_what_a_real_run_would(world: Talent
     assert _counts(dry) == _counts(real)
 
 
-class _SignalledAfterReads:
-    """A source that raises the stop signal (SIGTERM's effect) while its n-th page is being read."""
+def _metric(name: str, **labels: str) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
 
-    def __init__(self, inner: TalentSource, stop: threading.Event, reads: int):
-        self._inner, self._stop, self._left = inner, stop, reads
+
+def test_a_dry_run_counts_a_later_pages_repeat_and_deletion_as_the_real_run_and_raises_no_signal(
+    world: TalentWorld,
+) -> None:
+    """One item a page: a manager repeated on later pages (Talent's retry, the same version) is skipped by a
+    real run, and so by a dry run; a manager deleted on a later page is blocked by both; a phone conflict is
+    counted by both, but only the real run quarantines it and counts it (and the skips) in the metrics."""
+    company = talent.tenant()
+    repeated, deleted, first_holder = (talent.user(company["tenantId"]) for _ in range(3))
+    conflicting = talent.user(company["tenantId"], phone=first_holder["phone"])
+    users = [
+        repeated,
+        deleted,
+        first_holder,
+        conflicting,
+        repeated,
+        {**deleted, "version": 2, "isDeleted": True},
+        repeated,
+    ]
+    world.publish(TalentDataset([company], users))
+    conflicts = _metric("talent_sync_conflicts_total")
+    stale = _metric("talent_sync_stale_events_total", aggregate="user")
+
+    dry = world.run(page_size=1, dry_run=True)
+    signals = (
+        _metric("talent_sync_conflicts_total") - conflicts,
+        _metric("talent_sync_stale_events_total", aggregate="user") - stale,
+    )
+    real = world.run(page_size=1)
+
+    assert _counts(dry) == _counts(real) == ((1, 1, 0, 0), (7, 4, 2, 1))
+    assert signals == (0, 0)  # the dry run's prediction raised nothing
+    assert (
+        _metric("talent_sync_conflicts_total") - conflicts,
+        _metric("talent_sync_stale_events_total", aggregate="user") - stale,
+    ) == (1, 2)
+
+
+class _SignalledAfterReads:
+    """A source that raises a signal (SIGINT's or SIGTERM's effect) while its n-th page is being read."""
+
+    def __init__(self, inner: TalentSource, signal: threading.Event, reads: int):
+        self._inner, self._signal, self._left = inner, signal, reads
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
@@ -166,24 +208,56 @@ class _SignalledAfterReads:
     def read(self, *args: Any) -> Any:
         self._left -= 1
         if self._left == 0:
-            self._stop.set()
+            self._signal.set()
         return self._inner.read(*args)
 
 
-def test_cancelling_stops_after_the_current_page_and_keeps_done_pages(world: TalentWorld) -> None:
+def _signalled_run(world: TalentWorld, signal: threading.Event) -> tuple[TalentImportJob, ImportRun]:
     world.publish(generate_dataset(20, 0, seed=10))
-    stop = threading.Event()
     runner = job(world.container)
     runner.sources = lambda mode: _SignalledAfterReads(
-        world.container.jobs.talent_source(mode), stop, reads=2
+        world.container.jobs.talent_source(mode), signal, reads=2
     )
-    run = world.start(runner, page_size=2)
+    return runner, world.start(runner, page_size=2)
 
-    ended = runner.drive(run, stop)
+
+def test_cancelling_stops_after_the_current_page_and_keeps_done_pages(world: TalentWorld) -> None:
+    interrupted = threading.Event()  # Ctrl-C: a cancel, and a stop that wakes the job's waits
+    runner, run = _signalled_run(world, interrupted)
+
+    ended = runner.drive(run, interrupted, cancel=interrupted)
 
     assert ended.status is RunStatus.CANCELLED
     assert world.container.stores.import_store.progress(run.run_id).count(status=PageStatus.DONE) == 2
     assert len(talent.replica_state(world.container)["companies"]) == 4
+
+
+def test_a_stop_leaves_the_run_running_after_the_current_page_for_the_next_process(
+    world: TalentWorld,
+) -> None:
+    terminated = threading.Event()  # SIGTERM: the pod is being stopped, not the run
+    runner, run = _signalled_run(world, terminated)
+
+    left = runner.drive(run, terminated, cancel=threading.Event())
+    progress = world.container.stores.import_store.progress(run.run_id)
+    lock_holder = world.container.stores.run_lock().holder()
+    resumed = world.run(page_size=2)
+
+    assert (
+        left.status,
+        progress.count(status=PageStatus.DONE),
+        progress.count(status=PageStatus.IN_PROGRESS),
+    ) == (
+        RunStatus.RUNNING,
+        2,
+        0,
+    )
+    assert lock_holder is None
+    assert (resumed.run_id, resumed.status, resumed.companies.applied) == (
+        run.run_id,
+        RunStatus.COMPLETED,
+        20,
+    )
 
 
 def test_a_tenant_filter_imports_one_company_and_its_users(world: TalentWorld) -> None:

@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import json
 import uuid
+from datetime import timedelta
 from typing import Any
+from uuid import UUID
 
 from pin_identity.adapters.system_clock import SYSTEM_CLOCK
 from pin_identity.adapters.talent_wire import read_item
 from pin_identity.composition import Container
 from pin_identity.composition.stores import Stores
 from pin_identity.domain.talent import ImportStage, ItemResult, SyncErrorCode
+from pin_identity.operations.action_log import Actor
 from pin_identity.operations.identity_changes import Context
 from pin_identity.operations.ports.replica import SourceItem
-from pin_identity.operations.talent_replica import ApplyOptions, apply_snapshots
+from pin_identity.operations.talent_replica import ApplyOptions, apply_snapshots, retry_deferred
 from tests.support import seed, talent
 from tests.support.memory_talent import MemoryDryRun
 from tests.support.phones import written_phone
@@ -263,3 +266,104 @@ def test_a_manager_holds_its_default_role_only_while_its_company_is_not_blocked(
     assert granted == sorted((u["userId"], "RoleAssigned", 1) for u in (manager, newcomer, mover))
     roles = {u[0]: u[-1] for u in talent.replica_state(container)["users"]}
     assert set(map(tuple, roles.values())) == {(f"developer-manager@{company['tenantId']}",)}
+
+
+# ---------------------------------------------------------------- the quarantine: pruned, deleted, replayed
+
+OPERATOR = Actor("cli:olga")
+
+
+def _change(container: Container, sql: Any, params: Any = None) -> None:
+    with container.connections.database.connection() as conn:
+        conn.execute(sql, params)
+
+
+_HOLDER = (
+    "SELECT u.status, (SELECT count(*) FROM identity.role_assignments ra"
+    " WHERE ra.user_id = u.id AND ra.status = 'Active') FROM identity.users u"
+    " WHERE u.external_talent_user_id = %s"
+)
+
+
+def _manager_with_a_quarantined_update(container: Container, stores: Stores) -> tuple[dict[str, Any], UUID]:
+    """A Talent manager (Invited, its default role Active) whose update (version 2) took a local investor's
+    phone: the consumer quarantined it (IDENTITY_SYNC_PHONE_CONFLICT). The investor's id beside it."""
+    company = talent.tenant()
+    manager = talent.user(company["tenantId"])
+    talent.tenants(container, company)
+    talent.users(container, manager)
+    investor = seed.user(stores.transactions)
+    [(phone,)] = _rows(container, "SELECT phone FROM identity.users WHERE id = %s", [investor])
+    outcome = talent.users(container, {**manager, "version": 2, "phone": phone})
+    assert [o.error for o in outcome.outcomes] == [SyncErrorCode.PHONE_CONFLICT]
+    return manager, investor
+
+
+def test_a_pruned_quarantine_item_is_reported_not_replayable_and_never_applied_as_a_deletion(
+    container: Container, stores: Stores
+) -> None:
+    manager, _ = _manager_with_a_quarantined_update(container, stores)
+    _change(
+        container, "UPDATE identity.talent_import_failed_items SET created_at = now() - interval '40 days'"
+    )
+    pruned = container.use_cases.retention.prune(timedelta(days=30), who=OPERATOR)
+    events = "SELECT count(*) FROM identity.outbox_events"
+    before = _rows(container, events)
+
+    replayed = container.use_cases.imports.replay_failed(None, None, who=OPERATOR)
+
+    assert pruned.quarantine_payloads == 1
+    assert (replayed.applied, replayed.skipped, replayed.failed, replayed.not_replayable) == (0, 0, 0, 1)
+    assert _rows(container, _HOLDER, [manager["userId"]]) == [("Invited", 1)]  # not Blocked, the role kept
+    assert _rows(container, events) == before  # no RoleRevoked, nothing at all
+    assert _rows(container, "SELECT count(*) FROM identity.talent_import_failed_items") == [(1,)]  # kept
+
+
+def test_a_tombstone_drops_every_quarantined_snapshot_so_a_replay_cannot_bring_the_user_back(
+    container: Container, stores: Stores
+) -> None:
+    """The operator-held update of a present manager, and the quarantined creation of an absent one: the
+    tombstones remove both, so the runbook's replay after the phones were freed restores nobody."""
+    manager, investor = _manager_with_a_quarantined_update(container, stores)
+    [(phone,)] = _rows(container, "SELECT phone FROM identity.users WHERE id = %s", [investor])
+    never_created = talent.user(manager["tenantId"], phone=phone)
+    assert [o.error for o in talent.users(container, never_created).outcomes] == [
+        SyncErrorCode.PHONE_CONFLICT
+    ]
+
+    talent.apply(
+        container,
+        ImportStage.USERS,
+        [
+            talent.tombstone(ImportStage.USERS, manager["userId"]),
+            talent.tombstone(ImportStage.USERS, never_created["userId"]),
+        ],
+    )
+    _change(container, "UPDATE identity.users SET phone = '+79990000000' WHERE id = %s", [investor])  # fixed
+    replayed = container.use_cases.imports.replay_failed(None, None, who=OPERATOR)
+
+    assert (replayed.applied, replayed.failed) == (0, 0)
+    assert _rows(container, _HOLDER, [manager["userId"]]) == [("Blocked", 0)]
+    assert _rows(container, _HOLDER, [never_created["userId"]]) == []
+    assert _rows(container, "SELECT count(*) FROM identity.talent_import_failed_items") == [(0,)]
+
+
+def test_a_replay_of_the_consumers_quarantine_keeps_a_user_waiting_for_its_tenant_deferred(
+    container: Container,
+) -> None:
+    company = talent.tenant()
+    manager = talent.user(company["tenantId"])
+    deferring = ApplyOptions(retry_at=lambda attempt: SYSTEM_CLOCK.now() + timedelta(seconds=attempt))
+    talent.apply(container, ImportStage.USERS, [talent.raw(manager)], deferring)
+
+    replayed = container.use_cases.imports.replay_failed(
+        None, None, who=OPERATOR
+    )  # the tenant is still absent
+    talent.tenants(container, company)  # it arrives: the consumer's next step retries what waits for it
+    with container.stores.replica_transactions() as tx:
+        retried = retry_deferred(tx, Context.fresh(SYSTEM_CLOCK), deferring, 100)
+        tx.commit()
+
+    assert (replayed.applied, replayed.failed) == (0, 1)
+    assert retried.applied == 1
+    assert _rows(container, _HOLDER, [manager["userId"]]) == [("Invited", 1)]

@@ -167,6 +167,74 @@ def test_a_deletion_after_a_user_deferred_for_its_tenant_waits_and_the_user_ends
     assert _rows(container, waiting) == []
 
 
+def test_deferred_snapshots_retried_together_publish_only_the_newest(
+    container: Container, talent_topics: TalentTopics
+) -> None:
+    """Talent's users topic holds each user at V, then V+5, then a late duplicate of V+1 (Talent's retries),
+    all before their tenant. Had they come after it, the guard would have kept V+5 over the late V+1: no
+    event may carry V+1, which Talent had replaced. Only the newest is applied and announced."""
+    clock = ManualClock()
+    company = talent.tenant()
+    managers = [talent.user(company["tenantId"], version=3) for _ in range(5)]
+    arrivals = [
+        {**manager, "version": version, "firstName": f"v{version}"}
+        for manager in managers
+        for version in (3, 8, 4)
+    ]
+    talent.produce(container, talent_topics, TalentDataset([], arrivals))
+    talent.run_until_caught_up(talent.sync_job(container, talent_topics, clock=clock))
+    talent.produce(container, talent_topics, TalentDataset([company], []))
+    talent.run_until_caught_up(talent.sync_job(container, talent_topics, clock=clock))
+    clock.advance(60)  # past any back-off: whatever still waited is tried
+    talent.run_until_caught_up(talent.sync_job(container, talent_topics, clock=clock))
+
+    upserted = [e["payload"] for e in talent.outbox_events(container) if e["eventType"] == "UserUpserted"]
+    assert sorted(
+        (u["externalTalentUserId"], u["replicaVersion"], u["firstName"]) for u in upserted
+    ) == sorted((m["userId"], 8, "v8") for m in managers)
+    assert {(str(r[0]), r[4], r[3]) for r in _replica(container)} == {
+        (m["userId"], 8, "v8") for m in managers
+    }
+    assert _rows(container, "SELECT count(*) FROM identity.talent_import_failed_items") == [(0,)]
+
+
+def _produce_in_transactions(container: Container, topics: TalentTopics, dataset: TalentDataset) -> None:
+    """As a Talent that produces transactionally: each topic's records in a transaction of their own, whose
+    commit marker is the last offset of every partition it wrote."""
+    producer = Producer(
+        {**container.connections.kafka_client_config, "transactional.id": f"talent-{uuid.uuid4()}"}
+    )
+    producer.init_transactions(30)
+    batches = ((topics.tenants, dataset.tenants, "tenantId"), (topics.users, dataset.users, "userId"))
+    for topic, snapshots, key in batches:
+        producer.begin_transaction()
+        for snapshot in snapshots:
+            producer.produce(topic, json.dumps(snapshot).encode(), snapshot[key].encode())
+        producer.commit_transaction(30)
+
+
+def test_lag_reaches_zero_when_talent_produces_transactionally_and_once_ends(
+    container: Container, talent_topics: TalentTopics
+) -> None:
+    """Past the last record of each partition lies its transaction's commit marker, which no consumer
+    reads: the lag counts to the partition's end, so the consumer commits it once read to there."""
+    company = talent.tenant()
+    managers = [talent.user(company["tenantId"]) for _ in range(6)]
+    _produce_in_transactions(container, talent_topics, TalentDataset([company], managers))
+    stop, ended = threading.Event(), threading.Event()
+    job = talent.sync_job(container, talent_topics)
+    runner = threading.Thread(target=lambda: (job.run(stop, once=True), ended.set()), daemon=True)
+
+    runner.start()
+    try:
+        assert ended.wait(60), "talent-sync --once never ended: the lag stayed above 0"
+    finally:
+        stop.set()
+        runner.join(30)
+
+    assert len(_replica(container)) == 6
+
+
 def _deferral(container: Container) -> tuple[str, int, datetime]:
     [row] = _rows(
         container,

@@ -23,7 +23,7 @@ TABLES = {
     "talent_import_runs",
     "talent_import_pages",
     "talent_import_failed_items",
-    "talent_import_dry_run_tenants",
+    "talent_import_dry_run_states",
     "talent_import_dry_run_phones",
     "talent_deletions",
     "outbox_events",

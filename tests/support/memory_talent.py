@@ -37,7 +37,7 @@ from pin_identity.domain.import_run import (
 from pin_identity.domain.model import RenderedAccessSnapshot, RoleStatus, UserAccessSnapshot
 from pin_identity.domain.talent import ImportStage, TalentItem
 from pin_identity.operations.ports.identity_records import RoleRecord
-from pin_identity.operations.ports.replica import DefaultGrant, QuarantineEntry, SourceItem
+from pin_identity.operations.ports.replica import DefaultGrant, Quarantined, QuarantineEntry, SourceItem
 from pin_identity.operations.ports.talent_sources import TalentRecord
 
 DEFAULT_ROLE = RoleRecord(uuid.uuid4(), "developer-manager", None, RoleStatus.ACTIVE, 1)
@@ -228,22 +228,29 @@ class MemoryReplicaTransaction:
                 self.state.quarantine[entry.entry_id] = entry
 
     def due_quarantined(self, now: datetime, limit: int) -> list[SourceItem]:
-        due = [
-            e for e in self.state.quarantine.values() if e.run_id is None and e.next_attempt_at is not None
+        deferred = [
+            e
+            for e in self.state.quarantine.values()
+            if e.run_id is None and e.next_attempt_at is not None and e.payload is not None
         ]
-        return [
-            _again(e) for e in sorted(due, key=lambda e: e.next_attempt_at or now) if e.next_attempt_at <= now
-        ][:limit]
+        due = sorted(
+            (e for e in deferred if e.next_attempt_at <= now), key=lambda e: e.next_attempt_at or now
+        )
+        entities = list(dict.fromkeys((e.stage, e.external_id) for e in due))[:limit]
+        chosen = [e for e in deferred if (e.stage, e.external_id) in entities]
+        chosen.sort(key=lambda e: (entities.index((e.stage, e.external_id)), e.payload.get("version", 0)))
+        return [_again(e) for e in chosen]
 
-    def quarantined_for_replay(
-        self, run_id: UUID | None, entry_ids: Sequence[UUID] | None
-    ) -> list[SourceItem]:
+    def quarantined_for_replay(self, run_id: UUID | None, entry_ids: Sequence[UUID] | None) -> Quarantined:
         chosen = [
             e
             for e in self.state.quarantine.values()
             if e.run_id == run_id and (entry_ids is None or e.entry_id in entry_ids)
         ]
-        return [_again(e) for e in chosen]
+        return Quarantined(
+            [_again(e) for e in chosen if e.payload is not None],
+            [e.entry_id for e in chosen if e.payload is None],
+        )
 
     def release_quarantined(self, entry_ids: Sequence[UUID]) -> None:
         for entry_id in entry_ids:
@@ -258,9 +265,9 @@ class MemoryReplicaTransaction:
             if deferred and entry.stage == "Users" and str(entry.payload.get("tenantId")).lower() in waiting:
                 self.state.quarantine[entry.entry_id] = replace(entry, next_attempt_at=now)
 
-    def discard_deferred(self, stage: str, talent_ids: Sequence[UUID]) -> None:
+    def discard_quarantined(self, stage: str, talent_ids: Sequence[UUID]) -> None:
         for entry in list(self.state.quarantine.values()):
-            if entry.run_id is None and entry.stage == stage and entry.external_id in talent_ids:
+            if entry.stage == stage and entry.external_id in talent_ids:
                 del self.state.quarantine[entry.entry_id]
 
     def add_events(self, messages: Sequence[OutboxMessage]) -> None:
@@ -270,7 +277,10 @@ class MemoryReplicaTransaction:
 def _again(entry: QuarantineEntry) -> SourceItem:
     key = str(entry.external_id) if entry.external_id else None
     return SourceItem(
-        read_item(ImportStage(entry.stage), key, entry.payload), entry.entry_id, entry.attempt_count
+        read_item(ImportStage(entry.stage), key, entry.payload),
+        entry.entry_id,
+        entry.attempt_count,
+        entry.next_attempt_at,
     )
 
 
@@ -288,18 +298,32 @@ class PageRow:
 
 class MemoryDryRun:
     def __init__(self) -> None:
-        self.tenant_ids: set[UUID] = set()
+        self.company_states: dict[UUID, CompanyState] = {}
+        self.user_states: dict[UUID, UserState] = {}
         self.phone_users: dict[str, UUID] = {}
 
-    def tenants(self, tenant_ids: Sequence[UUID]) -> set[UUID]:
-        return self.tenant_ids & set(tenant_ids)
+    def companies(self, tenant_ids: Sequence[UUID]) -> dict[UUID, CompanyState]:
+        return {t: s for t, s in self.company_states.items() if t in tenant_ids}
+
+    def users(self, talent_ids: Sequence[UUID]) -> dict[UUID, UserState]:
+        return {t: s for t, s in self.user_states.items() if t in talent_ids}
 
     def phones(self, phones: Sequence[str]) -> dict[str, UUID]:
         return {p: u for p, u in self.phone_users.items() if p in phones}
 
-    def remember(self, tenant_ids: Sequence[UUID], phones: Mapping[str, UUID]) -> None:
-        self.tenant_ids |= set(tenant_ids)
+    def remember(
+        self, stage: str, states: Mapping[UUID, CompanyState | UserState], phones: Mapping[str, UUID]
+    ) -> None:
+        for talent_id, state in states.items():
+            if isinstance(state, CompanyState):
+                self.company_states[talent_id] = state
+            else:
+                self.user_states[talent_id] = state
         self.phone_users.update(phones)
+
+    @property
+    def tenant_ids(self) -> set[UUID]:
+        return set(self.company_states)
 
 
 class MemoryPageTransaction:

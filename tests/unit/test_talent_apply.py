@@ -19,6 +19,7 @@ from pin_identity.operations.talent_replica import (
     BatchOutcome,
     apply_snapshots,
     replay_quarantined,
+    retry_deferred,
 )
 from tests.support.memory_talent import DEFAULT_ROLE, MemoryDryRun, MemoryReplica, tenant_item, user_item
 
@@ -124,8 +125,7 @@ def test_a_user_before_its_tenant_is_deferred_then_applied_from_the_quarantine()
     first = _apply(replica, user_item(tenant), options=options)
     _apply(replica, tenant_item(tenant))
     with replica() as tx:
-        due = tx.due_quarantined(NOW + timedelta(seconds=1), 10)
-        again = apply_snapshots(tx, due, Context(uuid.uuid4(), NOW), options)
+        again = retry_deferred(tx, Context(uuid.uuid4(), NOW + timedelta(seconds=1)), options, 10)
         tx.commit()
 
     assert (first.outcomes[0].error, first.outcomes[0].retry_at) == (
@@ -178,9 +178,9 @@ def test_replaying_the_quarantine_applies_what_now_can_and_refuses_unknown_ids()
 
     with pytest.raises(NotFoundError, match=str(unknown)):
         replay_quarantined(replica, Context(uuid.uuid4(), NOW), run_id=run_id, item_ids=[entry_id, unknown])
-    batch = replay_quarantined(replica, Context(uuid.uuid4(), NOW), run_id=run_id, item_ids=[entry_id])
+    replayed = replay_quarantined(replica, Context(uuid.uuid4(), NOW), run_id=run_id, item_ids=[entry_id])
 
-    assert [o.result for o in batch.outcomes] == [ItemResult.APPLIED]
+    assert [o.result for o in replayed.batch.outcomes] == [ItemResult.APPLIED]
     assert replica.state.quarantine == {} and len(replica.state.users) == 1
 
 
@@ -192,9 +192,7 @@ def test_a_deletion_behind_a_user_deferred_for_its_tenant_waits_so_the_user_is_c
     deleted = _apply(replica, user_item(tenant, user, version=4, isDeleted=True), options=options)
     _apply(replica, tenant_item(tenant))
     with replica() as tx:
-        again = apply_snapshots(
-            tx, tx.due_quarantined(NOW + timedelta(seconds=1), 10), Context(uuid.uuid4(), NOW), options
-        )
+        again = retry_deferred(tx, Context(uuid.uuid4(), NOW + timedelta(seconds=1)), options, 10)
         tx.commit()
 
     assert _results(early) + _results(deleted) == [

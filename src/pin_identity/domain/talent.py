@@ -6,7 +6,7 @@ import both decide through these functions, so they cannot disagree.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any, TypeVar
@@ -221,6 +221,27 @@ def _blocked(
 def _delete_company(snapshot: TenantSnapshot, current: CompanyState | None) -> TenantDecision:
     blocked = _blocked(snapshot.version, current, CompanyStatus.BLOCKED.value)
     return CompanyChange(*blocked) if blocked else Skip(stale=False)
+
+
+def newest_snapshots(snapshots: Sequence[TenantSnapshot | UserSnapshot | InvalidSnapshot]) -> set[int]:
+    """Of one entity's snapshots, in whatever order they came, the positions of those the version guard keeps
+    when they are applied at once: the newest live one, and a deletion newer than it (which then blocks it).
+    A snapshot without a version (a tombstone, an invalid one) is kept: the guard does not hold it back."""
+    kept: set[int] = set()
+    newest: dict[bool, tuple[int, int]] = {}  # deleted? -> (version, position)
+    for position, snapshot in enumerate(snapshots):
+        if isinstance(snapshot, InvalidSnapshot) or snapshot.version is None:
+            kept.add(position)
+            continue
+        seen = newest.get(snapshot.is_deleted)
+        if seen is None or snapshot.version > seen[0]:
+            newest[snapshot.is_deleted] = (snapshot.version, position)
+    live, deleted = newest.get(False), newest.get(True)
+    if live is not None:
+        kept.add(live[1])
+    if deleted is not None and (live is None or deleted[0] > live[0]):
+        kept.add(deleted[1])
+    return kept
 
 
 @dataclass(frozen=True)

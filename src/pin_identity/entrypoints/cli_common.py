@@ -32,6 +32,8 @@ from pin_identity.operations.action_log import Actor
 # CONTRACTS section 2.
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_ALREADY_RUNNING, EXIT_SOURCE_UNAVAILABLE, EXIT_CANCELLED = range(6)
 EXIT_INTERRUPTED = 130
+# Stopped by SIGTERM (the shell's 128 + 15): what was running is left for the next process to resume.
+EXIT_STOPPED = 143
 
 JsonOption = Annotated[
     bool, typer.Option("--json", help="JSON on stdout, in the HTTP API's shapes (camelCase, ISO-8601).")

@@ -6,6 +6,7 @@ import logging
 import signal
 import sys
 import threading
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Annotated
 from uuid import UUID
@@ -34,6 +35,7 @@ from pin_identity.entrypoints.cli_common import (
     EXIT_FAILED,
     EXIT_OK,
     EXIT_SOURCE_UNAVAILABLE,
+    EXIT_STOPPED,
     JsonOption,
     command_group,
     container_from_env,
@@ -107,13 +109,23 @@ def run_initial_import() -> int:
 
 
 def run_import(container: Container, request: ImportRequest, *, as_json: bool, log_json: bool = False) -> int:
-    stop = threading.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):  # from the start: a SIGTERM never kills a half-made run
-        signal.signal(signum, lambda *_: stop.set())
+    """SIGTERM (an orchestrator stopping the pod: an eviction, a node drained) stops after the current page
+    and leaves the run Running for the next `talent-import run` (or any worker) to resume; SIGINT (Ctrl-C)
+    cancels it after the current page. Both are caught from the start: neither kills a half-made run."""
+    signals = Signals(threading.Event(), threading.Event())
+    signal.signal(signal.SIGTERM, lambda *_: signals.stop.set())
+    signal.signal(signal.SIGINT, lambda *_: signals.interrupt())
     container.connections.check_database_grants(["talent-import"])
     show_progress = _progress_or_logs(container, log_json)
     run, lock = container.use_cases.imports.run(request, who=operator())
-    final = _drive(container, lock, run, stop, show_progress=show_progress)
+    final = _drive(container, lock, run, signals, show_progress=show_progress)
+    if final.status is RunStatus.RUNNING:
+        print(
+            f"run {final.run_id} stopped after its current page and left Running (SIGTERM): the next "
+            "`talent-import run` with the same options resumes it, as does any `worker --jobs talent-import`",
+            file=sys.stderr,
+        )
+        return EXIT_STOPPED
     result = ImportResult.of(final, container.clock.now())
     if as_json:
         out.print_json(result)
@@ -137,13 +149,27 @@ def _progress_or_logs(container: Container, log_json: bool) -> bool:
     return True
 
 
+@dataclass(frozen=True)
+class Signals:
+    stop: threading.Event  # SIGTERM, and SIGINT
+    cancel: threading.Event  # SIGINT
+
+    def interrupt(self) -> None:
+        self.cancel.set()
+        self.stop.set()  # wakes the job's waits
+
+
 def _drive(
-    container: Container, lock: RunLock, run: ImportRun, stop: threading.Event, *, show_progress: bool
+    container: Container, lock: RunLock, run: ImportRun, signals: Signals, *, show_progress: bool
 ) -> ImportRun:
-    """The job works in a thread; this one shows progress. SIGTERM/SIGINT cancel after the current page."""
+    """The job works in a thread; this one shows progress."""
     job = container.jobs.talent_import(lock=lock)
     outcome: list[ImportRun] = []
-    worker = threading.Thread(target=lambda: outcome.append(job.drive(run, stop)), name="talent-import")
+
+    def drive() -> None:
+        outcome.append(job.drive(run, signals.stop, cancel=signals.cancel))
+
+    worker = threading.Thread(target=drive, name="talent-import")
     worker.start()
     if show_progress:
         _show_progress(container, run, worker)
@@ -337,5 +363,10 @@ def replay_failed_command(
     if as_json:
         out.print_json(replayed)
         return
-    fields = [("applied", replayed.applied), ("skipped", replayed.skipped), ("failed", replayed.failed)]
+    fields = [
+        ("applied", replayed.applied),
+        ("skipped", replayed.skipped),
+        ("failed", replayed.failed),
+        ("not replayable (snapshot pruned)", replayed.not_replayable),
+    ]
     out.print_fields(fields, title="quarantined items applied again", console=out.stdout())

@@ -75,14 +75,19 @@ class TalentImportJob:
             self._orchestrator.step_down()
             self.close()
 
-    def drive(self, run: ImportRun, stop: StopSignal) -> ImportRun:
-        """`talent-import run`: orchestrate and work on this run (its lock already held) until it ends.
-        A stop signal (SIGTERM) cancels the run after the current page."""
+    def drive(self, run: ImportRun, stop: StopSignal, *, cancel: StopSignal | None = None) -> ImportRun:
+        """`talent-import run`: orchestrate and work on this run (its lock already held) until it ends, or
+        until `stop` (SIGTERM: an orchestrator stopping the pod, a node drained) after the current page: the
+        run is left Running, its lock released and no page held, for the next process to resume. `cancel`
+        (SIGINT, Ctrl-C at a terminal; set with `stop`) cancels the run after the current page instead."""
         self._orchestrator.take(run)
         try:
             while (current := self.store.load_run(run.run_id)) and current.status is RunStatus.RUNNING:
-                if stop.is_set():
+                if cancel is not None and cancel.is_set():
                     self._orchestrator.cancel(current)
+                elif stop.is_set():
+                    self.observer.left_running(current)
+                    return current
                 elif not self.step(current):
                     stop.wait(self.settings.idle_wait_s)
             return self.store.load_run(run.run_id) or run

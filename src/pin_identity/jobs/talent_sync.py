@@ -19,7 +19,7 @@ from pin_identity.operations.identity_changes import Context
 from pin_identity.operations.ports.job_control import StopSignal
 from pin_identity.operations.ports.replica import ReplicaTransactions, SourceItem
 from pin_identity.operations.ports.talent_sources import TalentRecord, TalentStream
-from pin_identity.operations.talent_replica import ApplyOptions, BatchOutcome, apply_snapshots
+from pin_identity.operations.talent_replica import ApplyOptions, BatchOutcome, apply_snapshots, retry_deferred
 
 _LAG_REPORT_S = 10.0
 
@@ -63,7 +63,7 @@ class TalentSyncJob:
         """One poll (and whether its partitions move) and one round of due retries; True when there was
         something to do."""
         records = self._stream.poll(self._settings.batch_size, self._settings.poll_timeout_s)
-        consumed = self._consume(records) if records else False
+        consumed = self._consume(records) if records else self._commit_ends()
         self._observer.stall_measured(self._stalls.longest(self._stream.positions(), self._clock.now()))
         retried = self._retry_deferred()
         return consumed or retried
@@ -98,19 +98,28 @@ class TalentSyncJob:
         self._observer.batch_applied(len(records), batch)
         return True
 
+    def _commit_ends(self) -> bool:
+        """A poll without records may still have read a partition to its end (past a commit marker)."""
+        try:
+            self._stream.commit([])
+        except (
+            Exception
+        ) as exc:  # as a batch's commit: the next one, or the lag report's recommit, carries it
+            self._observer.offset_commit_failed(exc)
+        return False
+
     def _retry_deferred(self) -> bool:
         try:
             with self._transactions() as tx:
-                due = tx.due_quarantined(self._clock.now(), self._settings.batch_size)
-                if not due:
-                    return False
                 ctx = Context(correlation_id=uuid.uuid4(), now=self._clock.now())
-                batch = apply_snapshots(tx, due, ctx, self._options(ctx.now))
+                batch = retry_deferred(tx, ctx, self._options(ctx.now), self._settings.batch_size)
+                if not batch.outcomes:
+                    return False
                 tx.commit()
         except Exception as exc:
             self._observer.retry_failed(exc)
             return False
-        self._observer.deferred_retried(len(due), batch)
+        self._observer.deferred_retried(len(batch.outcomes), batch)
         return True
 
     def _apply(self, items: list[SourceItem]) -> BatchOutcome | None:

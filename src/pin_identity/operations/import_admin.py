@@ -244,10 +244,16 @@ class ImportOperations:
         those that apply leave the quarantine."""
         if run_id is not None:
             self.existing_run(run_id)
-        batch = replay_quarantined(
+        replayed = replay_quarantined(
             self._replica, Context.fresh(self._clock), run_id=run_id, item_ids=item_ids
         )
         action = "talent-import-replay-failed" if run_id else "talent-sync-replay-failed"
         items = [str(item) for item in item_ids or []]
         admin_action(action, who, run_id=str(run_id) if run_id else None, items=items)
-        return ReplayResult(applied=batch.applied, skipped=batch.skipped, failed=batch.failed)
+        batch = replayed.batch
+        return ReplayResult(
+            applied=batch.applied,
+            skipped=batch.skipped,
+            failed=batch.failed,
+            not_replayable=replayed.without_snapshot,
+        )

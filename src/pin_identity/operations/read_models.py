@@ -164,11 +164,15 @@ class FailedItem(ApiModel):
     updated_at: datetime
 
 
-# Quarantined items applied again: applied ones left the quarantine, failed ones stay (new reason).
+# Quarantined items applied again: applied ones left the quarantine, failed ones stay (new reason); those kept
+# without their snapshot (pruned past retention) cannot be applied, and stay as they are.
 class ReplayResult(ApiModel):
     applied: int
     skipped: int
     failed: int
+    not_replayable: int = Field(
+        description="Items kept without their snapshot (pruned past retention): not applied, left as they are"
+    )
 
 
 # ---------------------------------------------------------------- access fan-out and roles

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import dataclass
 from uuid import UUID
 
 from pin_identity.domain.errors import NotFoundError, StoreConflictError
-from pin_identity.domain.talent import ImportStage, Quarantine, SyncErrorCode
+from pin_identity.domain.talent import ImportStage, ItemResult, Quarantine, SyncErrorCode, newest_snapshots
+from pin_identity.observability.logging import get_logger
 from pin_identity.operations.identity_changes import Context
 from pin_identity.operations.ports.replica import ReplicaTransaction, ReplicaTransactions, SourceItem
 from pin_identity.operations.talent_round import ApplyOptions, BatchOutcome, ItemOutcome, Round
@@ -27,9 +29,13 @@ __all__ = [
     "ApplyOptions",
     "BatchOutcome",
     "ItemOutcome",
+    "Replayed",
     "apply_snapshots",
     "replay_quarantined",
+    "retry_deferred",
 ]
+
+log = get_logger("talent-replica")
 
 _RULES = {ImportStage.TENANTS: apply_tenants, ImportStage.USERS: apply_users}
 
@@ -83,17 +89,67 @@ def _apply_round(this_round: Round, items: list[SourceItem]) -> list[ItemOutcome
         return [outcome]
 
 
+@dataclass(frozen=True)
+class Replayed:
+    """What a replay of the quarantine came to; `without_snapshot`: rows it could not apply, having kept no
+    snapshot to apply (pruned past retention): they stay, for the operator to see."""
+
+    batch: BatchOutcome
+    without_snapshot: int
+
+
 def replay_quarantined(
     transactions: ReplicaTransactions, ctx: Context, *, run_id: UUID | None, item_ids: Sequence[UUID] | None
-) -> BatchOutcome:
+) -> Replayed:
     """The runbook's replay after the operator fixed the cause: the chosen items (all when None) of a run are
     applied again; one that applies leaves the quarantine, one that fails again stays, with its new reason."""
     with transactions() as tx:
-        items = tx.quarantined_for_replay(run_id, item_ids)
-        missing = sorted(set(item_ids or []) - {item.quarantine_id for item in items})
+        quarantined = tx.quarantined_for_replay(run_id, item_ids)
+        found = {item.quarantine_id for item in quarantined.items} | set(quarantined.without_snapshot)
+        missing = sorted(set(item_ids or []) - found)
         if missing:  # a mistyped id is an error, not "applied: 0"
             where = f"import run {run_id}" if run_id else "the talent-sync consumer"
             raise NotFoundError(f"not in the quarantine of {where}: {', '.join(map(str, missing))}")
-        batch = apply_snapshots(tx, items, ctx, ApplyOptions(run_id=run_id))
+        batch = apply_snapshots(tx, quarantined.items, ctx, ApplyOptions(run_id=run_id))
         tx.commit()
+    if quarantined.without_snapshot:
+        log.warning(
+            "quarantine-item-not-replayable",
+            run_id=str(run_id) if run_id else None,
+            items=[str(item) for item in quarantined.without_snapshot],
+            reason="its snapshot was pruned past retention (or never stored)",
+        )
+    return Replayed(batch, len(quarantined.without_snapshot))
+
+
+def retry_deferred(tx: ReplicaTransaction, ctx: Context, options: ApplyOptions, limit: int) -> BatchOutcome:
+    """The consumer's deferred items that are due, applied again inside `tx` (the caller commits).
+
+    An entity's deferred snapshots come back together, and only what the version guard would have kept had
+    they arrived after their tenant is applied: the newest, and a deletion newer than it. The others leave the
+    quarantine as stale; applied in version order, each would have published a snapshot Talent had already
+    replaced (a late duplicate of V+1 after V+5)."""
+    due = tx.due_quarantined(ctx.now, limit)
+    kept, superseded = _newest_of_each(due)
+    tx.release_quarantined([item.quarantine_id for item in superseded if item.quarantine_id is not None])
+    batch = apply_snapshots(tx, kept, ctx, options)
+    batch.outcomes.extend(
+        ItemOutcome(item.item.stage, item.item.talent_id, ItemResult.SKIPPED, stale=True)
+        for item in superseded
+    )
     return batch
+
+
+def _newest_of_each(items: Sequence[SourceItem]) -> tuple[list[SourceItem], list[SourceItem]]:
+    """Of each entity's items: those kept (the newest live snapshot, then a deletion newer than it; in
+    version order) and those superseded by them."""
+    by_entity: dict[tuple[ImportStage, UUID | None], list[SourceItem]] = defaultdict(list)
+    for item in items:
+        by_entity[(item.item.stage, item.item.talent_id)].append(item)
+    kept: list[SourceItem] = []
+    superseded: list[SourceItem] = []
+    for group in by_entity.values():
+        newest = newest_snapshots([item.item.snapshot for item in group])
+        kept.extend(item for index, item in enumerate(group) if index in newest)
+        superseded.extend(item for index, item in enumerate(group) if index not in newest)
+    return kept, superseded

@@ -144,8 +144,9 @@ class Round:
     def failed(self, source: SourceItem, quarantine: Quarantine) -> ItemOutcome:
         attempts = source.attempts + 1
         retry_at = None
-        if quarantine.code is SyncErrorCode.COMPANY_NOT_FOUND and self.options.retry_at is not None:
-            retry_at = self.options.retry_at(attempts)
+        if quarantine.code is SyncErrorCode.COMPANY_NOT_FOUND:
+            # The consumer defers it with its back-off; an operator's replay keeps a deferred item deferred.
+            retry_at = self.options.retry_at(attempts) if self.options.retry_at else source.deferred_until
         entity = source.item.talent_id
         self._quarantine.append(
             QuarantineEntry(
@@ -169,6 +170,13 @@ class Round:
             reason=quarantine.reason,
         )
 
+    def forget_tombstoned(self, snapshots: Sequence[TenantSnapshot | UserSnapshot]) -> None:
+        """A tombstone (a deletion without a version) is the entity's last record: no snapshot of it that any
+        quarantine holds may apply after it (an operator's replay would bring the deleted entity back)."""
+        tombstoned = sorted({_entity(s) for s in snapshots if s.is_deleted and s.version is None})
+        if tombstoned and self.writes:
+            self.tx.discard_quarantined(self.stage.value, tombstoned)
+
     def flush_quarantine(self) -> None:
         if not self.writes:
             return
@@ -179,6 +187,16 @@ class Round:
         self._quarantine, self._released = [], []
 
 
+def _entity(snapshot: TenantSnapshot | UserSnapshot) -> UUID:
+    return snapshot.tenant_id if isinstance(snapshot, TenantSnapshot) else snapshot.user_id
+
+
 def stand_in(talent_id: UUID) -> UUID:
     """The id a dry run gives an entity it would have created."""
     return uuid.uuid5(uuid.NAMESPACE_OID, str(talent_id))
+
+
+def new_id(talent_id: UUID, dry_run: bool = False) -> UUID:
+    """The id of an entity created now: a fresh one, or in a dry run its stand-in (its later pages and the
+    phones it would hold name it by that)."""
+    return stand_in(talent_id) if dry_run else uuid.uuid4()

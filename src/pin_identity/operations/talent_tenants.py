@@ -11,12 +11,12 @@ from uuid import UUID
 
 from pin_identity.domain import events
 from pin_identity.domain.events import CompanyState
-from pin_identity.domain.model import AccessChangeReason, CompanyStatus
+from pin_identity.domain.model import AccessChangeReason
 from pin_identity.domain.talent import Change, CompanyChange, TenantDecision, TenantSnapshot, decide_tenant
 from pin_identity.operations.identity_changes import notify_access_changed
 from pin_identity.operations.ports.identity_records import RoleRecord
 from pin_identity.operations.ports.replica import DefaultGrant, ReplicaTransaction, SourceItem
-from pin_identity.operations.talent_round import ItemOutcome, Round
+from pin_identity.operations.talent_round import ItemOutcome, Round, new_id
 
 _ACCESS_CHANGING = (Change.BLOCKED, Change.RESTORED)
 
@@ -40,32 +40,36 @@ def apply_tenants(this_round: Round, items: Sequence[SourceItem]) -> list[ItemOu
     snapshots = [(item, this_round.snapshot(item, TenantSnapshot)) for item in items]
     replica = _read_replica(this_round, [s for _, s in snapshots if isinstance(s, TenantSnapshot)])
     decided = _Decided()
-    outcomes = this_round.outcomes(snapshots, partial(_decide, replica, decided))
+    outcomes = this_round.outcomes(snapshots, partial(_decide, replica, decided, not this_round.writes))
     if this_round.writes:
         _write_companies(this_round, decided.changes)
         this_round.tx.remember_deletions(this_round.stage, decided.absent_deletions)
+        this_round.forget_tombstoned([s for _, s in snapshots if isinstance(s, TenantSnapshot)])
     elif this_round.options.memory is not None:
-        this_round.options.memory.remember(_present_tenants(decided.changes), {})
+        states = {c.state.external_talent_tenant_id: c.state for c in decided.changes}
+        this_round.options.memory.remember(this_round.stage, _by_talent_id(states), {})
     return outcomes
 
 
-def _present_tenants(changes: list[CompanyChange]) -> list[UUID]:
-    """The tenants a dry run would have left in the replica, not Blocked: its later users find them."""
-    states = [c.state for c in changes if c.state.status != CompanyStatus.BLOCKED.value]
-    return [s.external_talent_tenant_id for s in states if s.external_talent_tenant_id is not None]
+def _by_talent_id(states: dict[UUID | None, CompanyState]) -> dict[UUID, CompanyState]:
+    return {talent_id: state for talent_id, state in states.items() if talent_id is not None}
 
 
 def _read_replica(this_round: Round, snapshots: list[TenantSnapshot]) -> _Replica:
+    """The round's companies; a dry run's own earlier decisions over the replica's."""
     tenant_ids = sorted({s.tenant_id for s in snapshots})
     companies = this_round.tx.companies_by_tenant(tenant_ids)
+    if this_round.options.memory is not None:
+        companies.update(this_round.options.memory.companies(tenant_ids))
     absent = [t for t in tenant_ids if t not in companies]
     return _Replica(companies, this_round.tx.deleted_versions(this_round.stage, absent))
 
 
-def _decide(replica: _Replica, decided: _Decided, snapshot: TenantSnapshot) -> TenantDecision:
+def _decide(replica: _Replica, decided: _Decided, dry_run: bool, snapshot: TenantSnapshot) -> TenantDecision:
     known = replica.companies.get(snapshot.tenant_id)
     guard = replica.deleted.get(snapshot.tenant_id)
-    decision = decide_tenant(snapshot, known, uuid.uuid4, deleted_version=guard)
+    created_as = partial(new_id, snapshot.tenant_id, dry_run)
+    decision = decide_tenant(snapshot, known, created_as, deleted_version=guard)
     if isinstance(decision, CompanyChange):
         decided.changes.append(decision)
     elif known is None and snapshot.is_deleted and snapshot.version is not None:
@@ -83,9 +87,8 @@ def _write_companies(this_round: Round, changes: list[CompanyChange]) -> None:
     updated = [c.state for c in changes if c.change is not Change.CREATED]
     tx.save_companies(created, updated, ctx.now)
     # Users the consumer deferred until their tenant arrived go now, not at their next back-off.
-    tx.wake_deferred(
-        [c.state.external_talent_tenant_id for c in changes if c.state.external_talent_tenant_id], ctx.now
-    )
+    tenants = [c.state.external_talent_tenant_id for c in changes if c.state.external_talent_tenant_id]
+    tx.wake_deferred(tenants, ctx.now)
     tx.add_events(
         [
             events.company_upserted(c.state, correlation_id=ctx.correlation_id, occurred_at=ctx.now)

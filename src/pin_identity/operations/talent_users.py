@@ -25,7 +25,7 @@ from pin_identity.domain.talent import (
 from pin_identity.operations.identity_changes import Context
 from pin_identity.operations.ports.identity_records import RoleRecord
 from pin_identity.operations.ports.replica import DefaultGrant, DryRunMemory, ReplicaTransaction, SourceItem
-from pin_identity.operations.talent_round import ItemOutcome, Round, stand_in
+from pin_identity.operations.talent_round import ItemOutcome, Round, new_id, stand_in
 
 _GRANTING = (Change.CREATED, Change.RESTORED, Change.MOVED)
 
@@ -41,18 +41,19 @@ def apply_users(this_round: Round, items: Sequence[SourceItem]) -> list[ItemOutc
     snapshots = [(item, this_round.snapshot(item, UserSnapshot)) for item in items]
     replica = _UserReplica.read(this_round, [s for _, s in snapshots if isinstance(s, UserSnapshot)])
     decided = _Decided()
-    outcomes = this_round.outcomes(snapshots, partial(_decide, replica, decided))
+    outcomes = this_round.outcomes(snapshots, partial(_decide, replica, decided, not this_round.writes))
     if not this_round.writes:
-        _remember_phones(this_round.options.memory, decided.changes)
+        _remember(this_round.options.memory, decided.changes)
         return outcomes
     _UserWrite(this_round.tx, this_round.ctx, decided.changes, replica.blocked_companies).apply()
-    _forget_absent(this_round, decided.absent_deletions)
+    _remember_absent_deletions(this_round, decided.absent_deletions)
+    this_round.forget_tombstoned([s for _, s in snapshots if isinstance(s, UserSnapshot)])
     return outcomes
 
 
-def _decide(replica: _UserReplica, decided: _Decided, snapshot: UserSnapshot) -> UserDecision:
+def _decide(replica: _UserReplica, decided: _Decided, dry_run: bool, snapshot: UserSnapshot) -> UserDecision:
     context = replica.context(snapshot)
-    decision = decide_user(snapshot, context, uuid.uuid4)
+    decision = decide_user(snapshot, context, partial(new_id, snapshot.user_id, dry_run))
     if isinstance(decision, UserChange):
         replica.record(decision)
         decided.changes.append(decision)
@@ -61,25 +62,24 @@ def _decide(replica: _UserReplica, decided: _Decided, snapshot: UserSnapshot) ->
     return decision
 
 
-def _forget_absent(this_round: Round, deletions: list[UserSnapshot]) -> None:
-    """A deletion of a user the replica never had must keep older snapshots from creating it: a versioned
-    one is remembered by its version (the guard then skips them, deferred ones included); a tombstone has
-    no version but is the key's last record, so the deferred items of that user are dropped."""
+def _remember_absent_deletions(this_round: Round, deletions: list[UserSnapshot]) -> None:
+    """A versioned deletion of a user the replica never had must keep older snapshots from creating it: it is
+    remembered by its version (the guard then skips them, deferred and quarantined ones included). A tombstone
+    has no version: it drops the user's quarantined snapshots instead (Round.forget_tombstoned)."""
     versions: dict[UUID, int] = {}
     for deletion in deletions:
         if deletion.version is not None:
             versions[deletion.user_id] = max(deletion.version, versions.get(deletion.user_id, 0))
     this_round.tx.remember_deletions(this_round.stage, versions)
-    tombstoned = [d.user_id for d in deletions if d.version is None]
-    if tombstoned:
-        this_round.tx.discard_deferred(this_round.stage, tombstoned)
 
 
-def _remember_phones(memory: DryRunMemory | None, changes: list[UserChange]) -> None:
+def _remember(memory: DryRunMemory | None, changes: list[UserChange]) -> None:
+    """What a dry run's round would have written: its users' states, and the phones they would hold."""
     if memory is None:
         return
+    states = {c.state.external_talent_user_id: c.state for c in changes if c.state.external_talent_user_id}
     held = {c.state.phone: c.state.external_talent_user_id for c in changes if c.change is not Change.BLOCKED}
-    memory.remember([], {phone: user for phone, user in held.items() if user is not None})
+    memory.remember("Users", states, {phone: user for phone, user in held.items() if user is not None})
 
 
 def _companies(known: dict[UUID, CompanyState]) -> tuple[dict[UUID, UUID], set[UUID]]:
@@ -90,15 +90,15 @@ def _companies(known: dict[UUID, CompanyState]) -> tuple[dict[UUID, UUID], set[U
 
 def _add_dry_run(
     memory: DryRunMemory,
-    wanted: tuple[list[UUID], list[str]],
-    companies: dict[UUID, UUID],
-    owners: dict[str, UUID],
+    wanted: tuple[list[UUID], list[UUID], list[str]],
+    known: tuple[dict[UUID, UserState], dict[UUID, CompanyState], dict[str, UUID]],
 ) -> None:
-    """Of the wanted tenants and phones, what a dry run's earlier pages would have written: their companies,
-    and who would hold a phone."""
-    tenant_ids, phones = wanted
-    for tenant_id in memory.tenants(tenant_ids):
-        companies.setdefault(tenant_id, stand_in(tenant_id))
+    """Of the wanted users, tenants and phones, what a dry run's earlier pages would have written, over what
+    the replica holds: its users and companies as they would be, and who would hold a phone."""
+    user_ids, tenant_ids, phones = wanted
+    users, companies, owners = known
+    users.update(memory.users(user_ids))
+    companies.update(memory.companies(tenant_ids))
     for phone, talent_user in memory.phones(phones).items():
         owners.setdefault(phone, stand_in(talent_user))
 
@@ -128,16 +128,18 @@ class _UserReplica:
         user_ids = sorted({s.user_id for s in snapshots})
         users = tx.users_by_talent_id(user_ids, lock=writes)
         tenant_ids = sorted({s.tenant_id for s in snapshots if s.tenant_id is not None})
-        companies, blocked = _companies(tx.companies_by_tenant(tenant_ids, shared=writes))
+        known_companies = tx.companies_by_tenant(tenant_ids, shared=writes)
         phones = sorted({s.phone for s in snapshots if s.phone})
         owners = tx.phone_owners(phones)
+        if this_round.options.memory is not None:
+            known = (users, known_companies, owners)
+            _add_dry_run(this_round.options.memory, (user_ids, tenant_ids, phones), known)
+        companies, blocked = _companies(known_companies)
         absent = [u for u in user_ids if u not in users]
         deleted = tx.deleted_versions(this_round.stage, absent)
         # Only the consumer defers (an import's barrier has every tenant in before its users).
         deferring = this_round.options.retry_at is not None
         waiting = tx.waiting_versions(this_round.stage, absent) if deferring else {}
-        if this_round.options.memory is not None:
-            _add_dry_run(this_round.options.memory, (tenant_ids, phones), companies, owners)
         return cls(users, companies, owners, (deleted, waiting), blocked)
 
     def context(self, snapshot: UserSnapshot) -> UserContext:

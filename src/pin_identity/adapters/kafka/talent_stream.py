@@ -37,6 +37,9 @@ _CONSUMER_DEFAULTS = {
     # metadata refresh: every 15 s rather than librdkafka's 5 min, so the consumer takes it up within
     # seconds of the ACL being granted.
     "topic.metadata.refresh.interval.ms": 15_000,
+    # Where a partition ends is said by its end-of-partition signal: past the last record may lie what no
+    # consumer reads (a transactional producer's commit marker, records compaction removed).
+    "enable.partition.eof": True,
 }
 
 
@@ -77,6 +80,10 @@ class KafkaTalentStream:
         self._denials = DenialLog("talent-sync")
         # Per partition, the offset after the last record applied to the replica: what its commit said.
         self._applied: dict[tuple[str, int], int] = {}
+        # Per partition read to its end since the last commit: where the end was. Every record below it was
+        # delivered, so once those are applied the end is committed (else a partition ending in a commit
+        # marker would show a lag of 1 for good, and `--once` would never end).
+        self._read_to: dict[tuple[str, int], int] = {}
 
     def poll(self, max_records: int, timeout_s: float) -> list[TalentRecord]:
         records = []
@@ -86,7 +93,9 @@ class KafkaTalentStream:
                 records.append(_record(message, self._stages[message.topic() or ""]))
             elif error.fatal():
                 raise KafkaException(error)
-            elif error.code() != KafkaError._PARTITION_EOF:
+            elif error.code() == KafkaError._PARTITION_EOF:
+                self._read_to[(message.topic() or "", message.partition() or 0)] = message.offset() or 0
+            else:
                 log.warning("talent-stream-error", error=error.str())
                 self._say_denied(error)
         return records
@@ -97,9 +106,16 @@ class KafkaTalentStream:
         self._denials.say(denial(error, "Read", names))
 
     def commit(self, records: Sequence[TalentRecord]) -> None:
-        edges = _edges(records, last=True)
-        self._applied.update(((edge.topic, edge.partition), edge.offset) for edge in edges)
-        self._consumer.commit(offsets=edges, asynchronous=False)
+        edges = {(edge.topic, edge.partition): edge.offset for edge in _edges(records, last=True)}
+        for where, end in self._read_to.items():
+            if end > edges.get(where, self._applied.get(where, -1)):
+                edges[where] = end
+        self._read_to.clear()
+        if not edges:
+            return
+        self._applied.update(edges)
+        offsets = [TopicPartition(topic, partition, offset) for (topic, partition), offset in edges.items()]
+        self._consumer.commit(offsets=offsets, asynchronous=False)
 
     def recommit(self) -> int | None:
         assigned = {(tp.topic, tp.partition) for tp in self._consumer.assignment()}
@@ -115,6 +131,7 @@ class KafkaTalentStream:
 
     def rewind(self, records: Sequence[TalentRecord]) -> None:
         for partition in _edges(records, last=False):
+            self._read_to.pop((partition.topic, partition.partition), None)  # read again: its end too
             try:
                 self._consumer.seek(partition)
             except KafkaException as exc:  # no longer ours: the new owner starts from the committed offset

@@ -90,7 +90,7 @@ def job_grants() -> list[TableGrant]:
         *(TableGrant("talent-import", privileges, table) for table, privileges in _REPLICA),
         TableGrant("talent-import", ("SELECT", "INSERT", "UPDATE"), "talent_import_runs"),
         TableGrant("talent-import", ("SELECT", "INSERT", "UPDATE"), "talent_import_pages"),
-        TableGrant("talent-import", ("SELECT", "INSERT"), "talent_import_dry_run_tenants"),
+        TableGrant("talent-import", ("SELECT", "INSERT", "UPDATE"), "talent_import_dry_run_states"),
         TableGrant("talent-import", ("SELECT", "INSERT"), "talent_import_dry_run_phones"),
         # The admin API and the operator commands: a role's permissions changed (a small role's fan-out
         # inline), tasks replayed, discarded and pruned, runs started and cancelled, quarantined items
@@ -108,7 +108,7 @@ def job_grants() -> list[TableGrant]:
         TableGrant("serve", ("SELECT",), "outbox_dead_letters"),
         TableGrant("serve", ("SELECT", "INSERT", "UPDATE", "DELETE"), "talent_import_runs"),
         TableGrant("serve", ("SELECT",), "talent_import_pages"),
-        TableGrant("serve", ("SELECT",), "talent_import_dry_run_tenants"),
+        TableGrant("serve", ("SELECT",), "talent_import_dry_run_states"),
         TableGrant("serve", ("SELECT",), "talent_import_dry_run_phones"),
     ]
 

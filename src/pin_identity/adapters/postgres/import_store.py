@@ -1,24 +1,27 @@
-"""The initial import's state on PostgreSQL: runs, leased pages, the run lock, the dry run's tenants."""
+"""The initial import's state on PostgreSQL: runs, leased pages, the run lock, the dry run's memory."""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import fields
+from dataclasses import asdict, fields
 from datetime import datetime
 from typing import Any
 from uuid import UUID
 
 import psycopg
 from psycopg.rows import DictRow, dict_row, kwargs_row, scalar_row
+from psycopg.types.json import Jsonb
 
 from pin_identity.adapters.postgres.catalogue import query
 from pin_identity.adapters.postgres.database import Database, Fence, read
 from pin_identity.adapters.postgres.replica_store import PostgresReplicaTransaction
 from pin_identity.domain.errors import LeaseLostError
+from pin_identity.domain.events import CompanyState, UserState
 from pin_identity.domain.import_run import (
     RUN_LOCK_KEY,
     ImportMode,
@@ -56,16 +59,28 @@ def _failed_item(*, stage: str, **columns: Any) -> FailedItem:
 
 
 class PostgresDryRunMemory:
-    """A dry run's would-be tenants and phones, kept with the run (deleted with it)."""
+    """What a dry run would have written: its companies' and users' states, and who would hold which phone;
+    kept with the run (deleted with it)."""
 
     def __init__(self, conn: psycopg.Connection, run_id: UUID):
         self._conn, self._run_id = conn, run_id
 
-    def tenants(self, tenant_ids: Sequence[UUID]) -> set[UUID]:
-        if not tenant_ids:
-            return set()
-        params = {"run_id": self._run_id, "tenant_ids": list(tenant_ids)}
-        return set(read(self._conn, "dry_run_tenants", params, scalar_row))
+    def companies(self, tenant_ids: Sequence[UUID]) -> dict[UUID, CompanyState]:
+        return {
+            talent: CompanyState(**_state(s, _COMPANY_IDS))
+            for talent, s in self._states("Tenants", tenant_ids)
+        }
+
+    def users(self, talent_ids: Sequence[UUID]) -> dict[UUID, UserState]:
+        return {talent: UserState(**_state(s, _USER_IDS)) for talent, s in self._states("Users", talent_ids)}
+
+    def _states(self, stage: str, ids: Sequence[UUID]) -> list[tuple[UUID, dict[str, Any]]]:
+        if not ids:
+            return []
+        params = {"run_id": self._run_id, "stage": stage, "ids": list(ids)}
+        return [
+            (row["external_id"], row["state"]) for row in read(self._conn, "dry_run_states", params, dict_row)
+        ]
 
     def phones(self, phones: Sequence[str]) -> dict[str, UUID]:
         if not phones:
@@ -74,14 +89,31 @@ class PostgresDryRunMemory:
         rows = read(self._conn, "dry_run_phones", params, dict_row)
         return {row["phone"]: row["external_talent_user_id"] for row in rows}
 
-    def remember(self, tenant_ids: Sequence[UUID], phones: Mapping[str, UUID]) -> None:
+    def remember(
+        self, stage: str, states: Mapping[UUID, CompanyState | UserState], phones: Mapping[str, UUID]
+    ) -> None:
         params = {
             "run_id": self._run_id,
-            "tenant_ids": list(tenant_ids),
+            "stage": stage,
+            "ids": list(states),
+            "states": [Jsonb(asdict(state), dumps=_json) for state in states.values()],
             "phones": list(phones),
             "users": list(phones.values()),
         }
         self._conn.execute(query("remember_dry_run"), params)
+
+
+_COMPANY_IDS = ("company_id", "external_talent_tenant_id")
+_USER_IDS = ("user_id", "company_id", "external_talent_user_id")
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, default=str)
+
+
+def _state(stored: dict[str, Any], ids: Sequence[str]) -> dict[str, Any]:
+    """A stored state's fields, its ids uuids again."""
+    return {**stored, **{field: UUID(stored[field]) if stored[field] else None for field in ids}}
 
 
 class PostgresImportPageTransaction:

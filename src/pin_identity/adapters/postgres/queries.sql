@@ -356,17 +356,16 @@ FROM identity.companies WHERE external_talent_tenant_id = ANY(%(tenant_ids)s::uu
 ORDER BY id
 FOR SHARE;
 
--- name: company_managers
--- The Talent managers of companies (not Blocked themselves), by their Talent id: whom blocking or restoring a
--- company concerns. Read before their locks are taken; lock_managers reads them again under the locks.
-SELECT external_talent_user_id FROM identity.users
-WHERE company_id = ANY(%(company_ids)s::uuid[]) AND sync_source = 'TalentIdentity' AND status <> 'Blocked'
-  AND external_talent_user_id IS NOT NULL;
-
 -- name: lock_managers
+-- The Talent managers of companies (not Blocked themselves): whom blocking or restoring a company concerns,
+-- each row held as every writer of a user's assignments holds it, in id order. Row locks, not an advisory
+-- lock per manager: a row lock lives in the row itself, so a company of 40,000 managers takes no more of
+-- PostgreSQL's shared lock table than one of 4 (40,000 advisory locks overflowed it: "out of shared memory").
+-- Every other writer of these existing users holds their rows too (the advisory lock on a Talent id serialises
+-- the writers of a user that may not exist yet, which a company's managers all do).
 SELECT id, company_id FROM identity.users
-WHERE external_talent_user_id = ANY(%(talent_ids)s::uuid[]) AND company_id = ANY(%(company_ids)s::uuid[])
-  AND status <> 'Blocked'
+WHERE company_id = ANY(%(company_ids)s::uuid[]) AND sync_source = 'TalentIdentity' AND status <> 'Blocked'
+  AND external_talent_user_id IS NOT NULL
 ORDER BY id
 FOR UPDATE;
 
@@ -508,10 +507,11 @@ ON CONFLICT (id) DO NOTHING;
 -- name: release_quarantined
 DELETE FROM identity.talent_import_failed_items WHERE id = ANY(%(ids)s::uuid[]);
 
--- name: discard_deferred
+-- name: discard_quarantined
+-- A deletion that carries no version (a tombstone) is the entity's last word: every snapshot of it any
+-- quarantine holds (the consumer's, deferred or held for the operator, and every run's) is older, and gone.
 DELETE FROM identity.talent_import_failed_items
-WHERE run_id IS NULL AND next_attempt_at IS NOT NULL AND stage = %(stage)s
-  AND external_id = ANY(%(talent_ids)s::uuid[]);
+WHERE stage = %(stage)s AND external_id = ANY(%(talent_ids)s::uuid[]);
 
 -- name: wake_deferred_users
 -- The consumer's users deferred until their tenant arrived are due as soon as it has, not at their next back-off:
@@ -523,15 +523,25 @@ WHERE run_id IS NULL AND next_attempt_at > %(now)s AND stage = 'Users'
   AND lower(payload ->> 'tenantId') = ANY(%(tenant_ids)s::text[]);
 
 -- name: due_quarantined
--- The consumer's deferred items (a user that arrived before its tenant) whose next try is due; snapshots of
--- one entity deferred together come back in version order (a deletion waits behind an older snapshot).
-SELECT id, stage, external_id, error_code, payload, attempt_count, next_attempt_at
-FROM identity.talent_import_failed_items
-WHERE run_id IS NULL AND next_attempt_at <= %(now)s
-ORDER BY next_attempt_at, created_at,
-         CASE WHEN payload ->> 'version' ~ '^[0-9]{1,18}$' THEN (payload ->> 'version')::bigint END
-LIMIT %(limit)s
-FOR UPDATE SKIP LOCKED;
+-- The consumer's deferred items (a user that arrived before its tenant) of the entities with one due: all of an
+-- entity's deferred snapshots come back together, in version order, so that only what the version guard keeps
+-- is applied (talent_replica.retry_deferred). A row kept without its snapshot is never retried.
+WITH due AS (
+    -- The first due rows by the index on next_attempt_at, then their entities: a company of tens of thousands
+    -- of deferred managers is not grouped whole at every step.
+    SELECT DISTINCT stage, external_id
+    FROM (SELECT stage, external_id FROM identity.talent_import_failed_items
+          WHERE run_id IS NULL AND next_attempt_at <= %(now)s AND payload IS NOT NULL
+          ORDER BY next_attempt_at
+          LIMIT %(limit)s) AS first_due
+)
+SELECT f.id, f.stage, f.external_id, f.error_code, f.payload, f.attempt_count, f.next_attempt_at
+FROM identity.talent_import_failed_items f JOIN due USING (stage, external_id)
+WHERE f.run_id IS NULL AND f.next_attempt_at IS NOT NULL AND f.payload IS NOT NULL
+ORDER BY f.stage, f.external_id,
+         CASE WHEN f.payload ->> 'version' ~ '^[0-9]{1,18}$' THEN (f.payload ->> 'version')::bigint END,
+         f.created_at
+FOR UPDATE OF f SKIP LOCKED;
 
 -- name: import_failed_items
 -- A run's quarantine, or the continuous consumer's (run_id null).
@@ -868,19 +878,21 @@ SET status = CASE WHEN attempt_count >= %(max_attempts)s THEN 'Failed' ELSE 'Pen
 WHERE id = %(page_id)s AND claim_id = %(claim_id)s AND status = 'InProgress'
 RETURNING status;
 
--- name: dry_run_tenants
-SELECT external_talent_tenant_id FROM identity.talent_import_dry_run_tenants
-WHERE run_id = %(run_id)s AND external_talent_tenant_id = ANY(%(tenant_ids)s::uuid[]);
+-- name: dry_run_states
+-- What a dry run would have left of these companies or users (their CompanyState or UserState, as JSON).
+SELECT external_id, state FROM identity.talent_import_dry_run_states
+WHERE run_id = %(run_id)s AND stage = %(stage)s AND external_id = ANY(%(ids)s::uuid[]);
 
 -- name: dry_run_phones
 SELECT phone, external_talent_user_id FROM identity.talent_import_dry_run_phones
 WHERE run_id = %(run_id)s AND phone = ANY(%(phones)s::text[]);
 
 -- name: remember_dry_run
-WITH tenants AS (
-    INSERT INTO identity.talent_import_dry_run_tenants (run_id, external_talent_tenant_id)
-    SELECT %(run_id)s, t FROM unnest(%(tenant_ids)s::uuid[]) AS t
-    ON CONFLICT DO NOTHING
+WITH states AS (
+    INSERT INTO identity.talent_import_dry_run_states (run_id, stage, external_id, state)
+    SELECT %(run_id)s, %(stage)s, s.external_id, s.state
+    FROM unnest(%(ids)s::uuid[], %(states)s::jsonb[]) AS s(external_id, state)
+    ON CONFLICT (run_id, stage, external_id) DO UPDATE SET state = EXCLUDED.state
 )
 INSERT INTO identity.talent_import_dry_run_phones (run_id, phone, external_talent_user_id)
 SELECT %(run_id)s, p.phone, p.talent_user FROM unnest(%(phones)s::text[], %(users)s::uuid[]) AS p(phone, talent_user)

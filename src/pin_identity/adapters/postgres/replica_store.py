@@ -13,7 +13,7 @@ from uuid import UUID
 import psycopg
 from psycopg import errors
 from psycopg.pq import TransactionStatus
-from psycopg.rows import DictRow, RowFactory, dict_row, kwargs_row, scalar_row, tuple_row
+from psycopg.rows import DictRow, RowFactory, dict_row, kwargs_row, tuple_row
 from psycopg.types.array import ListBinaryDumper
 
 from pin_identity.adapters.postgres.catalogue import query
@@ -26,7 +26,7 @@ from pin_identity.domain.model import DEVELOPER_MANAGER_ROLE_CODE, RenderedAcces
 from pin_identity.domain.talent import ImportStage
 from pin_identity.observability.logging import get_logger
 from pin_identity.operations.ports.identity_records import RoleRecord
-from pin_identity.operations.ports.replica import DefaultGrant, QuarantineEntry, SourceItem
+from pin_identity.operations.ports.replica import DefaultGrant, Quarantined, QuarantineEntry, SourceItem
 
 log = get_logger("replica-store")
 
@@ -123,16 +123,18 @@ def _text(talent_id: UUID | None) -> str | None:
     return str(talent_id) if talent_id else None
 
 
-def _quarantined(rows: Iterable[DictRow]) -> list[SourceItem]:
-    """Rows of due_quarantined or import_failed_items_for_replay, each read again as it was when it came."""
-    return [
-        SourceItem(
-            read_item(ImportStage(row["stage"]), _text(row["external_id"]), row["payload"]),
-            row["id"],
-            row["attempt_count"],
-        )
-        for row in rows
-    ]
+def _quarantined(rows: Iterable[DictRow]) -> Quarantined:
+    """Rows of due_quarantined or import_failed_items_for_replay, each read again as it was when it came. A
+    row without its snapshot (pruned past retention, or never storable) is no item: read back, a missing
+    value would pass for a tombstone and delete the entity."""
+    items, without_snapshot = [], []
+    for row in rows:
+        if row["payload"] is None:
+            without_snapshot.append(row["id"])
+            continue
+        item = read_item(ImportStage(row["stage"]), _text(row["external_id"]), row["payload"])
+        items.append(SourceItem(item, row["id"], row["attempt_count"], row["next_attempt_at"]))
+    return Quarantined(items, without_snapshot)
 
 
 class PostgresReplicaTransaction(PostgresAccessEvents):
@@ -183,11 +185,8 @@ class PostgresReplicaTransaction(PostgresAccessEvents):
     def lock_managers(self, company_ids: Sequence[UUID]) -> dict[UUID, UUID]:
         if not company_ids:
             return {}
-        talent_ids = sorted(self._read("company_managers", {"company_ids": list(company_ids)}, scalar_row))
-        # The same per-user lock every writer of a Talent user takes, then the rows (id order).
-        self.lock_talent_ids("Users", talent_ids)
-        params = {"talent_ids": talent_ids, "company_ids": list(company_ids)}
-        return {row["id"]: row["company_id"] for row in self._read("lock_managers", params, dict_row)}
+        params = {"company_ids": list(company_ids)}
+        return dict(self._execute("lock_managers", params))  # (id, company id) rows, by position
 
     def managers_without_default_role(
         self, user_ids: Sequence[UUID], role_id: UUID
@@ -298,18 +297,18 @@ class PostgresReplicaTransaction(PostgresAccessEvents):
                 self._write_quarantine(_quarantine_columns(entries))
         except StoreConflictError:
             log.warning("quarantine-payload-refused", items=len(entries))
-            self._write_quarantine({**_quarantine_columns(entries), "payloads": [None] * len(entries)})
+            # Without its snapshot a row cannot be tried again: it waits for the operator, never for a retry.
+            kept = {"payloads": [None] * len(entries), "next_attempts": [None] * len(entries)}
+            self._write_quarantine({**_quarantine_columns(entries), **kept})
 
     def _write_quarantine(self, columns: dict[str, list[Any]]) -> None:
         self._execute("update_quarantined", columns)
         self._execute("insert_quarantined", columns)
 
     def due_quarantined(self, now: datetime, limit: int) -> list[SourceItem]:
-        return _quarantined(self._read("due_quarantined", {"now": now, "limit": limit}, dict_row))
+        return _quarantined(self._read("due_quarantined", {"now": now, "limit": limit}, dict_row)).items
 
-    def quarantined_for_replay(
-        self, run_id: UUID | None, entry_ids: Sequence[UUID] | None
-    ) -> list[SourceItem]:
+    def quarantined_for_replay(self, run_id: UUID | None, entry_ids: Sequence[UUID] | None) -> Quarantined:
         params = {"run_id": run_id, "all": entry_ids is None, "ids": list(entry_ids or [])}
         return _quarantined(self._read("import_failed_items_for_replay", params, dict_row))
 
@@ -320,8 +319,9 @@ class PostgresReplicaTransaction(PostgresAccessEvents):
         if tenant_ids:
             self._execute("wake_deferred_users", {"tenant_ids": [str(t) for t in tenant_ids], "now": now})
 
-    def discard_deferred(self, stage: str, talent_ids: Sequence[UUID]) -> None:
-        self._execute("discard_deferred", {"stage": stage, "talent_ids": list(talent_ids)})
+    def discard_quarantined(self, stage: str, talent_ids: Sequence[UUID]) -> None:
+        if talent_ids:
+            self._execute("discard_quarantined", {"stage": stage, "talent_ids": list(talent_ids)})
 
 
 class PostgresReplicaTransactions:

@@ -43,24 +43,47 @@ class QuarantineEntry:
 
 @dataclass(frozen=True)
 class SourceItem:
-    """A Talent item to apply; a quarantine row read back for another try carries its id and how often it
-    was tried."""
+    """A Talent item to apply; a quarantine row read back for another try carries its id, how often it was
+    tried and, for one the consumer deferred until its tenant arrives, when it is due again."""
 
     item: TalentItem
     quarantine_id: UUID | None = None
     attempts: int = 0
+    deferred_until: datetime | None = None
+
+
+@dataclass(frozen=True)
+class Quarantined:
+    """Quarantine rows read back for a replay: the items to apply again, and the ids of rows kept without
+    their snapshot (pruned past retention, or never storable), which nothing can apply."""
+
+    items: list[SourceItem]
+    without_snapshot: list[UUID]
 
 
 class DryRunMemory(Protocol):
-    """What a dry run would have written so far (it writes no replica row): its later pages resolve tenants
-    and phone owners against the replica plus this."""
+    """What a dry run would have written so far (it writes no replica row): the companies and users as it
+    would have left them, and who would hold a phone. Its later pages decide against the replica with these
+    over it, so that they decide as a real run's would (a repeated snapshot skipped, a later deletion
+    blocking what an earlier page would have created)."""
 
-    def tenants(self, tenant_ids: Sequence[UUID]) -> set[UUID]: ...
+    def companies(self, tenant_ids: Sequence[UUID]) -> dict[UUID, CompanyState]:
+        """By Talent tenant id."""
+        ...
+
+    def users(self, talent_ids: Sequence[UUID]) -> dict[UUID, UserState]:
+        """By Talent user id."""
+        ...
+
     def phones(self, phones: Sequence[str]) -> dict[str, UUID]:
         """Phone -> the Talent user id that would hold it."""
         ...
 
-    def remember(self, tenant_ids: Sequence[UUID], phones: Mapping[str, UUID]) -> None: ...
+    def remember(
+        self, stage: str, states: Mapping[UUID, CompanyState | UserState], phones: Mapping[str, UUID]
+    ) -> None:
+        """`states` by Talent id (of the stage's entities); `phones`: phone -> Talent user id."""
+        ...
 
 
 class ReplicaTransaction(AccessEventWriter, Transaction, Protocol):
@@ -120,12 +143,11 @@ class ReplicaTransaction(AccessEventWriter, Transaction, Protocol):
 
     def quarantine(self, entries: Sequence[QuarantineEntry]) -> None: ...
     def due_quarantined(self, now: datetime, limit: int) -> list[SourceItem]:
-        """The consumer's deferred items whose next try is due, locked for this transaction."""
+        """Every deferred item of the consumer's (at most `limit`) entities with one due, each entity's in
+        version order, locked for this transaction."""
         ...
 
-    def quarantined_for_replay(
-        self, run_id: UUID | None, entry_ids: Sequence[UUID] | None
-    ) -> list[SourceItem]:
+    def quarantined_for_replay(self, run_id: UUID | None, entry_ids: Sequence[UUID] | None) -> Quarantined:
         """A run's quarantine rows (the chosen ones, or all), locked for this transaction."""
         ...
 
@@ -134,8 +156,9 @@ class ReplicaTransaction(AccessEventWriter, Transaction, Protocol):
         """Make the consumer's users deferred until one of these tenants arrived due at `now`."""
         ...
 
-    def discard_deferred(self, stage: str, talent_ids: Sequence[UUID]) -> None:
-        """Drop the consumer's deferred items of these entities (they were deleted in Talent)."""
+    def discard_quarantined(self, stage: str, talent_ids: Sequence[UUID]) -> None:
+        """Drop every quarantined snapshot of these entities, from every quarantine (a tombstone deleted
+        them)."""
         ...
 
 

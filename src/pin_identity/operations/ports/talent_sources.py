@@ -56,7 +56,9 @@ class TalentStream(Protocol):
 
     def poll(self, max_records: int, timeout_s: float) -> list[TalentRecord]: ...
     def commit(self, records: Sequence[TalentRecord]) -> None:
-        """Mark every record up to the last of each partition as consumed (after the database commit)."""
+        """Mark every record up to the last of each partition as consumed (after the database commit), and a
+        partition read to its end since the last commit as consumed to its end (past its last record may lie
+        what no consumer reads: a transaction's commit marker). With no records, only the latter."""
         ...
 
     def rewind(self, records: Sequence[TalentRecord]) -> None:
