@@ -175,7 +175,7 @@ class BrokenQueue(MemoryQueue):
         raise ConnectionError("database went away")
 
 
-FAST = RelaySettings(batch_size=3, max_in_flight=6, idle_wait_s=0, standby_wait_s=0, max_backoff_s=0)
+FAST = RelaySettings(batch_size=3, max_in_flight=6, idle_wait_s=0.001, standby_wait_s=0.001, max_backoff_s=0)
 
 
 def _relay(

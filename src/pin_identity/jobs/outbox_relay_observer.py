@@ -15,6 +15,10 @@ from pin_identity.operations.ports.outbox import OutboxBacklog, OutboxWriter
 log = get_logger("outbox-relay")
 
 
+def _who(writer: OutboxWriter) -> tuple[int | None, str | None]:
+    return writer.pid, writer.prepared_gid
+
+
 # A transaction that took an outbox id and runs this long is named in the log (a hung request of a writer).
 HELD_AFTER_S = 10.0
 # The broker acknowledges a healthy relay's transactions within a second: this long without an acknowledgement
@@ -32,6 +36,7 @@ class RelayObserver:
         # it). Replaced, never changed in place: `/readyz` reads it from another thread.
         self._missing_topics: dict[str, str] = {}
         self._replicas_short: str | None = None  # what the broker said of too few replicas in sync
+        self._held_by_prepared: str | None = None  # a prepared transaction holding publishing, in words
 
     def started(self) -> None:
         log.info("outbox-relay-started")
@@ -48,20 +53,28 @@ class RelayObserver:
         outbox id, revocations included: said once per such writer, and once more when publishing goes on."""
         metrics.record_outbox_backlog(backlog.waiting, backlog.oldest_age_s, backlog.held_s)
         writer = backlog.held_by if backlog.held_s >= self._held_after_s else None
-        if writer is not None and (
-            self._held_by_reported is None or writer.pid != self._held_by_reported.pid
-        ):
+        reported = self._held_by_reported
+        if writer is not None and (reported is None or _who(writer) != _who(reported)):
             log.warning(
                 "outbox-publishing-held",
                 pid=writer.pid,
                 application_name=writer.application_name,
+                prepared_gid=writer.prepared_gid,
                 transaction_s=round(backlog.held_s, 1),
                 waiting=backlog.waiting,
                 runbook="docs/runbooks.md#outbox-publishing-held",
             )
-        elif writer is None and self._held_by_reported is not None:
-            log.info("outbox-publishing-resumed", pid=self._held_by_reported.pid)
+        elif writer is None and reported is not None:
+            log.info("outbox-publishing-resumed", pid=reported.pid, prepared_gid=reported.prepared_gid)
         self._held_by_reported = writer
+        # A prepared transaction holds publishing until someone commits or rolls it back, which no timeout
+        # does: said on /readyz while it lasts. A live writer is for the log and the alert.
+        self._held_by_prepared = (
+            f"the outbox relay waits on prepared transaction {writer.prepared_gid!r} (prepared "
+            f"{backlog.held_s:.0f} s ago), which took an outbox id: COMMIT PREPARED or ROLLBACK PREPARED it"
+            if writer is not None and writer.prepared_gid is not None
+            else None
+        )
 
     def ids_went_back(self, read_up_to: int, now_at: int) -> None:
         """The outbox id sequence restarted below what was read: the relay reads from the first row again."""
@@ -150,11 +163,12 @@ class RelayObserver:
             log.info("outbox-broker-acknowledges", silent_s=round(silent_for, 1))
 
     def readiness_warning(self) -> str | None:
-        """What `/readyz` warns of: the topics whose events are held, too few replicas in sync, a broker that
-        has acknowledged nothing for a while; or None."""
+        """What `/readyz` warns of: the topics whose events are held, a prepared transaction holding
+        publishing, too few replicas in sync, a broker that has acknowledged nothing for a while; or None."""
         short, silent_for = self._replicas_short, self._silent_for_s
         warnings = [
             self.missing_topics(),
+            self._held_by_prepared,
             f"the outbox relay cannot publish: {short}" if short else None,
             f"the outbox relay has waited {silent_for:.0f} s for the broker to acknowledge its events"
             if silent_for is not None

@@ -26,6 +26,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from pin_identity.adapters.kafka.client_log import with_client_log
 from pin_identity.adapters.kafka.denials import DenialLog, denial
 from pin_identity.adapters.system_clock import SYSTEM_CLOCK
+from pin_identity.config import RELAY_COORDINATOR_CALL_S
 from pin_identity.domain.clock import Clock
 from pin_identity.domain.events import CONTRACT_VERSION
 from pin_identity.observability import metrics
@@ -90,9 +91,7 @@ TRANSACTION_AGE_S = 0.5
 # thread) timed out is followed by the coordinator's answer before the next call, and it reports that timeout
 # as resumable all the same (docs/librdkafka-txn-abort.md). A first phase given seconds times out only if that
 # thread stalls as long, so a commit that times out is resumed, with the same timeout, past its first phase.
-_INIT_TIMEOUT_S = 5.0
-_COMMIT_TIMEOUT_S = 5.0
-_ABORT_TIMEOUT_S = 5.0
+_INIT_TIMEOUT_S = _COMMIT_TIMEOUT_S = _ABORT_TIMEOUT_S = RELAY_COORDINATOR_CALL_S
 
 
 @dataclass(slots=True)

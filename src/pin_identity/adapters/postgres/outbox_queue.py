@@ -259,7 +259,7 @@ class PostgresOutboxQueue:
         assert backlog is not None  # the statement answers with one row
         running_s = backlog["running_s"]
         writer = (
-            OutboxWriter(backlog["pid"], backlog["application_name"], running_s)
+            OutboxWriter(backlog["pid"], backlog["application_name"], running_s, backlog["gid"])
             if backlog["writing"]
             else None
         )

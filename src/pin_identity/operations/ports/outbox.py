@@ -39,11 +39,14 @@ class PublishReport:
 @dataclass(frozen=True)
 class OutboxWriter:
     """A session whose transaction took an outbox id and has not ended: the relay publishes nothing after
-    that id until it does. Its figures are None where the relay's role may not see other roles' sessions."""
+    that id until it does. Its figures are None where the relay's role may not see other roles' sessions.
+    A prepared transaction (two-phase commit) has no session: it is named by its gid, and its time is since
+    it was prepared; it holds publishing until it is committed or rolled back."""
 
     pid: int | None
     application_name: str | None
     transaction_s: float | None
+    prepared_gid: str | None = None
 
 
 @dataclass(frozen=True)
