@@ -76,6 +76,10 @@ class RelaySettings(Section):
     # Events handed to the producer before the first is acknowledged: fetching the next batch
     # overlaps the broker's work on the previous one.
     max_in_flight: PositiveInt = 20_000
+    # The relay's memory for events, whatever their size: half for the rows it read and holds, a quarter for
+    # the producer's queue, a quarter for one read. Fits the deployment's 256 MiB pod with the process's own
+    # (deploy/README.md, "Sizes"); a user's snapshot of thousands of assignments is 1-4 MB.
+    memory_mb: Annotated[int, Field(ge=16, le=65_536)] = 64
     idle_wait_s: Pause = 0.05
     standby_wait_s: Pause = 2.0
     max_backoff_s: Seconds = 10.0

@@ -23,7 +23,7 @@ from pin_identity.domain.events import ACCESS_TOPIC, OutboxMessage
 from pin_identity.operations.ports.outbox import PendingEvent, RelayRole
 from tests.support.brokers import RestartableBroker
 from tests.support.kafka_tap import EventTap
-from tests.support.relay import RelaySignals, access_message, outbox_count
+from tests.support.relay import RelaySignals, access_message, outbox_count, read_rows
 from tests.support.tcp_proxy import TcpProxy
 from tests.support.waiting import first_answer, holds_within, wait_until
 
@@ -142,11 +142,11 @@ def test_a_relay_starting_on_an_emptied_outbox_reads_the_next_row(
     queue = PostgresOutboxQueue(connections.database)
     try:
         assert queue.try_become_active() is not RelayRole.STANDBY
-        assert queue.fetch_ready(2000, 0) == [] and queue.fetch_ready(2000, 0) == []
+        assert read_rows(queue, 2000, 0) == [] and read_rows(queue, 2000, 0) == []
         key = uuid.uuid4()
         _write(database_url, [_message(key, 1)])
         read: list[PendingEvent] = []
-        wait_until(lambda: bool(read.extend(queue.fetch_ready(2000, 0)) or read), "the new row is read")
+        wait_until(lambda: bool(read.extend(read_rows(queue, 2000, 0)) or read), "the new row is read")
         assert [row.key for row in read] == [str(key)]
     finally:
         queue.reset()
@@ -202,9 +202,9 @@ def test_a_removal_lost_with_its_session_is_sent_again_before_the_next_session_r
     _write(database_url, [_message(key, n) for n in range(1, 4)])
     queue = PostgresOutboxQueue(connections.database)
     assert queue.try_become_active() is RelayRole.ACTIVE
-    [first] = queue.fetch_ready(1, 0)
+    [first] = read_rows(queue, 1, 0)
     queue.settle([first.outbox_id], {})
-    [second] = queue.fetch_ready(1, first.outbox_id)  # the first row's removal goes out after this read
+    [second] = read_rows(queue, 1, first.outbox_id)  # the first row's removal goes out after this read
     with psycopg.connect(database_url, autocommit=True) as admin:
         admin.execute(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
@@ -212,12 +212,12 @@ def test_a_removal_lost_with_its_session_is_sent_again_before_the_next_session_r
         )
     queue.settle([second.outbox_id], {})
     with pytest.raises(psycopg.OperationalError):
-        queue.fetch_ready(10, second.outbox_id)
+        read_rows(queue, 10, second.outbox_id)
     queue.stand_down()  # what the relay does after a failure
     assert outbox_count(database_url) == 3  # neither removal was committed
 
     assert queue.try_become_active() is RelayRole.TAKEN_OVER
-    [third] = queue.fetch_ready(10, 0)  # neither of the two rows already delivered
+    [third] = read_rows(queue, 10, 0)  # neither of the two rows already delivered
     assert third.outbox_id > second.outbox_id
     assert queue.is_drained() is False and outbox_count(database_url) == 1
     queue.reset()
@@ -249,7 +249,7 @@ def test_a_removal_that_outlives_a_crash_spares_a_new_row_that_reuses_its_id(
     _write(database_url, [_message(uuid.uuid4(), 1)])
     queue = PostgresOutboxQueue(connections.database)
     assert queue.try_become_active() is RelayRole.ACTIVE
-    [published] = queue.fetch_ready(10, 0)
+    [published] = read_rows(queue, 10, 0)
     queue.settle([published.outbox_id], {})  # acknowledged: its removal goes out with the next read
     _end_relay_session(database_url)  # the server goes down with the session
     queue.stand_down()  # what the relay does after a failure: the removal is kept for the next session
@@ -257,7 +257,7 @@ def test_a_removal_that_outlives_a_crash_spares_a_new_row_that_reuses_its_id(
     key = uuid.uuid4()
     _write(database_url, [_message(key, 2)])
     assert queue.try_become_active() is not RelayRole.STANDBY
-    read = queue.fetch_ready(10, 0)
+    read = read_rows(queue, 10, 0)
     queue.reset()
     assert [(row.outbox_id, row.key) for row in read] == [(published.outbox_id, str(key))]
     assert outbox_count(database_url) == 1

@@ -22,6 +22,7 @@ from pin_identity.domain.events import ACCESS_TOPIC, OutboxMessage, envelope
 from pin_identity.domain.fanout_policy import FanOutPolicy
 from pin_identity.jobs.outbox_relay_observer import HELD_AFTER_S, RelayObserver
 from pin_identity.operations import identity_changes
+from pin_identity.operations.ports.outbox import OutboxQueue, PendingEvent
 from tests.support.cli import CLI
 from tests.support.health import wait_for_healthz
 from tests.support.kafka_tap import EventTap
@@ -63,6 +64,11 @@ def users_told_of_the_change(bootstrap: str, role: uuid.UUID) -> set[str]:
     finally:
         tap.close()
     return {e.key for e in events if e.payload["changeReason"] == "RolePermissionsChanged"}
+
+
+def read_rows(queue: OutboxQueue, limit: int, after: int) -> list[PendingEvent]:
+    """The relay's read of the outbox (its main lane), without a bound on bytes."""
+    return queue.fetch_ready(limit, after, max_bytes=2**40).events
 
 
 def outbox_count(database_url: str, table: str = "outbox_events") -> int:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -20,11 +20,20 @@ from pin_identity.config import RelaySettings
 from pin_identity.domain.errors import OutboxIdsWentBackError
 from pin_identity.jobs.outbox_relay import OutboxRelay
 from pin_identity.jobs.outbox_relay_observer import RelayObserver
-from pin_identity.operations.ports.outbox import OutboxBacklog, PendingEvent, PublishReport, RelayRole
+from pin_identity.operations.ports.outbox import (
+    Fetched,
+    OutboxBacklog,
+    PendingEvent,
+    Place,
+    PublishReport,
+    RelayRole,
+)
 
 
-def _event(n: int, key: str | None = None) -> PendingEvent:
-    return PendingEvent(n, "t", key or f"k{n}", b"{}", "E", str(uuid.uuid4()), None)
+def _event(n: int, key: str | None = None, *, topic: str = "t", size: int = 2) -> PendingEvent:
+    return PendingEvent(
+        n, topic, key or f"k{n}", b"{" + b" " * (size - 2) + b"}", "E", str(uuid.uuid4()), None
+    )
 
 
 class MemoryQueue:
@@ -42,8 +51,19 @@ class MemoryQueue:
             return RelayRole.ACTIVE if self.clean else RelayRole.TAKEN_OVER
         return RelayRole.ACTIVE
 
-    def fetch_ready(self, limit: int, after: int) -> list[PendingEvent]:
-        return [row for row in self.rows if row.outbox_id > after][:limit]
+    def fetch_ready(
+        self, limit: int, after: int, *, max_bytes: int, skip_topics: Collection[str] = ()
+    ) -> Fetched:
+        rows = [row for row in self.rows if row.outbox_id > after and row.topic not in skip_topics]
+        return _fetched(rows, limit, max_bytes, after, self.final)
+
+    def fetch_topic(self, topic: str, limit: int, after: int, upto: int, *, max_bytes: int) -> Fetched:
+        rows = [row for row in self.rows if after < row.outbox_id <= upto and row.topic == topic]
+        return _fetched(rows, limit, max_bytes, after, min(upto, self.final))
+
+    @property
+    def final(self) -> int:
+        return max((row.outbox_id for row in self.rows), default=0)
 
     def settle(self, delivered: Sequence[int], rejected: Mapping[int, str]) -> None:
         gone = set(delivered) | set(rejected)
@@ -62,6 +82,17 @@ class MemoryQueue:
     def stand_down(self) -> None:
         self.stood_down += 1
         self.took_over = False
+
+
+def _fetched(rows: list[PendingEvent], limit: int, max_bytes: int, after: int, end: int) -> Fetched:
+    """As the outbox reads: at most `limit` rows and `max_bytes` of values (the first whatever its size)."""
+    taken: list[PendingEvent] = []
+    for row in rows[:limit]:
+        if taken and sum(len(r.value) for r in taken) + len(row.value) > max_bytes:
+            break
+        taken.append(row)
+    complete = len(taken) == len(rows) and len(taken) < limit
+    return Fetched(taken, end if complete or not taken else taken[-1].outbox_id)
 
 
 _START = datetime(2026, 12, 1, tzinfo=UTC)
@@ -113,10 +144,26 @@ class ScriptedPublisher:
         self.discarded = 0
         self.calls: list[str] = []  # "start" and "send", in order
         self._answers = PublishReport()
-        self._held_tries: dict[int, int] = {}
+        self.looks: dict[str, int] = {}
 
     def start(self) -> None:
         self.calls.append("start")
+
+    def partition(self, topic: str, key: str) -> int | None:
+        return None
+
+    def unwritable(self, places: Collection[Place]) -> dict[Place, str]:
+        return {}
+
+    def look_for(self, topics: Collection[str]) -> PublishReport:
+        """A held topic is found at the second look."""
+        report = PublishReport()
+        for topic in topics:
+            self.looks[topic] = self.looks.get(topic, 0) + 1
+            if self.looks[topic] >= 2:
+                report.topics_found.append(topic)
+                self.script = {n: v for n, v in self.script.items() if v != "held"}
+        return report
 
     def send(self, events: Sequence[PendingEvent]) -> PublishReport:
         self.sent.append([e.outbox_id for e in events])
@@ -138,15 +185,10 @@ class ScriptedPublisher:
         return at_once
 
     def _held(self, event: PendingEvent, at_once: PublishReport) -> bool:
-        """Whether the event is handed back at once, its topic still missing; its third try finds it."""
-        tries = self._held_tries[event.outbox_id] = self._held_tries.get(event.outbox_id, 0) + 1
-        if tries == 1:
-            at_once.topics_missing[event.topic] = "the relay does not create topics"
-        if tries < 3:
-            at_once.retry[event.outbox_id] = "UNKNOWN_TOPIC_OR_PART"
-            return True
-        at_once.topics_found.append(event.topic)
-        return False
+        """The event is handed back at once, its topic missing (until `look_for` finds it)."""
+        at_once.topics_missing[event.topic] = "the relay does not create topics"
+        at_once.retry[event.outbox_id] = "UNKNOWN_TOPIC_OR_PART"
+        return True
 
     def collect(self, timeout_s: float) -> PublishReport:
         if self._time is not None:
@@ -205,8 +247,9 @@ def test_one_event_per_key_is_in_flight_so_a_retried_event_goes_before_anything_
     publisher, time = ScriptedPublisher({1: "retry"}), DrivenTime()
     _relay(queue, publisher, time).run(time, once=True)
     assert queue.rows == []
-    # 2 and 4 wait behind 1 (same key); when 1 fails it is sent again first, and only then 2, then 4.
-    assert publisher.sent == [[1, 3], [1], [2, 5], [4]]
+    # 2 and 4 wait behind 1 (same key); when 1 fails it goes again, first of its key (beside 5, of the other
+    # key), and only then 2, then 4.
+    assert publisher.sent == [[1, 3], [1, 5], [2], [4]]
 
 
 def test_a_standby_relay_publishes_nothing_and_with_once_waits_for_the_outbox_to_drain() -> None:
@@ -230,9 +273,11 @@ def test_an_active_relay_starts_its_producer_before_its_first_read() -> None:
     reads: list[int] = []
 
     class RecordingQueue(MemoryQueue):
-        def fetch_ready(self, limit: int, after: int) -> list[PendingEvent]:
+        def fetch_ready(
+            self, limit: int, after: int, *, max_bytes: int, skip_topics: Collection[str] = ()
+        ) -> Fetched:
             reads.append(len(publisher.calls))  # how many publisher calls came before this read
-            return super().fetch_ready(limit, after)
+            return super().fetch_ready(limit, after, max_bytes=max_bytes, skip_topics=skip_topics)
 
     publisher, time = ScriptedPublisher({}), DrivenTime()
     _relay(RecordingQueue([_event(1)]), publisher, time).run(time, once=True)
@@ -428,23 +473,26 @@ def test_the_observer_hears_a_takeover_before_anything_is_sent() -> None:
     assert observer.calls == ["started", "took over", "backlog 1", "stopped"]
 
 
-def test_a_missing_topic_holds_its_events_in_key_order_dead_letters_nothing_and_is_said_both_ways() -> None:
-    queue = MemoryQueue([_event(1, "a"), _event(2, "a"), _event(3, "b")])
+def test_a_missing_topic_holds_its_events_in_key_order_while_the_other_topics_go_on() -> None:
+    """Topic t is missing: its rows stay in the outbox (dead-lettered never, re-read never while it is
+    missing) and topic u goes on; once t is back its rows go, in key order."""
+    rows = [_event(1, "a"), _event(2, "a"), _event(3, "b", topic="u"), _event(4, "c", topic="u")]
+    queue = MemoryQueue(rows)
     publisher, observer, time = ScriptedPublisher({1: "held"}), RecordingObserver(), DrivenTime()
+    settings = RelaySettings(batch_size=3, max_in_flight=6, idle_wait_s=0.25, max_backoff_s=0)
 
-    _relay(queue, publisher, time, observer).run(time, once=True)
+    _relay(queue, publisher, time, observer, settings).run(time, once=True)
 
     assert queue.rows == [] and queue.dead == {}
-    # 1 is handed back twice (its topic missing), 2 waits behind it (same key) and goes once 1 went.
-    assert publisher.sent == [[1, 3], [1], [1], [2]]
+    # 1 is handed back (t missing) and 2, behind it, is left in the outbox; u's 4 goes meanwhile; t is
+    # found at the second look, and its rows are read again: 1, then 2.
+    assert publisher.sent == [[1, 3], [4], [1], [2]]
+    assert publisher.looks == {"t": 2}
     assert observer.calls == [
         "started",
-        "not delivered [1]",  # at once: the relay looks at the backlog after the first batch went
         "topic t missing: the relay does not create topics",
-        "backlog 3",
-        "retrying 1: UNKNOWN_TOPIC_OR_PART",
         "not delivered [1]",
-        "retrying 2: UNKNOWN_TOPIC_OR_PART",
+        "backlog 4",
         "topic t found",
         "stopped",
     ]

@@ -4,11 +4,12 @@ fan-out, talent-sync and the initial import (with its sources)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 
 from pin_identity.adapters.kafka.publisher import KafkaEventPublisher
 from pin_identity.adapters.kafka.replay_source import TopicReplaySource
 from pin_identity.adapters.kafka.talent_stream import KafkaTalentStream
-from pin_identity.adapters.kafka.topics import replication_shortfall
+from pin_identity.adapters.kafka.topics import message_limit, replication_shortfall, unwritable_partitions
 from pin_identity.adapters.postgres.database import SilenceLimit
 from pin_identity.adapters.postgres.fanout_queue import PostgresTaskWakeups
 from pin_identity.adapters.postgres.outbox_queue import PostgresOutboxQueue
@@ -50,14 +51,18 @@ class Jobs:
         silence = SilenceLimit(self.settings.relay.session_timeout_s)
         queue = PostgresOutboxQueue(self.stores.database, silence)
         self._relay_queues.append(queue)
+        config = self.connections.kafka_client_config
         publisher = KafkaEventPublisher(
-            self.connections.kafka_client_config,
+            config,
             ensure_topics=self.connections.ensure_topics
             if self.settings.outbox_relay_creates_topics
             else None,
             own_topics=PUBLISHED_TOPICS,
             transactional_id=self._transactional_id(queue),
             replication_shortfall=self._replication_shortfall,
+            unwritable=partial(unwritable_partitions, config),
+            message_limit=partial(message_limit, config, PUBLISHED_TOPICS),
+            queue_kbytes=settings.memory_mb * 1024 // 4,  # a quarter of the relay's memory (RelaySettings)
         )
         self.connections.closers += [publisher.close, queue.reset]
         return OutboxRelay(queue, publisher, settings, observer, clock=self.clock)

@@ -186,6 +186,24 @@ class RelayObserver:
         """The broker did not take these events (outbox id -> reason: an error, a timeout). Once nothing else
         is in flight the relay backs off (`retrying`) and sends them again, each first of its key."""
 
+    def partition_failing(self, place: tuple[str, int], reason: str, retry_in_s: float) -> None:
+        """A partition's events failed (or the broker says it cannot take a write): its events wait, the
+        others go on; looked at again after `retry_in_s`."""
+        topic, partition = place
+        metrics.outbox_publish_errors_total.labels(reason=reason[:60]).inc()
+        log.warning(
+            "outbox-partition-failing",
+            topic=topic,
+            partition=partition,
+            reason=reason,
+            retry_in_s=round(retry_in_s, 2),
+            runbook="docs/runbooks.md#outbox-replicas-short",
+        )
+
+    def partition_back(self, place: tuple[str, int]) -> None:
+        topic, partition = place
+        log.info("outbox-partition-back", topic=topic, partition=partition)
+
     def failed(self, exc: Exception) -> None:
         """Anything else went wrong: the relay stands down (its producer discarded) and backs off."""
         log.warning("outbox-relay-failed", error=describe_error(exc))

@@ -16,8 +16,8 @@ recreated by the relay where it may.
 from __future__ import annotations
 
 import time
-from collections import Counter
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections import Counter, deque
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,13 +25,18 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from pin_identity.adapters.kafka.client_log import with_client_log
 from pin_identity.adapters.kafka.denials import DenialLog, denial
+from pin_identity.adapters.kafka.partitioning import (
+    UnsupportedPartitionerError,
+    key_partition,
+    partitioner_of,
+)
 from pin_identity.adapters.system_clock import SYSTEM_CLOCK
 from pin_identity.config import RELAY_COORDINATOR_CALL_S
 from pin_identity.domain.clock import Clock
 from pin_identity.domain.events import CONTRACT_VERSION
 from pin_identity.observability import metrics
 from pin_identity.observability.logging import get_logger
-from pin_identity.operations.ports.outbox import PendingEvent, PublishReport
+from pin_identity.operations.ports.outbox import TOPIC_MISSING, PendingEvent, Place, PublishReport
 
 log = get_logger("kafka-publisher")
 
@@ -49,7 +54,21 @@ _UNKNOWN_TOPIC = {"UNKNOWN_TOPIC_OR_PART", "_UNKNOWN_TOPIC"}
 # keeps sending to a deleted topic's partitions until the delivery timeout). For a topic of the relay's own,
 # the broker is then asked whether the topic exists.
 _TOPIC_IN_DOUBT = {*_UNKNOWN_TOPIC, "_UNKNOWN_PARTITION", "UNKNOWN_TOPIC_ID", "_MSG_TIMED_OUT"}
-_HELD = "UNKNOWN_TOPIC_OR_PART"  # the reason an event of a topic the broker does not have is handed back with
+# Failures that say nothing of the partition an event went to: the client's own, and a purge.
+_NOT_THE_PARTITIONS = {
+    "_PURGE_QUEUE",
+    "_PURGE_INFLIGHT",
+    "_TRANSPORT",
+    "_ALL_BROKERS_DOWN",
+    "_FENCED",
+    "_STATE",
+}
+# The reason given to the events of an aborted transaction that did not fail themselves.
+_ABORTED = "aborted with its transaction"
+# A transaction unanswered this long has the broker asked whether its partitions can take a write: a
+# partition with too few replicas in sync is otherwise retried until librdkafka's delivery timeout (60 s),
+# and every event of the transaction, of every partition and topic, waits as long.
+STALL_AFTER_S = 3.0
 # A metadata request about one topic: a broker that answers does so in milliseconds.
 _METADATA_TIMEOUT_S = 2.0
 _CONTRACT_VERSION_HEADER = ("contract-version", str(CONTRACT_VERSION))
@@ -99,8 +118,11 @@ class _Transaction:
     started: float
     ids: list[int] = field(default_factory=list)  # produced in it: acknowledged only once it commits
     topics: Counter[str] = field(default_factory=Counter)
+    places: set[Place] = field(default_factory=set)  # the partitions it wrote to
+    alone: bool = False  # a suspect's own: one event, nothing else
     committing: bool = False  # due: takes no more events; committed once all of it is answered
     commit_called: bool = False  # commit_transaction() called: only it may be called until it returns
+    asked_at: float = 0.0  # when the broker was last asked whether its partitions take writes
 
 
 class _MissingTopics:
@@ -115,19 +137,20 @@ class _MissingTopics:
         self._create = create
         self._news = PublishReport()
 
-    def examine(self, producer: Producer, topics: Iterable[str]) -> None:
+    def examine(self, producer: Producer, topics: Iterable[str], *, asked: bool = False) -> None:
         """Ask the broker whether each topic exists; stop at the first it says nothing about (an outage is
-        no missing topic)."""
+        no missing topic). `asked`: the caller holds these topics, and hears that one exists though this
+        did not hold it."""
         for topic in topics:
             exists = _topic_exists(producer, topic)
             if exists is None:
                 return
             if exists:
-                self._found(topic)
+                self._found(topic, asked=asked)
             else:
-                self._recreate(producer, topic)
+                self._recreate(producer, topic, asked=asked)
 
-    def _recreate(self, producer: Producer, topic: str) -> None:
+    def _recreate(self, producer: Producer, topic: str, *, asked: bool = False) -> None:
         if self._create is None:
             self._hold(topic, "the relay does not create topics")
             return
@@ -141,7 +164,7 @@ class _MissingTopics:
         # at once and the topic is asked about again.
         _topic_exists(producer, topic)
         if topic not in created:  # someone else created it meanwhile
-            self._found(topic)
+            self._found(topic, asked=asked)
             return
         self.held.pop(topic, None)
         self._news.topics_recreated.append(topic)
@@ -151,8 +174,8 @@ class _MissingTopics:
             self.held[topic] = reason
             self._news.topics_missing[topic] = reason
 
-    def _found(self, topic: str) -> None:
-        if self.held.pop(topic, None) is not None:
+    def _found(self, topic: str, *, asked: bool = False) -> None:
+        if self.held.pop(topic, None) is not None or asked:
             self._news.topics_found.append(topic)
 
     def hand_over(self, report: PublishReport) -> PublishReport:
@@ -191,6 +214,18 @@ class KafkaEventPublisher:
     `ensure_topics` (None: the relay may not create topics) cannot recreate it. An event of any other topic
     the broker does not know is tried once more, then dead-lettered. `replication_shortfall` asks the broker
     whether too few replicas in sync are why nothing is taken.
+
+    One partition never holds the others. Every event goes to the partition computed for its key (the
+    configured partitioner, the topic's partition count), so what fails is known by partition: a delivery
+    that fails names its partition in the report's `failing`, and a transaction still unanswered after
+    `stall_after_s` asks the broker (`unwritable`) whether any of its partitions cannot take a write (no
+    leader, too few replicas in sync): if so it is aborted at once, rather than after librdkafka's delivery
+    timeout, and those partitions are named, so that their events stay out of the next transaction.
+
+    One event never takes others with it. The largest event the producer takes is the smallest limit of the
+    relay's topics (`message_limit`): a larger one fails alone, before it is sent. Should the broker refuse a
+    request all the same (its limit lowered meanwhile, a policy), it refuses every event of it: those become
+    suspects, each sent again in a transaction of its own, and only one refused alone is rejected for good.
     """
 
     def __init__(
@@ -201,14 +236,25 @@ class KafkaEventPublisher:
         transactional_id: str,
         own_topics: Collection[str] = (),
         replication_shortfall: Callable[[], str | None] | None = None,
+        unwritable: Callable[[Collection[Place]], dict[Place, str]] | None = None,
+        message_limit: Callable[[], int | None] | None = None,
+        queue_kbytes: int | None = None,
         clock: Clock = SYSTEM_CLOCK,
     ):
         self._config = {**producer_config(client_config), "transactional.id": transactional_id}
+        if queue_kbytes is not None:
+            self._config["queue.buffering.max.kbytes"] = queue_kbytes
         self._replication_shortfall = replication_shortfall
+        self._unwritable = unwritable
+        self._message_limit = message_limit
+        self._partitioner = _partitioner(self._config)
+        self._partition_counts: dict[str, int] = {}
         self._denials = DenialLog("outbox-relay", clock)
         self._clock = clock
         self._transaction: _Transaction | None = None
         self._waiting: list[PendingEvent] = []  # handed over while a transaction commits: the next one's
+        self._suspects: set[int] = set()  # refused with others: each goes again in a transaction of its own
+        self._alone: deque[PendingEvent] = deque()  # suspects handed over, each waiting for its transaction
         self._fatal: KafkaError | None = None
         self._missing = _MissingTopics(own_topics, ensure_topics)
         self._producer: Producer | None = None
@@ -245,19 +291,24 @@ class KafkaEventPublisher:
             self._producer = None
             self._forget_in_flight()
         if self._producer is None:
-            producer = Producer({**self._config, "error_cb": self._error_handler(self._generation)})
+            config = {**self._config, "error_cb": self._error_handler(self._generation)}
+            limit = self._message_limit() if self._message_limit is not None else None
+            if limit is not None:  # never above what the topics take: a larger event fails here, alone
+                config["message.max.bytes"] = limit
+            producer = Producer(config)
             try:
                 producer.init_transactions(_INIT_TIMEOUT_S)  # aborts and fences what the last relay left
             except KafkaException as exc:
                 self._denials.say(denial(exc, "Write", self._config["transactional.id"]))
                 raise
             self._producer = producer
+            self._partition_counts.clear()  # a new producer, perhaps on topics recreated since
             self._on_delivery = self._delivery_handler(self._generation)
             self._replace = False
         return self._producer
 
     def _outstanding(self) -> bool:
-        return self._transaction is not None or bool(self._waiting) or self._unanswered()
+        return self._transaction is not None or bool(self._waiting) or bool(self._alone) or self._unanswered()
 
     def _unanswered(self) -> bool:
         """Events handed to the producer whose delivery report has not been served yet."""
@@ -270,46 +321,78 @@ class KafkaEventPublisher:
             topic = msg.topic() or ""
             outbox_id = self._in_flight[topic].pop(msg.key())  # type: ignore[arg-type]
             if error is not None:  # written: acknowledged once its transaction commits
-                self._classify(outbox_id, topic, error, self._answers)
+                self._classify(outbox_id, (topic, msg.partition()), error, self._answers)
 
         return on_delivery
 
     def _one_off_handler(self, outbox_id: int, topic: str) -> Callable[[KafkaError | None, Message], None]:
         generation = self._generation
 
-        def on_delivery(error: KafkaError | None, _msg: Message) -> None:
+        def on_delivery(error: KafkaError | None, msg: Message) -> None:
             if generation != self._generation:
                 return
             self._one_offs -= 1
             if error is not None:
-                self._classify(outbox_id, topic, error, self._answers)
+                self._classify(outbox_id, (topic, msg.partition()), error, self._answers)
 
         return on_delivery
 
     def start(self) -> None:
         self._current()
 
+    def partition(self, topic: str, key: str) -> int | None:
+        count = self._partition_counts.get(topic) or self._count_partitions(topic)
+        if count is None or self._partitioner is None or not key:
+            return None
+        return key_partition(key.encode(), count, self._partitioner)
+
+    def _count_partitions(self, topic: str) -> int | None:
+        """From the producer's own metadata (the broker asked at most once per topic and producer)."""
+        if self._producer is None:
+            return None
+        try:
+            found = self._producer.list_topics(topic, timeout=_METADATA_TIMEOUT_S).topics.get(topic)
+        except KafkaException:
+            return None
+        if found is None or found.error is not None or not found.partitions:
+            return None
+        self._partition_counts[topic] = len(found.partitions)
+        return len(found.partitions)
+
+    def look_for(self, topics: Collection[str]) -> PublishReport:
+        self._missing.examine(self._current(), sorted(topics), asked=True)
+        return self._missing.hand_over(PublishReport())
+
     def send(self, events: Sequence[PendingEvent]) -> PublishReport:
         producer = self._current()
         if self._missing.held:  # the held events are tried again: is their topic back?
             self._missing.examine(producer, {event.topic for event in events} & self._missing.held.keys())
+        self._alone.extend(event for event in events if event.outbox_id in self._suspects)
+        events = [event for event in events if event.outbox_id not in self._suspects]
+        report = PublishReport()
+        if self._transaction is None and self._alone:
+            self._send_alone(producer, report)
         if self._transaction is not None and self._transaction.committing:
             self._waiting.extend(events)
-            return self._missing.hand_over(PublishReport())
-        failed_at_once = self._produce_all(producer, events)
-        self._examine_failures(producer, failed_at_once)
-        return self._missing.hand_over(failed_at_once)
+        elif events:
+            _merge(report, self._produce_all(producer, events))
+        self._examine_failures(producer, report)
+        return self._missing.hand_over(report)
 
-    def _produce_all(self, producer: Producer, events: Sequence[PendingEvent]) -> PublishReport:
+    def _produce_all(
+        self, producer: Producer, events: Sequence[PendingEvent], *, alone: bool = False
+    ) -> PublishReport:
         failed_at_once = PublishReport()
         transaction = self._transaction
         if transaction is None:
             producer.begin_transaction()
-            transaction = self._transaction = _Transaction(self._clock.monotonic())
+            transaction = self._transaction = _Transaction(self._clock.monotonic(), alone=alone)
+            # A suspect's transaction takes nothing else: it is committed as soon as it is answered.
+            transaction.committing = alone
         held = self._missing.held
         for event in events:
             if held and event.topic in held:
-                failed_at_once.retry[event.outbox_id] = _HELD
+                failed_at_once.retry[event.outbox_id] = TOPIC_MISSING
             else:
                 self._produce(producer, event, failed_at_once)
         failed = failed_at_once.retry.keys() | failed_at_once.rejected.keys()
@@ -318,6 +401,25 @@ class KafkaEventPublisher:
                 transaction.ids.append(event.outbox_id)
                 transaction.topics[event.topic] += 1
         return failed_at_once
+
+    def _send_alone(self, producer: Producer, report: PublishReport) -> None:
+        """With no transaction open, a suspect goes in one of its own."""
+        while self._alone and self._transaction is None:
+            _merge(report, self._produce_all(producer, [self._alone.popleft()], alone=True))
+            if self._transaction is not None and not self._transaction.ids:
+                self._transaction = None  # it failed at once (refused alone): nothing to commit
+                producer.abort_transaction(_ABORT_TIMEOUT_S)
+
+    def _next_transaction(self, producer: Producer, report: PublishReport) -> None:
+        """After a transaction ended: a suspect's own first, else what waited for it."""
+        self._send_alone(producer, report)
+        if self._transaction is not None:
+            return
+        waiting, self._waiting = self._waiting, []
+        if waiting:
+            failed_at_once = self._produce_all(producer, waiting)
+            self._examine_failures(producer, failed_at_once)
+            _merge(report, failed_at_once)
 
     def collect(self, timeout_s: float) -> PublishReport:
         # Answers are waited for with poll(), which any answer wakes: a transaction is committed only once
@@ -332,6 +434,8 @@ class KafkaEventPublisher:
             self._examine_failures(self._producer, answers)
         if self._transaction is not None and self._producer is not None:
             self._settle_transaction(self._producer, answers, wait_s=timeout_s)
+        if self._transaction is None and self._producer is not None:
+            self._next_transaction(self._producer, answers)
         self._count_published()
         return self._missing.hand_over(answers)
 
@@ -343,12 +447,15 @@ class KafkaEventPublisher:
         self._published.clear()
 
     def _settle_transaction(self, producer: Producer, answers: PublishReport, *, wait_s: float) -> None:
-        """Abort the open transaction if any of it failed, else commit it once due and all of it answered."""
+        """Abort the open transaction if any of it failed (or it waits on a partition that cannot take a
+        write), else commit it once due and all of it answered."""
         transaction = self._transaction
         assert transaction is not None
         # Once commit_transaction() was called, librdkafka takes no other transactional call until it
         # returns: it fails by itself (abortable) when an event of it failed, and is aborted then.
-        if (answers.retry or answers.rejected) and not transaction.commit_called:
+        if not transaction.commit_called and not (answers.retry or answers.rejected) and self._stalled():
+            answers.failing.update(self.unwritable(transaction.places))
+        if (answers.retry or answers.rejected or answers.failing) and not transaction.commit_called:
             self._abort(producer, answers)
             return
         full = len(transaction.ids) >= TRANSACTION_EVENTS
@@ -366,14 +473,31 @@ class KafkaEventPublisher:
                 self._commit_failed(producer, answers, exc)
             return
         answers.delivered.extend(transaction.ids)
+        self._suspects.difference_update(transaction.ids)
         self._published.update(transaction.topics)
         self._transaction = None
-        waiting, self._waiting = self._waiting, []
-        if waiting:
-            failed_at_once = self._produce_all(producer, waiting)
-            self._examine_failures(producer, failed_at_once)
-            answers.retry.update(failed_at_once.retry)
-            answers.rejected.update(failed_at_once.rejected)
+        self._next_transaction(producer, answers)
+
+    def _stalled(self) -> bool:
+        """Whether the open transaction has waited on answers past `stall_after_s` (asked again at most that
+        often: it costs the broker a metadata request)."""
+        transaction = self._transaction
+        if transaction is None or not self._unanswered() or self._unwritable is None:
+            return False
+        now = self._clock.monotonic()
+        if now - max(transaction.started, transaction.asked_at) < STALL_AFTER_S:
+            return False
+        transaction.asked_at = now
+        return True
+
+    def unwritable(self, places: Collection[Place]) -> dict[Place, str]:
+        if self._unwritable is None or not places:
+            return {}
+        try:
+            return self._unwritable(places)
+        except Exception as exc:  # the broker did not say: the delivery timeout decides, as before
+            log.warning("kafka-partitions-unknown", error=type(exc).__name__)
+            return {}
 
     def _commit_failed(self, producer: Producer, answers: PublishReport, exc: KafkaException) -> None:
         """Abort the transaction, or raise what is fatal (fenced: a relay took over). The commit served the
@@ -382,6 +506,7 @@ class KafkaEventPublisher:
         served, self._answers = self._answers, PublishReport()
         answers.retry.update(served.retry)
         answers.rejected.update(served.rejected)
+        answers.failing.update(served.failing)
         self._examine_failures(producer, answers)
         error = exc.args[0]
         if error.code() == KafkaError._STATE:
@@ -396,9 +521,10 @@ class KafkaEventPublisher:
             raise exc
         self._abort(producer, answers, because=error.name())
 
-    def _abort(self, producer: Producer, answers: PublishReport, because: str = "aborted") -> None:
+    def _abort(self, producer: Producer, answers: PublishReport, because: str = _ABORTED) -> None:
         """Nothing of an aborted transaction is visible to a read_committed consumer: all of it (and what
         waited for it) is to be sent again, but for an event the broker refused for good."""
+        self._suspect_the_refused(answers)
         self._drop_transaction(answers, because)
         try:
             producer.abort_transaction(_ABORT_TIMEOUT_S)  # purges what is in flight
@@ -414,15 +540,30 @@ class KafkaEventPublisher:
         self._forget_in_flight()  # the purged events' answers are moot: all of them go again
         producer.poll(0)
 
+    def _suspect_the_refused(self, answers: PublishReport) -> None:
+        """Events the broker refused in a transaction of several: it refuses a whole request (every event of
+        one partition's batch), so each is tried alone before any is rejected for good."""
+        transaction = self._transaction
+        if transaction is None or not answers.rejected:
+            return
+        if transaction.alone or len(transaction.ids) < 2:  # refused alone: for good
+            self._suspects.difference_update(answers.rejected)
+            return
+        for outbox_id, reason in list(answers.rejected.items()):
+            if outbox_id in transaction.ids:
+                del answers.rejected[outbox_id]
+                answers.retry[outbox_id] = reason.split(":", 1)[0]
+                self._suspects.add(outbox_id)
+        log.warning("outbox-events-suspected", events=len(self._suspects))
+
     def _drop_transaction(self, answers: PublishReport, because: str) -> None:
         """All of the open transaction (and what waited for it) to be sent again, but for an event the broker
-        refused for good; what failed gives its reason to all of it (a delivery timeout, an unknown topic)."""
+        refused for good; each keeps the reason it failed for, the others the transaction's."""
         transaction = self._transaction
         assert transaction is not None
-        reason = next(iter(answers.retry.values()), because)
         for outbox_id in [*transaction.ids, *(event.outbox_id for event in self._waiting)]:
             if outbox_id not in answers.rejected:
-                answers.retry.setdefault(outbox_id, reason)
+                answers.retry.setdefault(outbox_id, because)
         self._transaction = None
         self._waiting = []
 
@@ -449,28 +590,40 @@ class KafkaEventPublisher:
         ]
         if traceparent:
             headers.append(("traceparent", traceparent))
+        partition = self.partition(topic, key_text)
+        # -1: librdkafka's own choice (RD_KAFKA_PARTITION_UA), where no partition is known here.
+        placed = -1 if partition is None else partition
         while True:
             try:
-                producer.produce(topic, value, key, headers=headers, on_delivery=on_delivery)
+                producer.produce(
+                    topic, value, key, partition=placed, headers=headers, on_delivery=on_delivery
+                )
             except BufferError:
                 producer.poll(0.1)  # the local queue is full: let deliveries drain it
                 continue
             except KafkaException as exc:
-                self._classify(outbox_id, topic, exc.args[0], failed_at_once)
+                self._classify(outbox_id, (topic, partition), exc.args[0], failed_at_once)
                 return
             if shared:
                 self._one_offs += 1
             else:
                 in_flight[key] = outbox_id
+            if partition is not None and self._transaction is not None:
+                self._transaction.places.add((topic, partition))
             return
 
-    def _classify(self, outbox_id: int, topic: str, error: KafkaError, report: PublishReport) -> None:
+    def _classify(
+        self, outbox_id: int, place: tuple[str, int | None], error: KafkaError, report: PublishReport
+    ) -> None:
+        topic, partition = place
         self._denials.say(denial(error, "Write", topic))  # retried below: held until the ACL is granted
         if error.code() in _PERMANENT:
             report.rejected[outbox_id] = f"{error.name()}: {error.str()}"
-        else:
-            report.retry[outbox_id] = error.name()
-            self._topic_of_retry[outbox_id] = topic
+            return
+        report.retry[outbox_id] = error.name()
+        self._topic_of_retry[outbox_id] = topic
+        if partition is not None and partition >= 0 and error.name() not in _NOT_THE_PARTITIONS:
+            report.failing[(topic, partition)] = error.name()
 
     def _examine_failures(self, producer: Producer, report: PublishReport) -> None:
         """What failed for a reason that may mean its topic is gone. The broker is asked about a topic of the
@@ -512,6 +665,7 @@ class KafkaEventPublisher:
         self._replace = False
         self._transaction = None
         self._waiting = []
+        self._alone.clear()  # the relay forgets what it handed over; a suspect stays one when read again
         self._fatal = None
 
     def replication_shortfall(self) -> str | None:
@@ -520,3 +674,18 @@ class KafkaEventPublisher:
     def close(self) -> None:
         if self._producer is not None:
             self._producer.flush(5)
+
+
+def _merge(report: PublishReport, more: PublishReport) -> None:
+    """`more`'s failures into `report` (what a send fails at once is answered with the rest)."""
+    report.retry.update(more.retry)
+    report.rejected.update(more.rejected)
+    report.failing.update(more.failing)
+
+
+def _partitioner(config: Mapping[str, Any]) -> str | None:
+    """The configured partitioner, when a key's partition can be computed for it."""
+    try:
+        return partitioner_of(config)
+    except UnsupportedPartitionerError:
+        return None

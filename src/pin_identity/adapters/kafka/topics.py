@@ -3,14 +3,14 @@ client properties acceptable, does a broker answer, and what a broker failure sa
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
-from confluent_kafka.admin._config import ConfigResource
+from confluent_kafka.admin._config import AlterConfigOpType, ConfigEntry, ConfigResource
 from confluent_kafka.cimpl import NewTopic
 
 from pin_identity.adapters.kafka.client_log import silenced, with_client_log
@@ -18,11 +18,13 @@ from pin_identity.adapters.kafka.consumers import new_consumer
 from pin_identity.adapters.kafka.denials import DenialLog, denial
 from pin_identity.adapters.kafka.publisher import producer_config
 from pin_identity.adapters.system_clock import SYSTEM_CLOCK
-from pin_identity.observability.logging import first_line
+from pin_identity.observability.logging import first_line, get_logger
+from pin_identity.operations.ports.outbox import Place
 
 # librdkafka writes its log lines raw to stderr unless it is given a logger. The checks below report their
 # outcome as one line of their own, so their clients log nowhere.
 _quiet = silenced("checks")
+log = get_logger("kafka-topics")
 
 _PROBE_STEP_S = 0.5
 
@@ -31,6 +33,11 @@ _PROBE_STEP_S = 0.5
 # one node lost loses nothing acknowledged and stops nothing. With fewer, the broker's own setting holds.
 REPLICAS_FOR_MIN_INSYNC = 3
 MIN_INSYNC_REPLICAS = 2
+# The largest event a topic of ours takes (and so the relay's producer): a user's access snapshot of 20,000
+# Active assignments (about 350 bytes each before compression) fits. librdkafka checks an event's size before
+# compression, the broker a batch's after it. Consumers fetch a larger record whole whatever their
+# fetch.max.bytes (a partition's first record is always returned).
+EVENT_MAX_BYTES = 8 * 2**20
 
 
 @dataclass(frozen=True)
@@ -41,7 +48,7 @@ class TopicLayout:
     @property
     def config(self) -> dict[str, str]:
         """The settings of a topic of ours: compacted (one record per key is what readers need)."""
-        config = {"cleanup.policy": "compact"}
+        config = {"cleanup.policy": "compact", "max.message.bytes": str(EVENT_MAX_BYTES)}
         if self.replication_factor >= REPLICAS_FOR_MIN_INSYNC:
             config["min.insync.replicas"] = str(MIN_INSYNC_REPLICAS)
         return config
@@ -77,6 +84,91 @@ def ensure_topics(
             if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                 raise
     return created
+
+
+def raise_message_limits(
+    client_config: dict[str, str], names: Iterable[str], *, timeout_s: float = 15.0
+) -> list[str]:
+    """Topics of ours made before their events could be large (`max.message.bytes` below EVENT_MAX_BYTES)
+    are raised to it (`kafka ensure-topics`: its principal may alter topic configs, the relay's may not);
+    returns the names raised."""
+    admin = AdminClient(with_client_log(client_config))
+    limits = _message_limits(admin, names, timeout_s)
+    low = [name for name, limit in limits.items() if limit < EVENT_MAX_BYTES]
+    if not low:
+        return []
+    value = str(EVENT_MAX_BYTES)
+    raised = [
+        ConfigResource(
+            ConfigResource.Type.TOPIC,
+            name,
+            incremental_configs=[
+                ConfigEntry("max.message.bytes", value, incremental_operation=AlterConfigOpType.SET)
+            ],
+        )
+        for name in low
+    ]
+    for resource, future in admin.incremental_alter_configs(raised, request_timeout=timeout_s).items():
+        try:
+            future.result(timeout=timeout_s)
+        except KafkaException as exc:
+            refused = DenialLog("ensure-topics").say(denial(exc, "AlterConfigs", resource.name))
+            raise KafkaException(KafkaError(exc.args[0].code(), str(refused or exc.args[0].str()))) from None
+    return low
+
+
+def message_limit(
+    client_config: dict[str, str], names: Iterable[str], *, timeout_s: float = 5.0
+) -> int | None:
+    """The largest event every one of these topics takes (the smallest `max.message.bytes`): the relay's
+    producer takes none larger, so the broker refuses no request for an event's size, and a larger event
+    fails alone. None when the broker does not say (the producer keeps librdkafka's own limit, 1,000,000)."""
+    try:
+        limits = _message_limits(AdminClient(with_client_log(client_config)), names, timeout_s)
+    except (KafkaException, TimeoutError, KeyError, ValueError) as exc:
+        log.warning("kafka-message-limit-unknown", error=first_line(exc))
+        return None
+    return min(limits.values(), default=None)
+
+
+def _message_limits(admin: AdminClient, names: Iterable[str], timeout_s: float) -> dict[str, int]:
+    existing = set(admin.list_topics(timeout=timeout_s).topics)
+    resources = [ConfigResource(ConfigResource.Type.TOPIC, name) for name in names if name in existing]
+    if not resources:
+        return {}
+    futures = admin.describe_configs(resources, request_timeout=timeout_s)
+    return {
+        resource.name: int(future.result(timeout=timeout_s)["max.message.bytes"].value)
+        for resource, future in futures.items()
+    }
+
+
+def unwritable_partitions(
+    client_config: dict[str, str], places: Collection[Place], *, timeout_s: float = 2.0
+) -> dict[Place, str]:
+    """Of these partitions, those that cannot take an acks=all write now: no leader, or fewer replicas in
+    sync than their topic's `min.insync.replicas` (NOT_ENOUGH_REPLICAS, which librdkafka only retries until
+    the delivery times out); with why."""
+    admin = AdminClient(with_client_log(client_config))
+    topics = admin.list_topics(timeout=timeout_s).topics
+    found: dict[Place, str] = {}
+    short: dict[Place, int] = {}
+    for topic, number in places:
+        partition = topics[topic].partitions.get(number) if topic in topics else None
+        if partition is None:
+            continue
+        if partition.leader < 0:
+            found[(topic, number)] = "no leader (LEADER_NOT_AVAILABLE)"
+        elif len(partition.isrs) < len(partition.replicas):
+            short[(topic, number)] = len(partition.isrs)
+    if short:
+        needed = _min_insync(admin, {topic for topic, _ in short}, timeout_s)
+        for (topic, number), in_sync in short.items():
+            if in_sync < needed[topic]:
+                found[(topic, number)] = (
+                    f"{in_sync} replicas in sync, {needed[topic]} needed (NOT_ENOUGH_REPLICAS)"
+                )
+    return found
 
 
 def replication_shortfall(

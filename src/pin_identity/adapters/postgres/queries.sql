@@ -623,13 +623,46 @@ FROM identity.outbox_events_id_seq s;
 -- The next rows after the last one the relay read, never past the id up to which every row is final, so a
 -- row that commits late is never stepped over, and rows of one aggregate leave in the order their
 -- transactions wrote them. The relay itself holds back the later rows of a key that has one in flight.
--- PendingEvent's fields in order, then the event id the row is removed by (delete_outbox_events).
-SELECT id AS outbox_id, topic, message_key AS key, convert_to(value, 'UTF8') AS value, event_type,
-       correlation_id::text AS correlation_id, traceparent, event_id::text AS event_id
-FROM identity.outbox_events
-WHERE id > %(after)s AND id <= %(final)s
-ORDER BY id
-LIMIT %(limit)s;
+-- Rows of the topics it holds (`skip`: a topic the broker does not have) are left where they are. At most
+-- `max_bytes` of values (the first row whatever its size): the sizes are read first, the values of the rows
+-- that fit only. PendingEvent's fields in order, then the event id the row is removed by
+-- (delete_outbox_events), then how many rows the page had before the cut (the relay's read position).
+WITH page AS (
+    SELECT id, octet_length(value) AS size
+    FROM identity.outbox_events
+    WHERE id > %(after)s AND id <= %(final)s AND topic <> ALL(%(skip)s::text[])
+    ORDER BY id
+    LIMIT %(limit)s
+),
+fits AS (
+    SELECT id FROM (SELECT id, size, sum(size) OVER (ORDER BY id) AS running FROM page) AS sized
+    WHERE running - size < %(max_bytes)s
+)
+SELECT e.id AS outbox_id, e.topic, e.message_key AS key, convert_to(e.value, 'UTF8') AS value, e.event_type,
+       e.correlation_id::text AS correlation_id, e.traceparent, e.event_id::text AS event_id,
+       (SELECT count(*) FROM page) AS page_rows
+FROM identity.outbox_events e JOIN fits USING (id)
+ORDER BY e.id;
+
+-- name: fetch_topic_outbox_events
+-- A topic the relay held, read again on its own from where it was left up to `upto` (where the other topics
+-- stand), as fetch_ready_outbox_events reads (same columns).
+WITH page AS (
+    SELECT id, octet_length(value) AS size
+    FROM identity.outbox_events
+    WHERE id > %(after)s AND id <= %(upto)s AND id <= %(final)s AND topic = %(topic)s
+    ORDER BY id
+    LIMIT %(limit)s
+),
+fits AS (
+    SELECT id FROM (SELECT id, size, sum(size) OVER (ORDER BY id) AS running FROM page) AS sized
+    WHERE running - size < %(max_bytes)s
+)
+SELECT e.id AS outbox_id, e.topic, e.message_key AS key, convert_to(e.value, 'UTF8') AS value, e.event_type,
+       e.correlation_id::text AS correlation_id, e.traceparent, e.event_id::text AS event_id,
+       (SELECT count(*) FROM page) AS page_rows
+FROM identity.outbox_events e JOIN fits USING (id)
+ORDER BY e.id;
 
 -- name: delete_outbox_events
 -- Acknowledged rows: by id, and only a row whose event id is among the acknowledged ones. An id alone may
