@@ -619,3 +619,56 @@ def test_a_broker_that_acknowledges_nothing_is_said_on_readiness_and_in_the_log_
         (log["event"], log.get("waited_s", log.get("silent_s"))) for log in logs if "broker" in log["event"]
     ]
     assert said == [("outbox-broker-silent", 5.0), ("outbox-broker-acknowledges", 8.0)]
+
+
+def test_one_key_on_two_topics_orders_each_topic_apart() -> None:
+    """A user's UserUpserted (topic u) and UserAccessChanged (topic t) share its key: the access event does
+    not wait for the upsert, and each topic's events of the key keep their order."""
+    rows = [_event(1, "a", topic="u"), _event(2, "a"), _event(3, "a", topic="u"), _event(4, "a")]
+    queue, publisher, time = MemoryQueue(rows), ScriptedPublisher({}), DrivenTime()
+
+    _relay(queue, publisher, time).run(time, once=True)
+
+    assert publisher.sent[0] == [1, 2]  # one of each topic at once
+    assert sorted(n for batch in publisher.sent[1:] for n in batch) == [3, 4] and queue.rows == []
+
+
+class PartitionDown(ScriptedPublisher):
+    """Topic t's partition 0 (keys "down*") takes no write until `back_at`: its events fail naming it, and
+    the broker says so when asked; every other partition takes everything."""
+
+    def __init__(self, time: DrivenTime, back_at: float):
+        super().__init__({}, time)
+        self._clock, self._back_at = time, back_at
+
+    def partition(self, topic: str, key: str) -> int | None:
+        return 0 if key.startswith("down") else 1
+
+    def unwritable(self, places: Collection[Place]) -> dict[Place, str]:
+        down = ("t", 0) in places and self._clock.now_s < self._back_at
+        return {("t", 0): "1 replicas in sync, 2 needed (NOT_ENOUGH_REPLICAS)"} if down else {}
+
+    def send(self, events: Sequence[PendingEvent]) -> PublishReport:
+        self.sent.append([e.outbox_id for e in events])
+        for event in events:
+            if event.key.startswith("down") and self._clock.now_s < self._back_at:
+                self._answers.retry[event.outbox_id] = "NOT_ENOUGH_REPLICAS"
+                self._answers.failing[("t", 0)] = "NOT_ENOUGH_REPLICAS"
+            else:
+                self._answers.delivered.append(event.outbox_id)
+        return PublishReport()
+
+
+def test_a_partition_that_takes_no_write_keeps_its_events_back_and_no_other() -> None:
+    rows = [_event(1, "down-a"), _event(2, "up-b"), _event(3, "down-a"), _event(4, "up-c"), _event(5, "up-d")]
+    queue, time = MemoryQueue(rows), DrivenTime()
+    publisher = PartitionDown(time, back_at=5.0)
+    settings = RelaySettings(batch_size=5, max_in_flight=10, idle_wait_s=0.25, max_backoff_s=1.0)
+
+    _relay(queue, publisher, time, settings=settings).run(time, once=True)
+
+    assert queue.rows == [] and queue.dead == {}
+    sent_while_down = [n for batch in publisher.sent[:-2] for n in batch]
+    assert {2, 4, 5} <= set(sent_while_down)  # the other partition went at once
+    assert sent_while_down.count(1) == 1  # once failed, 1 is not sent again until the broker says it is back
+    assert publisher.sent[-2:] == [[1], [3]]  # then 1, and 3 behind it (same key)

@@ -13,7 +13,6 @@ from pin_identity.domain.errors import OutboxIdsWentBackError
 from pin_identity.jobs.outbox_relay_observer import RelayObserver
 from pin_identity.operations.ports.job_control import StopSignal
 from pin_identity.operations.ports.outbox import (
-    TOPIC_MISSING,
     EventPublisher,
     OutboxQueue,
     PendingEvent,
@@ -457,14 +456,14 @@ class OutboxRelay:
         self._topics_back(report)
 
     def _again(self, report: PublishReport) -> None:
-        """Events the broker did not take: a held topic's are left in the outbox, a failing partition's wait
-        for it to cool down, the rest (gone down with their transaction) go again at once, unless nothing
-        says what failed: then everything waits a back-off."""
+        """Events the broker did not take: a held topic's (the broker said it does not have it: `_settle`
+        held it first) are left in the outbox, a failing partition's wait for it to cool down, the rest (gone
+        down with their transaction) go again at once, unless nothing says what failed: then everything waits
+        a back-off."""
         now = self._clock.monotonic()
         events = self._rows.unanswered(report.retry)
-        missing = {e.topic for e in events if report.retry[e.outbox_id] == TOPIC_MISSING}
-        for topic in missing | {e.topic for e in events if e.topic in self._lanes.held}:
-            self._hold(topic, events)
+        for topic in {event.topic for event in events if event.topic in self._lanes.held}:
+            self._hold(topic, events)  # its rows come back with the topic
         events = [event for event in events if event.topic not in self._lanes.held]
         for place, reason in report.failing.items():
             if place not in self._cooling.until:

@@ -178,6 +178,11 @@ class _MissingTopics:
         if self.held.pop(topic, None) is not None or asked:
             self._news.topics_found.append(topic)
 
+    def forget(self) -> None:
+        """The relay forgot what it held (its producer discarded): what is still missing is found again."""
+        self.held.clear()
+        self._news = PublishReport()
+
     def hand_over(self, report: PublishReport) -> PublishReport:
         """`report` with what changed since the last one."""
         news = self._news
@@ -523,8 +528,12 @@ class KafkaEventPublisher:
 
     def _abort(self, producer: Producer, answers: PublishReport, because: str = _ABORTED) -> None:
         """Nothing of an aborted transaction is visible to a read_committed consumer: all of it (and what
-        waited for it) is to be sent again, but for an event the broker refused for good."""
+        waited for it) is to be sent again, but for an event the broker refused for good. Its topics of the
+        relay's own are looked for: a topic deleted under the producer fails the whole transaction (its
+        coordinator refuses to add the topic's partitions), with no event's answer to name it."""
         self._suspect_the_refused(answers)
+        assert self._transaction is not None
+        self._missing.examine(producer, sorted(set(self._transaction.topics) & self._missing.own))
         self._drop_transaction(answers, because)
         try:
             producer.abort_transaction(_ABORT_TIMEOUT_S)  # purges what is in flight
@@ -666,6 +675,7 @@ class KafkaEventPublisher:
         self._transaction = None
         self._waiting = []
         self._alone.clear()  # the relay forgets what it handed over; a suspect stays one when read again
+        self._missing.forget()
         self._fatal = None
 
     def replication_shortfall(self) -> str | None:
