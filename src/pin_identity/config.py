@@ -95,6 +95,21 @@ class RelaySettings(Section):
     session_timeout_s: Annotated[float, Field(ge=1, le=3600)] = 15.0
 
     @property
+    def held_bytes(self) -> int:
+        """Values of the rows read and not settled (held behind their keys, ready, in flight)."""
+        return self.memory_mb * 2**20 // 2
+
+    @property
+    def read_bytes(self) -> int:
+        """Values of one read of the outbox."""
+        return self.memory_mb * 2**20 // 4
+
+    @property
+    def flight_bytes(self) -> int:
+        """Values handed to the producer and not settled: its queue holds them (copies) until answered."""
+        return self.memory_mb * 2**20 // 4
+
+    @property
     def backoff(self) -> Backoff:
         """0.2 s after the first failure in a row, doubling up to max_backoff_s."""
         return Backoff(base_s=0.2, cap_s=self.max_backoff_s)

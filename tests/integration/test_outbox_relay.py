@@ -22,6 +22,7 @@ from pin_identity.config import Settings
 from pin_identity.domain.events import ACCESS_TOPIC, OutboxMessage
 from pin_identity.operations.ports.outbox import PendingEvent, RelayRole
 from tests.support.brokers import RestartableBroker
+from tests.support.databases import scratch_database
 from tests.support.kafka_tap import EventTap
 from tests.support.relay import RelaySignals, access_message, outbox_count, read_rows
 from tests.support.tcp_proxy import TcpProxy
@@ -466,3 +467,39 @@ def test_a_broker_stopped_with_thousands_of_events_in_flight_loses_none(
 def _write_in_chunks(database_url: str, messages: list[OutboxMessage]) -> None:
     for start in range(0, len(messages), 1000):
         _write(database_url, messages[start : start + 1000])
+
+
+def test_two_outboxes_given_one_transactional_id_are_told_so_while_each_still_publishes(
+    settings: Settings, database_url: str, postgres_admin_url: str
+) -> None:
+    """An operator set one `transactional.id` in PIN_IDENTITY_KAFKA_CONFIG for two deployments (two
+    databases, one cluster): each relay's producer fences the other's, again and again. Each says so (log,
+    /readyz); no event is lost meanwhile."""
+    shared = settings.model_copy(
+        update={"kafka_config": '{"transactional.id": "pin-identity-shared-by-two"}'}
+    )
+    with scratch_database(postgres_admin_url) as other_url:
+        outboxes = [database_url, other_url]
+        containers = [Container(shared.model_copy(update={"database_url": url})) for url in outboxes]
+        signals = [RelaySignals(), RelaySignals()]
+        relays = [_run_relay(container, told) for container, told in zip(containers, signals, strict=True)]
+        keys = [uuid.uuid4() for _ in range(20)]
+        try:
+            for n in range(200):  # each relay keeps a transaction open, for the other's start to fence
+                for url in outboxes:
+                    _write(url, [_message(key, n) for key in keys])
+                if all(told.id_shared.is_set() for told in signals):
+                    break
+                holds_within(lambda: False, 0.1)
+            assert all(told.id_shared.wait(60) for told in signals), "each relay says the id is shared"
+            for told in signals:
+                warning = told.readiness_warning()
+                assert warning is not None and "uses its transactional.id" in warning
+            for url in outboxes:
+                wait_until(lambda url=url: outbox_count(url) == 0, "each outbox is published", timeout_s=60)
+        finally:
+            for stop, thread in relays:
+                stop.set()
+                thread.join(30)
+            for container in containers:
+                container.close()

@@ -82,7 +82,8 @@ class RelaySignals(RelayObserver):
     """The relay's observer (its log lines and metrics as usual) that also sets `not_delivered` when the
     broker hands events back undelivered (the producer gave up on them: an outage, a delivery timeout), and
     `topic_held` when the relay holds a topic's events because the broker does not have the topic (`held`:
-    topic -> why it was not recreated; `recreated`: the topics the relay created again)."""
+    topic -> why it was not recreated; `recreated`: the topics the relay created again), and `id_shared` when
+    it says a producer outside its outbox uses its transactional.id."""
 
     def __init__(self, *, held_after_s: float = HELD_AFTER_S) -> None:
         super().__init__(held_after_s=held_after_s)
@@ -90,6 +91,7 @@ class RelaySignals(RelayObserver):
         self.topic_held = threading.Event()
         self.held: dict[str, str] = {}
         self.recreated: list[str] = []
+        self.id_shared = threading.Event()
 
     def delivery_failed(self, retry: Mapping[int, str]) -> None:
         super().delivery_failed(retry)
@@ -103,6 +105,10 @@ class RelaySignals(RelayObserver):
     def topic_recreated(self, topic: str) -> None:
         super().topic_recreated(topic)
         self.recreated.append(topic)
+
+    def transactional_id_shared(self, fences: int, window_s: float) -> None:
+        super().transactional_id_shared(fences, window_s)
+        self.id_shared.set()
 
 
 class RelayWorker(NamedTuple):

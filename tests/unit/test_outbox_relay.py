@@ -25,6 +25,7 @@ from pin_identity.operations.ports.outbox import (
     OutboxBacklog,
     PendingEvent,
     Place,
+    ProducerFencedError,
     PublishReport,
     RelayRole,
 )
@@ -78,6 +79,9 @@ class MemoryQueue:
 
     def heartbeat(self) -> None:
         return None
+
+    def still_active(self) -> bool:
+        return self.took_over
 
     def stand_down(self) -> None:
         self.stood_down += 1
@@ -183,6 +187,10 @@ class ScriptedPublisher:
             else:
                 self._answers.delivered.append(event.outbox_id)
         return at_once
+
+    def answer_later(self, delivered: list[int]) -> None:
+        """The broker acknowledges these (sent before, unanswered) with the next collect()."""
+        self._answers.delivered.extend(delivered)
 
     def _held(self, event: PendingEvent, at_once: PublishReport) -> bool:
         """The event is handed back at once, its topic missing (until `look_for` finds it)."""
@@ -672,3 +680,94 @@ def test_a_partition_that_takes_no_write_keeps_its_events_back_and_no_other() ->
     assert {2, 4, 5} <= set(sent_while_down)  # the other partition went at once
     assert sent_while_down.count(1) == 1  # once failed, 1 is not sent again until the broker says it is back
     assert publisher.sent[-2:] == [[1], [3]]  # then 1, and 3 behind it (same key)
+
+
+class FencedFromOutside(ScriptedPublisher):
+    """The first `fences` sends find the producer fenced: a relay of another outbox initialised the same
+    transactional.id meanwhile."""
+
+    def __init__(self, fences: int, time: DrivenTime):
+        super().__init__({}, time)
+        self.fences = fences
+
+    def send(self, events: Sequence[PendingEvent]) -> PublishReport:
+        if self.fences:
+            self.fences -= 1
+            raise ProducerFencedError(
+                "PRODUCER_FENCED: There is a newer producer with the same transactionalId"
+            )
+        return super().send(events)
+
+
+class LockLostQueue(MemoryQueue):
+    def still_active(self) -> bool:
+        return False
+
+
+def _fenced_run(fences: int, queue: MemoryQueue) -> tuple[RelayObserver, list[str]]:
+    time, observer = DrivenTime(), RelayObserver()
+    with capture_logs() as logs:
+        _relay(queue, FencedFromOutside(fences, time), time, observer).run(time, once=True)
+    assert queue.rows == [], "every event goes out between the fences"
+    return observer, [entry["event"] for entry in logs if "transactional-id" in entry["event"]]
+
+
+def test_a_relay_fenced_twice_while_it_holds_the_lock_says_its_transactional_id_is_shared() -> None:
+    observer, said = _fenced_run(3, MemoryQueue([_event(n) for n in range(1, 4)]))
+
+    assert said == ["outbox-transactional-id-shared"]  # once, however many fences follow
+    warning = observer.readiness_warning()
+    assert warning is not None and "was fenced 3 times in 300 s while it held the lock" in warning
+
+
+@pytest.mark.parametrize(
+    ("fences", "queue"),
+    [(1, MemoryQueue([_event(1)])), (2, LockLostQueue([_event(1)]))],
+    ids=["fenced once: a relay of the outbox froze before its start", "fenced after its lock went"],
+)
+def test_a_relay_fenced_once_or_after_losing_its_lock_says_nothing_of_a_shared_id(
+    fences: int, queue: MemoryQueue
+) -> None:
+    observer, said = _fenced_run(fences, queue)
+
+    assert said == []
+    assert observer.readiness_warning() is None
+
+
+def test_the_shared_transactional_id_warning_ends_once_a_window_passes_without_a_fence() -> None:
+    time, observer = DrivenTime(), RelayObserver()
+    queue = MemoryQueue([_event(1)])
+    relay = _relay(queue, FencedFromOutside(2, time), time, observer)
+    relay.run(time, once=True)
+    assert observer.readiness_warning() is not None
+
+    time.pass_time(301)
+    queue.rows.append(_event(2))
+    with capture_logs() as logs:
+        relay.run(DrivenTime(), once=True)
+
+    assert observer.readiness_warning() is None
+    assert [entry["event"] for entry in logs if "transactional-id" in entry["event"]] == [
+        "outbox-transactional-id-alone"
+    ]
+
+
+def test_the_relay_hands_its_producer_no_more_bytes_than_its_flight_budget_and_a_larger_event_alone() -> None:
+    """memory_mb 16: 4 MiB in flight at most (the producer's queue holds copies of them until answered)."""
+    settings = FAST.model_copy(update={"memory_mb": 16, "batch_size": 50, "max_in_flight": 100})
+    mib = 2**20
+    sizes = [mib] * 6 + [5 * mib, mib]
+    queue = MemoryQueue([_event(n, size=size) for n, size in enumerate(sizes, start=1)])
+    time = DrivenTime()
+    publisher = ScriptedPublisher(dict.fromkeys(range(1, 9), "silent"), time)
+    relay = _relay(queue, publisher, time, settings=settings)
+
+    for _ in range(3):
+        relay.step(time)
+    assert [n for batch in publisher.sent for n in batch] == [1, 2, 3, 4]  # the broker answers none
+
+    publisher.script = dict.fromkeys(range(1, 9), "ok")  # it answers those four, and what comes next
+    publisher.answer_later([1, 2, 3, 4])
+    for _ in range(6):
+        relay.step(time)
+    assert publisher.sent[1:] == [[5, 6], [7], [8]]

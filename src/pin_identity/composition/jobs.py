@@ -9,7 +9,7 @@ from functools import partial
 from pin_identity.adapters.kafka.publisher import KafkaEventPublisher
 from pin_identity.adapters.kafka.replay_source import TopicReplaySource
 from pin_identity.adapters.kafka.talent_stream import KafkaTalentStream
-from pin_identity.adapters.kafka.topics import message_limit, replication_shortfall, unwritable_partitions
+from pin_identity.adapters.kafka.topics import EVENT_MAX_BYTES, replication_shortfall, write_limits
 from pin_identity.adapters.postgres.database import SilenceLimit
 from pin_identity.adapters.postgres.fanout_queue import PostgresTaskWakeups
 from pin_identity.adapters.postgres.outbox_queue import PostgresOutboxQueue
@@ -60,9 +60,10 @@ class Jobs:
             own_topics=PUBLISHED_TOPICS,
             transactional_id=self._transactional_id(queue),
             replication_shortfall=self._replication_shortfall,
-            unwritable=partial(unwritable_partitions, config),
-            message_limit=partial(message_limit, config, PUBLISHED_TOPICS),
-            queue_kbytes=settings.memory_mb * 1024 // 4,  # a quarter of the relay's memory (RelaySettings)
+            write_limits=partial(write_limits, config, PUBLISHED_TOPICS),
+            # The relay hands the producer at most flight_bytes (or one event larger, alone): its queue never
+            # fills, and a producer that cannot send holds no more than that.
+            queue_kbytes=(settings.flight_bytes + EVENT_MAX_BYTES) // 1024,
         )
         self.connections.closers += [publisher.close, queue.reset]
         return OutboxRelay(queue, publisher, settings, observer, clock=self.clock)

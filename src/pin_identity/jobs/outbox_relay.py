@@ -17,6 +17,7 @@ from pin_identity.operations.ports.outbox import (
     OutboxQueue,
     PendingEvent,
     Place,
+    ProducerFencedError,
     PublishReport,
     RelayRole,
 )
@@ -26,6 +27,9 @@ from pin_identity.operations.ports.outbox import (
 _ASK_WHY_AFTER = 2
 # How often the broker is asked whether a held topic is back.
 _HOLD_LOOK_EVERY_S = 2.0
+# Fenced twice within this long while holding the lock: a producer outside the outbox uses its
+# transactional.id. Said until this long passes without a fence.
+_SHARED_ID_WINDOW_S = 300.0
 # An event's place in the key order: its topic and its key (CONTRACTS section 4 orders an aggregate's
 # events on one topic; a user's UserUpserted and UserAccessChanged share a key, not a topic, and neither
 # waits for the other).
@@ -84,6 +88,7 @@ class _Rows:
 
     def __init__(self) -> None:
         self.in_flight: dict[int, PendingEvent] = {}
+        self.in_flight_bytes = 0
         self.count = 0
         self.bytes = 0
         self._busy: set[TopicKey] = set()  # keys with an event in flight, ready or parked
@@ -112,27 +117,41 @@ class _Rows:
                 busy.add(key)
                 ready.append(row)
 
-    def take_ready(self) -> list[PendingEvent]:
-        ready, self._ready = self._ready, []
+    def take_ready(self, flight_bytes: int) -> list[PendingEvent]:
+        """The ready events that fit in flight beside what is there (`flight_bytes` in all; an event larger
+        than that goes alone, once nothing else is in flight)."""
+        room = flight_bytes - self.in_flight_bytes
+        taken = 0
+        for event in self._ready:
+            if room < len(event.value) and (taken or self.in_flight):
+                break
+            room -= len(event.value)
+            taken += 1
+        ready, self._ready = self._ready[:taken], self._ready[taken:]
         return ready
 
     def ready_again(self, events: Iterable[PendingEvent]) -> None:
         self._ready.extend(events)
 
     def sent(self, events: Iterable[PendingEvent]) -> None:
-        self.in_flight.update((event.outbox_id, event) for event in events)
+        for event in events:
+            self.in_flight[event.outbox_id] = event
+            self.in_flight_bytes += len(event.value)
 
     def settled(self, outbox_ids: Iterable[int]) -> None:
         """Gone from the outbox (acknowledged, or dead-lettered): the next row of each one's key goes."""
         for outbox_id in outbox_ids:
             event = self.in_flight.pop(outbox_id, None)
             if event is not None:
+                self.in_flight_bytes -= len(event.value)
                 self._forget(event)
                 self._next_of(_topic_key(event))
 
     def unanswered(self, outbox_ids: Iterable[int]) -> list[PendingEvent]:
         """Events the broker did not take, out of flight: each still the first of its key."""
-        return [self.in_flight.pop(outbox_id) for outbox_id in outbox_ids if outbox_id in self.in_flight]
+        events = [self.in_flight.pop(outbox_id) for outbox_id in outbox_ids if outbox_id in self.in_flight]
+        self.in_flight_bytes -= sum(len(event.value) for event in events)
+        return events
 
     def park(self, place: Place, events: Iterable[PendingEvent]) -> None:
         self._parked.setdefault(place, []).extend(events)
@@ -166,7 +185,7 @@ class _Rows:
         self._waiting.clear()
         self._ready.clear()
         self._parked.clear()
-        self.count = self.bytes = 0
+        self.count = self.bytes = self.in_flight_bytes = 0
 
     def _forget(self, event: PendingEvent) -> None:
         self.count -= 1
@@ -246,6 +265,27 @@ class _Cooling:
         self.failures.pop(place, None)
 
 
+@dataclass
+class _Fences:
+    """When this relay's producer was fenced while the relay held the lock, where no relay of its outbox can
+    have taken the transactional.id: a producer outside the outbox did (an operator-set transactional.id
+    shared by two outboxes, whose relays fence each other for ever, each committing between two fences)."""
+
+    at: list[float] = field(default_factory=list)
+
+    def fenced(self, now: float) -> int:
+        """How many times within the window, this one included."""
+        self.at = [*(when for when in self.at if now - when < _SHARED_ID_WINDOW_S), now]
+        return len(self.at)
+
+    def ended(self, now: float) -> bool:
+        """Whether a window has passed since the last fence (and forget them)."""
+        if not self.at or now - self.at[-1] < _SHARED_ID_WINDOW_S:
+            return False
+        self.at = []
+        return True
+
+
 class OutboxRelay:
     """One active relay at a time (the queue's lock); the others stand by and take over when it dies.
 
@@ -282,6 +322,7 @@ class OutboxRelay:
         self._rows = _Rows()
         self._lanes = _Lanes()
         self._cooling = _Cooling()
+        self._fences = _Fences()
         self._heartbeat = _Cadence(settings.heartbeat_every_s)
         self._backlog = _Cadence(settings.backlog_every_s)
         self._hold_look = _Cadence(_HOLD_LOOK_EVERY_S)
@@ -326,6 +367,8 @@ class OutboxRelay:
                 self._stand_down()
             except Exception as exc:  # any failure: stop the producer, drop the session, back off
                 self._observer.failed(exc)
+                if isinstance(exc, ProducerFencedError):
+                    self._fenced()
                 self._stand_down()
                 self._back_off(stop, reason=type(exc).__name__)
 
@@ -375,7 +418,7 @@ class OutboxRelay:
         if now < self._paused_until:
             return 0
         self._read_more()
-        ready = self._rows.take_ready()
+        ready = self._rows.take_ready(self._settings.flight_bytes)
         if self._cooling.until and ready:
             ready = self._leave_out_cooling(ready)
         self._dispatch(ready)
@@ -401,11 +444,10 @@ class OutboxRelay:
         """How many rows, and bytes of values, may be read now; None while there is no room for a batch."""
         settings = self._settings
         rows = min(settings.batch_size, settings.max_in_flight - self._rows.count)
-        held_budget = settings.memory_mb * 2**20 // 2  # the other half: the producer's queue and one read
-        free = held_budget - self._rows.bytes
+        free = settings.held_bytes - self._rows.bytes
         if rows < min(settings.batch_size, settings.max_in_flight) // 2 or free <= 0:
             return None
-        return rows, min(free, settings.memory_mb * 2**20 // 4)
+        return rows, min(free, settings.read_bytes)
 
     def _leave_out_cooling(self, ready: list[PendingEvent]) -> list[PendingEvent]:
         """The events of cooling partitions are parked with their partition; the others go."""
@@ -447,6 +489,8 @@ class OutboxRelay:
             if self._failures:
                 self._observer.publishing_resumed()
             self._failures = 0
+            if self._fences.ended(self._clock.monotonic()):
+                self._observer.transactional_id_alone()
         if report.rejected:
             self._observer.dead_lettered(report.rejected)
         if report.retry:
@@ -550,6 +594,14 @@ class OutboxRelay:
         self._heartbeat.make_due()
         self._hold_look.make_due()
         self._queue.stand_down()
+
+    def _fenced(self) -> None:
+        """The producer was fenced. While the relay still holds the lock (asked before it stands down) no
+        relay of this outbox took over: twice within the window, it is said."""
+        if self._queue.still_active():
+            fences = self._fences.fenced(self._clock.monotonic())
+            if fences >= 2:
+                self._observer.transactional_id_shared(fences, _SHARED_ID_WINDOW_S)
 
     def _back_off(self, stop: StopSignal, *, reason: str) -> None:
         self._failures += 1

@@ -37,6 +37,7 @@ class RelayObserver:
         self._missing_topics: dict[str, str] = {}
         self._replicas_short: str | None = None  # what the broker said of too few replicas in sync
         self._held_by_prepared: str | None = None  # a prepared transaction holding publishing, in words
+        self._id_shared: str | None = None  # the transactional.id used outside the outbox, in words
 
     def started(self) -> None:
         log.info("outbox-relay-started")
@@ -138,6 +139,27 @@ class RelayObserver:
                 runbook="docs/runbooks.md#outbox-replicas-short",
             )
 
+    def transactional_id_shared(self, fences: int, window_s: float) -> None:
+        """The relay's producer was fenced `fences` times within `window_s` while the relay held the lock: a
+        producer outside this outbox uses its transactional.id (set in PIN_IDENTITY_KAFKA_CONFIG and shared
+        with another outbox's relay). Said once, and on `/readyz` until a window passes without a fence."""
+        first = self._id_shared is None
+        self._id_shared = (
+            f"the outbox relay was fenced {fences} times in {window_s:.0f} s while it held the lock: a "
+            "producer outside this outbox uses its transactional.id (PIN_IDENTITY_KAFKA_CONFIG)"
+        )
+        if first:
+            log.error(
+                "outbox-transactional-id-shared",
+                fences=fences,
+                runbook="docs/runbooks.md#outbox-transactional-id-shared",
+            )
+
+    def transactional_id_alone(self) -> None:
+        if self._id_shared is not None:
+            self._id_shared = None
+            log.info("outbox-transactional-id-alone")
+
     def publishing_resumed(self) -> None:
         """The broker took events again after failures in a row."""
         if self._replicas_short is not None:
@@ -164,11 +186,13 @@ class RelayObserver:
 
     def readiness_warning(self) -> str | None:
         """What `/readyz` warns of: the topics whose events are held, a prepared transaction holding
-        publishing, too few replicas in sync, a broker that has acknowledged nothing for a while; or None."""
+        publishing, a transactional.id shared with another outbox, too few replicas in sync, a broker that
+        has acknowledged nothing for a while; or None."""
         short, silent_for = self._replicas_short, self._silent_for_s
         warnings = [
             self.missing_topics(),
             self._held_by_prepared,
+            self._id_shared,
             f"the outbox relay cannot publish: {short}" if short else None,
             f"the outbox relay has waited {silent_for:.0f} s for the broker to acknowledge its events"
             if silent_for is not None

@@ -15,13 +15,15 @@ recreated by the relay where it may.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
+from confluent_kafka.admin._metadata import TopicMetadata
 
 from pin_identity.adapters.kafka.client_log import with_client_log
 from pin_identity.adapters.kafka.denials import DenialLog, denial
@@ -36,9 +38,17 @@ from pin_identity.domain.clock import Clock
 from pin_identity.domain.events import CONTRACT_VERSION
 from pin_identity.observability import metrics
 from pin_identity.observability.logging import get_logger
-from pin_identity.operations.ports.outbox import TOPIC_MISSING, PendingEvent, Place, PublishReport
+from pin_identity.operations.ports.outbox import (
+    TOPIC_MISSING,
+    PendingEvent,
+    Place,
+    ProducerFencedError,
+    PublishReport,
+)
 
 log = get_logger("kafka-publisher")
+P = ParamSpec("P")
+R = TypeVar("R")
 
 # Errors that no retry can fix: the row goes to the dead letters instead of blocking the rows behind it.
 _PERMANENT = {
@@ -63,6 +73,8 @@ _NOT_THE_PARTITIONS = {
     "_FENCED",
     "_STATE",
 }
+# A producer of the same transactional.id initialised after this one's.
+_FENCED = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
 # The reason given to the events of an aborted transaction that did not fail themselves.
 _ABORTED = "aborted with its transaction"
 # A transaction unanswered this long has the broker asked whether its partitions can take a write: a
@@ -71,6 +83,10 @@ _ABORTED = "aborted with its transaction"
 STALL_AFTER_S = 3.0
 # A metadata request about one topic: a broker that answers does so in milliseconds.
 _METADATA_TIMEOUT_S = 2.0
+# Whether a partition takes writes is asked of the broker at most this often per topic.
+_METADATA_FRESH_S = 0.5
+# The reason an event is handed back with when its partition cannot take a write (PublishReport.failing).
+_NOT_WRITABLE = "NOT_ENOUGH_REPLICAS"
 _CONTRACT_VERSION_HEADER = ("contract-version", str(CONTRACT_VERSION))
 
 
@@ -111,6 +127,34 @@ TRANSACTION_AGE_S = 0.5
 # as resumable all the same (docs/librdkafka-txn-abort.md). A first phase given seconds times out only if that
 # thread stalls as long, so a commit that times out is resumed, with the same timeout, past its first phase.
 _INIT_TIMEOUT_S = _COMMIT_TIMEOUT_S = _ABORT_TIMEOUT_S = RELAY_COORDINATOR_CALL_S
+
+
+@dataclass(frozen=True)
+class WriteLimits:
+    """What the relay's topics take, as their configs say: the largest event (the smallest
+    `max.message.bytes`; None when the broker did not say, and librdkafka's own 1,000,000 holds) and, per
+    topic, the replicas a write needs in sync (`min.insync.replicas`)."""
+
+    message_bytes: int | None = None
+    min_insync: Mapping[str, int] = field(default_factory=dict)
+
+
+def unwritable_partitions(topic: TopicMetadata, min_insync: int, numbers: Iterable[int]) -> dict[int, str]:
+    """Of these partitions of a topic (its metadata, as the broker just gave it), those that cannot take an
+    acks=all write: no leader, or fewer replicas in sync than `min_insync` (NOT_ENOUGH_REPLICAS, which
+    librdkafka only retries until the delivery times out); with why."""
+    found: dict[int, str] = {}
+    for number in numbers:
+        partition = topic.partitions.get(number)
+        if partition is None:
+            continue
+        if partition.leader < 0:
+            found[number] = "no leader (LEADER_NOT_AVAILABLE)"
+        elif len(partition.isrs) < min_insync:
+            found[number] = (
+                f"{len(partition.isrs)} replicas in sync, {min_insync} needed (NOT_ENOUGH_REPLICAS)"
+            )
+    return found
 
 
 @dataclass(slots=True)
@@ -179,9 +223,11 @@ class _MissingTopics:
             self._news.topics_found.append(topic)
 
     def forget(self) -> None:
-        """The relay forgot what it held (its producer discarded): what is still missing is found again."""
+        """The relay forgot what it held (its producer discarded): what is still missing is found again. A
+        topic recreated meanwhile is still told (the failure that discarded the producer may have come
+        right after the recreation)."""
         self.held.clear()
-        self._news = PublishReport()
+        self._news = PublishReport(topics_recreated=self._news.topics_recreated)
 
     def hand_over(self, report: PublishReport) -> PublishReport:
         """`report` with what changed since the last one."""
@@ -207,6 +253,22 @@ def _topic_exists(producer: Producer, topic: str) -> bool | None:
     if found.error is None or found.error.code() == KafkaError.LEADER_NOT_AVAILABLE:  # (just created)
         return True
     return False if found.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART else None
+
+
+def _fences_named(call: Callable[P, R]) -> Callable[P, R]:
+    """The relay hears a fence (whichever call of librdkafka's meets it) as ProducerFencedError."""
+
+    @functools.wraps(call)
+    def named(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return call(*args, **kwargs)
+        except KafkaException as exc:
+            error = exc.args[0]
+            if isinstance(error, KafkaError) and error.code() in _FENCED:
+                raise ProducerFencedError(f"{error.name()}: {error.str()}") from exc
+            raise
+
+    return named
 
 
 class KafkaEventPublisher:
@@ -241,8 +303,7 @@ class KafkaEventPublisher:
         transactional_id: str,
         own_topics: Collection[str] = (),
         replication_shortfall: Callable[[], str | None] | None = None,
-        unwritable: Callable[[Collection[Place]], dict[Place, str]] | None = None,
-        message_limit: Callable[[], int | None] | None = None,
+        write_limits: Callable[[], WriteLimits] | None = None,
         queue_kbytes: int | None = None,
         clock: Clock = SYSTEM_CLOCK,
     ):
@@ -250,10 +311,11 @@ class KafkaEventPublisher:
         if queue_kbytes is not None:
             self._config["queue.buffering.max.kbytes"] = queue_kbytes
         self._replication_shortfall = replication_shortfall
-        self._unwritable = unwritable
-        self._message_limit = message_limit
+        self._write_limits = write_limits
+        self._limits = WriteLimits()  # read again with each producer
         self._partitioner = _partitioner(self._config)
         self._partition_counts: dict[str, int] = {}
+        self._metadata: dict[str, tuple[float, TopicMetadata]] = {}  # topic -> (when asked, what was said)
         self._denials = DenialLog("outbox-relay", clock)
         self._clock = clock
         self._transaction: _Transaction | None = None
@@ -297,9 +359,11 @@ class KafkaEventPublisher:
             self._forget_in_flight()
         if self._producer is None:
             config = {**self._config, "error_cb": self._error_handler(self._generation)}
-            limit = self._message_limit() if self._message_limit is not None else None
-            if limit is not None:  # never above what the topics take: a larger event fails here, alone
-                config["message.max.bytes"] = limit
+            self._limits = self._write_limits() if self._write_limits is not None else WriteLimits()
+            if self._limits.message_bytes is not None:  # never above what the topics take (a larger event
+                # fails here, alone), nor above what the operator set
+                configured = int(config.get("message.max.bytes", self._limits.message_bytes))
+                config["message.max.bytes"] = min(configured, self._limits.message_bytes)
             producer = Producer(config)
             try:
                 producer.init_transactions(_INIT_TIMEOUT_S)  # aborts and fences what the last relay left
@@ -308,6 +372,7 @@ class KafkaEventPublisher:
                 raise
             self._producer = producer
             self._partition_counts.clear()  # a new producer, perhaps on topics recreated since
+            self._metadata.clear()
             self._on_delivery = self._delivery_handler(self._generation)
             self._replace = False
         return self._producer
@@ -342,6 +407,7 @@ class KafkaEventPublisher:
 
         return on_delivery
 
+    @_fences_named
     def start(self) -> None:
         self._current()
 
@@ -364,10 +430,12 @@ class KafkaEventPublisher:
         self._partition_counts[topic] = len(found.partitions)
         return len(found.partitions)
 
+    @_fences_named
     def look_for(self, topics: Collection[str]) -> PublishReport:
         self._missing.examine(self._current(), sorted(topics), asked=True)
         return self._missing.hand_over(PublishReport())
 
+    @_fences_named
     def send(self, events: Sequence[PendingEvent]) -> PublishReport:
         producer = self._current()
         if self._missing.held:  # the held events are tried again: is their topic back?
@@ -395,17 +463,33 @@ class KafkaEventPublisher:
             # A suspect's transaction takes nothing else: it is committed as soon as it is answered.
             transaction.committing = alone
         held = self._missing.held
-        for event in events:
+        placed = [(event, self.partition(event.topic, event.key)) for event in events]
+        short = self._short_of_replicas(placed, transaction)
+        for event, partition in placed:
+            place = (event.topic, partition)
             if held and event.topic in held:
                 failed_at_once.retry[event.outbox_id] = TOPIC_MISSING
+            elif place in short:
+                failed_at_once.retry[event.outbox_id] = _NOT_WRITABLE
+                failed_at_once.failing[(event.topic, partition)] = short[place]  # type: ignore[index]
             else:
-                self._produce(producer, event, failed_at_once)
+                self._produce(producer, event, partition, failed_at_once)
         failed = failed_at_once.retry.keys() | failed_at_once.rejected.keys()
         for event in events:
             if event.outbox_id not in failed:
                 transaction.ids.append(event.outbox_id)
                 transaction.topics[event.topic] += 1
         return failed_at_once
+
+    def _short_of_replicas(
+        self, placed: Sequence[tuple[PendingEvent, int | None]], transaction: _Transaction
+    ) -> dict[Place, str]:
+        """The partitions new to the transaction that the broker says cannot take a write now. Kafka ends a
+        transaction by writing a marker in each of its partitions, acks=all: one that took a partition short
+        of replicas can neither commit nor abort until the partition is back, and its transactional.id
+        (the relay's one) takes nothing else meanwhile. So no event goes to such a partition."""
+        places = {(event.topic, partition) for event, partition in placed if partition is not None}
+        return self.unwritable(places - transaction.places)
 
     def _send_alone(self, producer: Producer, report: PublishReport) -> None:
         """With no transaction open, a suspect goes in one of its own."""
@@ -426,6 +510,7 @@ class KafkaEventPublisher:
             self._examine_failures(producer, failed_at_once)
             _merge(report, failed_at_once)
 
+    @_fences_named
     def collect(self, timeout_s: float) -> PublishReport:
         # Answers are waited for with poll(), which any answer wakes: a transaction is committed only once
         # all of it is answered (_settle_transaction), never by stepping a commit through the wait.
@@ -487,7 +572,7 @@ class KafkaEventPublisher:
         """Whether the open transaction has waited on answers past `stall_after_s` (asked again at most that
         often: it costs the broker a metadata request)."""
         transaction = self._transaction
-        if transaction is None or not self._unanswered() or self._unwritable is None:
+        if transaction is None or not self._unanswered():
             return False
         now = self._clock.monotonic()
         if now - max(transaction.started, transaction.asked_at) < STALL_AFTER_S:
@@ -496,13 +581,35 @@ class KafkaEventPublisher:
         return True
 
     def unwritable(self, places: Collection[Place]) -> dict[Place, str]:
-        if self._unwritable is None or not places:
-            return {}
+        found: dict[Place, str] = {}
+        for topic in {topic for topic, _ in places}:
+            metadata = self._topic_metadata(topic)
+            if metadata is None:  # the broker did not say: the stall check and delivery timeout decide
+                continue
+            numbers = [number for each, number in places if each == topic]
+            needed = self._limits.min_insync.get(topic, 1)
+            for number, reason in unwritable_partitions(metadata, needed, numbers).items():
+                found[(topic, number)] = reason
+        return found
+
+    def _topic_metadata(self, topic: str) -> TopicMetadata | None:
+        """The topic's partitions (leaders, replicas in sync) from the producer's own metadata request, asked
+        at most every `_METADATA_FRESH_S` (a busy relay checks each transaction's new partitions)."""
+        now = self._clock.monotonic()
+        known = self._metadata.get(topic)
+        if known is not None and now - known[0] < _METADATA_FRESH_S:
+            return known[1]
+        if self._producer is None:
+            return None
         try:
-            return self._unwritable(places)
-        except Exception as exc:  # the broker did not say: the delivery timeout decides, as before
-            log.warning("kafka-partitions-unknown", error=type(exc).__name__)
-            return {}
+            found = self._producer.list_topics(topic, timeout=_METADATA_TIMEOUT_S).topics.get(topic)
+        except KafkaException as exc:
+            log.warning("kafka-partitions-unknown", error=exc.args[0].name())
+            return None
+        if found is None or found.error is not None:
+            return None
+        self._metadata[topic] = (now, found)
+        return found  # type: ignore[no-any-return]
 
     def _commit_failed(self, producer: Producer, answers: PublishReport, exc: KafkaException) -> None:
         """Abort the transaction, or raise what is fatal (fenced: a relay took over). The commit served the
@@ -584,7 +691,9 @@ class KafkaEventPublisher:
         self._answers = PublishReport()
         self._in_flight.clear()
 
-    def _produce(self, producer: Producer, event: PendingEvent, failed_at_once: PublishReport) -> None:
+    def _produce(
+        self, producer: Producer, event: PendingEvent, partition: int | None, failed_at_once: PublishReport
+    ) -> None:
         outbox_id, topic, key_text, value, event_type, correlation_id, traceparent = event
         key = key_text.encode()
         in_flight = self._in_flight.get(topic)
@@ -599,7 +708,6 @@ class KafkaEventPublisher:
         ]
         if traceparent:
             headers.append(("traceparent", traceparent))
-        partition = self.partition(topic, key_text)
         # -1: librdkafka's own choice (RD_KAFKA_PARTITION_UA), where no partition is known here.
         placed = -1 if partition is None else partition
         while True:

@@ -3,7 +3,7 @@ client properties acceptable, does a broker answer, and what a broker failure sa
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -16,10 +16,9 @@ from confluent_kafka.cimpl import NewTopic
 from pin_identity.adapters.kafka.client_log import silenced, with_client_log
 from pin_identity.adapters.kafka.consumers import new_consumer
 from pin_identity.adapters.kafka.denials import DenialLog, denial
-from pin_identity.adapters.kafka.publisher import producer_config
+from pin_identity.adapters.kafka.publisher import WriteLimits, producer_config
 from pin_identity.adapters.system_clock import SYSTEM_CLOCK
 from pin_identity.observability.logging import first_line, get_logger
-from pin_identity.operations.ports.outbox import Place
 
 # librdkafka writes its log lines raw to stderr unless it is given a logger. The checks below report their
 # outcome as one line of their own, so their clients log nowhere.
@@ -117,58 +116,39 @@ def raise_message_limits(
     return low
 
 
-def message_limit(
+def write_limits(
     client_config: dict[str, str], names: Iterable[str], *, timeout_s: float = 5.0
-) -> int | None:
-    """The largest event every one of these topics takes (the smallest `max.message.bytes`): the relay's
-    producer takes none larger, so the broker refuses no request for an event's size, and a larger event
-    fails alone. None when the broker does not say (the producer keeps librdkafka's own limit, 1,000,000)."""
+) -> WriteLimits:
+    """The relay's producer takes no event larger than every topic takes, so the broker refuses no request
+    for an event's size and a larger event fails alone; and it keeps the events of a partition short of
+    replicas out of its transactions. Empty when the broker does not say."""
     try:
-        limits = _message_limits(AdminClient(with_client_log(client_config)), names, timeout_s)
+        configs = _topic_configs(AdminClient(with_client_log(client_config)), names, timeout_s)
+        return WriteLimits(
+            min((int(config["max.message.bytes"]) for config in configs.values()), default=None),
+            {name: int(config["min.insync.replicas"]) for name, config in configs.items()},
+        )
     except (KafkaException, TimeoutError, KeyError, ValueError) as exc:
-        log.warning("kafka-message-limit-unknown", error=first_line(exc))
-        return None
-    return min(limits.values(), default=None)
+        log.warning("kafka-write-limits-unknown", error=first_line(exc))
+        return WriteLimits()
 
 
 def _message_limits(admin: AdminClient, names: Iterable[str], timeout_s: float) -> dict[str, int]:
+    configs = _topic_configs(admin, names, timeout_s)
+    return {name: int(config["max.message.bytes"]) for name, config in configs.items()}
+
+
+def _topic_configs(admin: AdminClient, names: Iterable[str], timeout_s: float) -> dict[str, dict[str, str]]:
+    """The configs of those of the topics the broker has (topic -> name -> value)."""
     existing = set(admin.list_topics(timeout=timeout_s).topics)
     resources = [ConfigResource(ConfigResource.Type.TOPIC, name) for name in names if name in existing]
     if not resources:
         return {}
     futures = admin.describe_configs(resources, request_timeout=timeout_s)
     return {
-        resource.name: int(future.result(timeout=timeout_s)["max.message.bytes"].value)
+        resource.name: {key: entry.value for key, entry in future.result(timeout=timeout_s).items()}
         for resource, future in futures.items()
     }
-
-
-def unwritable_partitions(
-    client_config: dict[str, str], places: Collection[Place], *, timeout_s: float = 2.0
-) -> dict[Place, str]:
-    """Of these partitions, those that cannot take an acks=all write now: no leader, or fewer replicas in
-    sync than their topic's `min.insync.replicas` (NOT_ENOUGH_REPLICAS, which librdkafka only retries until
-    the delivery times out); with why."""
-    admin = AdminClient(with_client_log(client_config))
-    topics = admin.list_topics(timeout=timeout_s).topics
-    found: dict[Place, str] = {}
-    short: dict[Place, int] = {}
-    for topic, number in places:
-        partition = topics[topic].partitions.get(number) if topic in topics else None
-        if partition is None:
-            continue
-        if partition.leader < 0:
-            found[(topic, number)] = "no leader (LEADER_NOT_AVAILABLE)"
-        elif len(partition.isrs) < len(partition.replicas):
-            short[(topic, number)] = len(partition.isrs)
-    if short:
-        needed = _min_insync(admin, {topic for topic, _ in short}, timeout_s)
-        for (topic, number), in_sync in short.items():
-            if in_sync < needed[topic]:
-                found[(topic, number)] = (
-                    f"{in_sync} replicas in sync, {needed[topic]} needed (NOT_ENOUGH_REPLICAS)"
-                )
-    return found
 
 
 def replication_shortfall(

@@ -303,6 +303,15 @@ class PostgresOutboxQueue:
     def heartbeat(self) -> None:
         self._ask("ping", scalar_row)
 
+    def still_active(self) -> bool:
+        if not self._active or self._conn is None or self._conn.closed:
+            return False  # a session opened again would not hold the lock
+        try:
+            self.heartbeat()
+        except psycopg.Error:
+            return False
+        return True
+
     def stand_down(self) -> None:
         if self._conn is None:
             return

@@ -20,6 +20,11 @@ class PendingEvent(NamedTuple):
     traceparent: str | None
 
 
+class ProducerFencedError(Exception):
+    """Another producer took the outbox's transactional.id at the broker: a relay of this outbox that took
+    over, or (while this relay still holds the lock, where none of this outbox can) a producer outside it."""
+
+
 # A partition of a topic: where the broker keeps a key's events, in order.
 Place = tuple[str, int]
 # The reason an event of a topic the broker does not have is handed back with (PublishReport.retry).
@@ -121,6 +126,11 @@ class OutboxQueue(OutboxBacklogReader, Protocol):
 
     def is_drained(self) -> bool:
         """No committed row is left in the outbox."""
+        ...
+
+    def still_active(self) -> bool:
+        """Whether this relay's session is alive and so still holds the lock (no other relay of this outbox
+        can have taken it); never raises."""
         ...
 
     def heartbeat(self) -> None:
