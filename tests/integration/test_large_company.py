@@ -1,4 +1,4 @@
-"""A company of 40,000 managers (a bank, an agency network) through the consumer and both import modes: it is
+"""A company of 40,000 managers (a bank, an agency network) through the consumer and the import: it is
 blocked, restored and its managers moved to another company like a company of four. Every manager's default
 role follows, one access event each, and the lock table stays small: managers are held by their rows, not by
 a lock each (a lock each overflowed PostgreSQL's shared lock table, and the consumer retried for good)."""
@@ -166,13 +166,13 @@ def test_through_the_consumer_a_company_of_40000_is_blocked_restored_and_moved_a
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize(
-    "mode", [ImportMode.API_PULL, ImportMode.TOPIC_REPLAY], ids=["api-pull", "topic-replay"]
-)
 def test_through_an_import_a_company_of_40000_is_blocked_restored_and_moved(
-    mode: ImportMode, settings: Settings, talent_api: SimulatedTalentApi, talent_topics: TalentTopics
+    settings: Settings, talent_api: SimulatedTalentApi, talent_topics: TalentTopics
 ) -> None:
-    world = TalentWorld(mode, settings, talent_api, talent_topics)
+    """By ApiPull. The modes differ only in where a page's records come from; a page is applied by the same
+    code (test_talent_parity.py holds both modes to the same replica); by TopicReplay this test took 200 s
+    on two cores, against 147 s by pull."""
+    world = TalentWorld(ImportMode.API_PULL, settings, talent_api, talent_topics)
 
     def imported(_changed: TalentDataset, listed: TalentDataset) -> None:
         world.publish(listed)

@@ -87,4 +87,6 @@ def test_a_prepared_transaction_holds_publishing_only_while_it_holds_an_outbox_i
         container.close()
 
     assert said is not None and "prepared transaction 'pin-two-phase'" in said
-    assert [e.key for e in arrived] == [str(held), str(late)]  # in outbox order
+    # Both, once the prepared transaction committed (the late one waited for it, above). Two keys: their
+    # partitions are read in no defined order, so their order here proves nothing.
+    assert sorted(e.key for e in arrived) == sorted([str(held), str(late)])
