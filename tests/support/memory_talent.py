@@ -422,6 +422,9 @@ class MemoryImportStore:
     def page_cursors(self, run_id: UUID, stage: ImportStage) -> list[str | None]:
         return [r.page.cursor for r in self.pages if r.page.run_id == run_id and r.page.stage is stage]
 
+    def stage_times(self, run_id: UUID, stage: ImportStage) -> tuple[datetime, datetime] | None:
+        return None  # pages kept in memory have no times: no stage span
+
     def finish_run(self, run_id: UUID, ending: RunEnding, now: datetime) -> bool:
         run = self.runs.get(run_id)
         if run is None or run.status is not RunStatus.RUNNING:

@@ -193,6 +193,8 @@ def test_a_span_per_task_and_per_batch() -> None:
     assert task_span.attributes is not None
     assert task_span.attributes["jobRunId"] == str(task.claim_id)
     assert task_span.attributes["roleId"] == str(task.role_id)
+    # The spec's attributes: the page size, and the users the task told.
+    assert (task_span.attributes["batchSize"], task_span.attributes["processedCount"]) == (10, 15)
     assert all(s.parent is not None and s.parent.span_id == task_span.context.span_id for s in spans[:2])
     # With tracing on, the events carry the batch span's W3C traceparent.
     assert all(m.traceparent and m.traceparent.startswith("00-") for m in queue.events)

@@ -15,7 +15,7 @@ from pin_identity.domain.clock import Clock
 from pin_identity.domain.errors import LeaseLostError
 from pin_identity.domain.model import AccessChangeReason
 from pin_identity.jobs.access_fanout_observer import FanOutObserver
-from pin_identity.observability.tracing import current_traceparent, tracer
+from pin_identity.observability.tracing import current_traceparent, traced, tracer
 from pin_identity.operations.ports.fanout_tasks import FanOutQueue, FanOutTask, Release, TaskWakeups
 from pin_identity.operations.ports.job_control import StopSignal
 
@@ -90,37 +90,42 @@ class AccessFanOutJob:
     def process(self, task: FanOutTask, stop: StopSignal) -> TaskOutcome:
         """Pages until the role is done, the lease is lost, the worker stops, or a batch fails."""
         self._observer.dequeued(task)
-        attributes = {
+        attributes: dict[str, str | int] = {
             "jobRunId": str(task.claim_id),
             "taskId": str(task.task_id),
             "roleId": str(task.role_id),
+            "roleVersion": task.role_version,
+            "attempt": task.attempt,
+            "batchSize": self._settings.batch_size,
         }
-        with _tracer.start_as_current_span("access-fanout.task", attributes=attributes) as span:
-            outcome = self._pages(task, stop)
+        with traced(_tracer, "access-fanout.task", attributes) as span:
+            outcome, processed = self._pages(task, stop)
+            # The task's users told so far, earlier claims' pages included (its ProcessedCount).
+            span.set_attribute("processedCount", processed)
             span.set_attribute("outcome", outcome.value)
         return outcome
 
-    def _pages(self, task: FanOutTask, stop: StopSignal) -> TaskOutcome:
+    def _pages(self, task: FanOutTask, stop: StopSignal) -> tuple[TaskOutcome, int]:
         cursor, processed, started = task.cursor, task.processed_count, self._clock.monotonic()
         while True:
             self._pace(task, stop)
             if stop.is_set():
                 self._release(task, count_attempt=False, error=None)
-                return TaskOutcome.STOPPED
+                return TaskOutcome.STOPPED, processed
             try:
                 page_size, cursor = self._batch(task, cursor)
             except LeaseLostError:
                 self._observer.lease_lost(task)
-                return TaskOutcome.LEASE_LOST
+                return TaskOutcome.LEASE_LOST, processed
             except Exception as exc:
                 self._release(task, count_attempt=True, error=self._observer.attempt_failed(task, exc))
-                return TaskOutcome.ERROR
+                return TaskOutcome.ERROR, processed
             processed += page_size
             if page_size < self._settings.batch_size:
                 now = self._clock.now()
                 lag_s = (now - task.created_at).total_seconds()
                 self._observer.completed(task, processed, lag_s, self._clock.monotonic() - started, now)
-                return TaskOutcome.COMPLETED
+                return TaskOutcome.COMPLETED, processed
 
     def _pace(self, task: FanOutTask, stop: StopSignal) -> None:
         """While more events wait in the outbox than the limit, the next page waits (a while at most: a relay
@@ -144,7 +149,7 @@ class AccessFanOutJob:
         size = self._settings.batch_size
         now = self._clock.now()
         with (
-            _tracer.start_as_current_span("access-fanout.batch", attributes={"batchSize": size}) as span,
+            traced(_tracer, "access-fanout.batch", {"batchSize": size}) as span,
             self._queue.batch(task, now, now + self._settings.lease) as batch,
         ):
             template = events.access_changed_template(

@@ -10,18 +10,22 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
+from dataclasses import replace
 from datetime import datetime, timedelta
 
 from pin_identity.config import TalentSyncSettings
 from pin_identity.domain.clock import Clock
 from pin_identity.jobs.talent_sync_observer import TalentSyncObserver
+from pin_identity.observability.tracing import current_traceparent, traced, tracer
 from pin_identity.operations.identity_changes import Context
 from pin_identity.operations.ports.job_control import StopSignal
 from pin_identity.operations.ports.replica import ReplicaTransactions, SourceItem
 from pin_identity.operations.ports.talent_sources import TalentRecord, TalentStream
-from pin_identity.operations.talent_replica import ApplyOptions, BatchOutcome, apply_snapshots, retry_deferred
+from pin_identity.operations.talent_replica import ApplyOptions, BatchOutcome, apply_snapshots, retry_due
 
 _LAG_REPORT_S = 10.0
+
+_tracer = tracer("talent-sync")
 
 
 class TalentSyncJob:
@@ -112,10 +116,13 @@ class TalentSyncJob:
         try:
             with self._transactions() as tx:
                 ctx = Context(correlation_id=uuid.uuid4(), now=self._clock.now())
-                batch = retry_deferred(tx, ctx, self._options(ctx.now), self._settings.batch_size)
-                if not batch.outcomes:
+                due = tx.due_quarantined(ctx.now, self._settings.batch_size)
+                if not due:
                     return False
-                tx.commit()
+                with traced(_tracer, "talent-sync.retry-deferred", {"items": len(due)}):
+                    ctx = replace(ctx, traceparent=current_traceparent())
+                    batch = retry_due(tx, due, ctx, self._options(ctx.now))
+                    tx.commit()
         except Exception as exc:
             self._observer.retry_failed(exc)
             return False
@@ -123,12 +130,18 @@ class TalentSyncJob:
         return True
 
     def _apply(self, items: list[SourceItem]) -> BatchOutcome | None:
-        """One transaction (the batch's tenants before its users); None when it rolled back."""
-        ctx = Context(correlation_id=uuid.uuid4(), now=self._clock.now())
+        """One transaction (the batch's tenants before its users); None when it rolled back. Its events carry
+        the batch's span's traceparent."""
+        correlation_id = uuid.uuid4()
+        attributes: dict[str, str | int] = {"records": len(items), "correlationId": str(correlation_id)}
         try:
-            with self._transactions() as tx:
+            with traced(_tracer, "talent-sync.apply", attributes) as span, self._transactions() as tx:
+                ctx = Context(correlation_id, self._clock.now(), traceparent=current_traceparent())
                 batch = apply_snapshots(tx, items, ctx, self._options(ctx.now))
                 tx.commit()
+                span.set_attribute("itemsApplied", batch.applied)
+                span.set_attribute("itemsSkipped", batch.skipped)
+                span.set_attribute("itemsFailed", batch.failed)
         except Exception as exc:
             self._failures += 1
             self._observer.batch_failed(exc, self._failures)

@@ -37,10 +37,12 @@ from pin_identity.operations.read_models import PermissionsChanged
 
 @dataclass(frozen=True)
 class Context:
-    """Who asked and when: every event of the operation carries this correlation id and time."""
+    """Who asked and when: every event of the operation carries this correlation id and time, and the W3C
+    traceparent of the span the operation runs in (None when it runs in none, or tracing is off)."""
 
     correlation_id: UUID
     now: datetime
+    traceparent: str | None = None
 
     @classmethod
     def fresh(cls, clock: Clock) -> Context:
@@ -68,7 +70,14 @@ def create_company(
     with transactions() as tx:
         tx.insert_company(company)
         tx.add_events(
-            [events.company_upserted(company, correlation_id=ctx.correlation_id, occurred_at=ctx.now)]
+            [
+                events.company_upserted(
+                    company,
+                    correlation_id=ctx.correlation_id,
+                    occurred_at=ctx.now,
+                    traceparent=ctx.traceparent,
+                )
+            ]
         )
         tx.commit()
     return company.company_id
@@ -107,7 +116,13 @@ def create_user(transactions: IdentityTransactions, ctx: Context, new: NewUser) 
     )
     with transactions() as tx:
         tx.insert_user(user)
-        tx.add_events([events.user_upserted(user, correlation_id=ctx.correlation_id, occurred_at=ctx.now)])
+        tx.add_events(
+            [
+                events.user_upserted(
+                    user, correlation_id=ctx.correlation_id, occurred_at=ctx.now, traceparent=ctx.traceparent
+                )
+            ]
+        )
         tx.commit()
     return user.user_id
 
@@ -161,6 +176,7 @@ def notify_access_changed(
                 changed_role_id=changed_role_id,
                 correlation_id=ctx.correlation_id,
                 occurred_at=ctx.now,
+                traceparent=ctx.traceparent,
             )
             for snapshot in snapshots
         ]

@@ -803,6 +803,11 @@ SELECT stage, status, count(*) AS pages FROM identity.talent_import_pages WHERE 
 -- name: import_page_cursors
 SELECT cursor FROM identity.talent_import_pages WHERE run_id = %(run_id)s AND stage = %(stage)s ORDER BY page_no;
 
+-- name: import_stage_times
+-- A stage's span in the run's trace: from the listing of its first page to the end of its last.
+SELECT min(created_at) AS started_at, max(updated_at) AS ended_at
+FROM identity.talent_import_pages WHERE run_id = %(run_id)s AND stage = %(stage)s;
+
 -- name: finish_import_run
 UPDATE identity.talent_import_runs
 SET status = %(status)s, finished_at = %(now)s, error_code = %(error_code)s, error = %(error)s,
