@@ -315,7 +315,14 @@ def test_the_dashboard_variables_pick_one_environment() -> None:
 
 
 # A Grafana unit, and what it measures.
-UNIT_DIMENSIONS = {"s": "time", "ms": "milliseconds", "ops": "rate", "short": "count", "none": "count"}
+UNIT_DIMENSIONS = {
+    "s": "time",
+    "ms": "milliseconds",
+    "ops": "rate",
+    "short": "count",
+    "none": "count",
+    "percentunit": "share",
+}
 COMPARISONS = frozenset({"==", "!=", ">", "<", ">=", "<="})
 
 
@@ -367,6 +374,8 @@ def _dimension_of_operation(operation: promql_parser.BinaryExpr) -> str | None:
     if op in {"+", "-", "or"}:
         assert lhs is None or rhs is None or lhs == rhs, f"{lhs} {op} {rhs}"
         return lhs or rhs
+    if op == "/" and lhs == rhs == "count":  # a part of a whole
+        return "share"
     raise AssertionError(f"no dimension rule for {op}")
 
 
@@ -412,3 +421,28 @@ def test_a_misspelled_metric_fails_the_check() -> None:
         _check_expr('identity_import_runing == 1 and on() identity_import_pages_total{status="Done"} > 0')
     with pytest.raises(AssertionError, match="no label"):
         _check_expr('increase(identity_import_pages_total{state="Done"}[10m]) > 0')
+
+
+def _row(title: str) -> list[dict[str, Any]]:
+    """The panels of one row of the dashboard: those after its row panel, up to the next row."""
+    panels, inside = [], False
+    for panel in _load_dashboard()["panels"]:
+        if panel["type"] == "row":
+            inside = panel["title"] == title
+            panels.extend(panel.get("panels", []) if inside else [])
+        elif inside:
+            panels.append(panel)
+    return panels
+
+
+def test_the_bootstrap_row_shows_the_runs_progress_against_its_planned_total() -> None:
+    """The spec's dashboard: the bootstrap's progress by stage, as a share of what its source listed."""
+    progress = [
+        panel
+        for panel in _row("Bootstrap (talent-initial-import)")
+        for target in panel["targets"]
+        if {"identity_import_run_items_finished", "identity_import_run_items_planned"}
+        <= {name for name, _ in _selectors(_with_intervals(target["expr"]))}
+    ]
+    assert progress, "no Bootstrap panel divides the run's finished items by its planned ones"
+    assert all(panel["fieldConfig"]["defaults"]["unit"] == "percentunit" for panel in progress)

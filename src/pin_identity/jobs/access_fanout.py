@@ -49,7 +49,7 @@ class AccessFanOutJob:
 
     def run(self, stop: StopSignal, *, once: bool = False) -> None:
         """Take tasks until stopped; with `once`, until no task is claimable."""
-        self._observer.started(self._settings.batch_size)
+        self._observer.worker_started(self._settings.batch_size)
         try:
             while not stop.is_set():
                 if self.step(stop):
@@ -88,7 +88,9 @@ class AccessFanOutJob:
         return self._queue.claim(uuid.uuid4(), now, now + self._settings.lease)
 
     def process(self, task: FanOutTask, stop: StopSignal) -> TaskOutcome:
-        """Pages until the role is done, the lease is lost, the worker stops, or a batch fails."""
+        """Pages until the role is done, the lease is lost, the worker stops, or a batch fails: one run of
+        the job, under its claim's jobRunId."""
+        self._observer.job_started(task)
         self._observer.dequeued(task)
         attributes: dict[str, str | int] = {
             "jobRunId": str(task.claim_id),
@@ -106,7 +108,7 @@ class AccessFanOutJob:
         return outcome
 
     def _pages(self, task: FanOutTask, stop: StopSignal) -> tuple[TaskOutcome, int]:
-        cursor, processed, started = task.cursor, task.processed_count, self._clock.monotonic()
+        cursor, processed = task.cursor, task.processed_count
         while True:
             self._pace(task, stop)
             if stop.is_set():
@@ -122,9 +124,7 @@ class AccessFanOutJob:
                 return TaskOutcome.ERROR, processed
             processed += page_size
             if page_size < self._settings.batch_size:
-                now = self._clock.now()
-                lag_s = (now - task.created_at).total_seconds()
-                self._observer.completed(task, processed, lag_s, self._clock.monotonic() - started, now)
+                self._observer.completed(task, processed, self._clock.now())
                 return TaskOutcome.COMPLETED, processed
 
     def _pace(self, task: FanOutTask, stop: StopSignal) -> None:

@@ -116,4 +116,4 @@ class TalentSyncObserver:
 
 def _record(batch: BatchOutcome) -> None:
     for outcome in batch.outcomes:
-        record_outcome(outcome, metric=metrics.talent_sync_items_total)
+        record_outcome(outcome, metric=metrics.talent_sync_items_total, correlation_id=batch.correlation_id)

@@ -25,6 +25,7 @@ from pin_identity.domain.model import (
     UserType,
 )
 from pin_identity.domain.phone import InvalidPhoneError, normalize_phone
+from pin_identity.observability import metrics
 from pin_identity.operations.ports.access_events import AccessEventWriter
 from pin_identity.operations.ports.identity_records import (
     IdentityTransaction,
@@ -272,6 +273,8 @@ def set_role_permissions(
         else:
             task_id = tx.enqueue_fanout_task(role, version, ctx.now)
         tx.commit()
+    if path is FanOutPath.INLINE:  # a task's size is observed by the fan-out job when it completes
+        metrics.fanout_size.observe(notified)
     return PermissionsChanged(
         role_id=role_id, role_version=version, path=path, users_notified_inline=notified, task_id=task_id
     )

@@ -44,7 +44,7 @@ def apply_snapshots(
     tx: ReplicaTransaction, items: Sequence[SourceItem], ctx: Context, options: ApplyOptions
 ) -> BatchOutcome:
     """Apply a batch inside `tx` (the caller commits): its tenants, then its users."""
-    batch = BatchOutcome()
+    batch = BatchOutcome(correlation_id=ctx.correlation_id)
     for stage in ImportStage:
         staged = [item for item in items if item.item.stage is stage]
         if not staged:

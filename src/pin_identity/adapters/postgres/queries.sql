@@ -172,7 +172,7 @@ SET status = 'InProgress',
 FROM next
 WHERE t.id = next.id
 RETURNING t.id AS task_id, t.role_id, t.company_id, t.role_version, t.cursor, t.processed_count,
-          t.attempt_count AS attempt, t.created_at;
+          t.attempt_count AS attempt, t.created_at, t.started_at;
 
 -- name: renew_fanout_lease
 -- Fencing: only the claim that holds the lease may write; the row stays locked for the batch.
@@ -293,7 +293,10 @@ SET lease_expires_at = %(available_at)s,
 WHERE id = %(task_id)s AND lease_owner = %(claim_id)s AND status = 'InProgress';
 
 -- name: fanout_queue_stats
-SELECT count(*) FILTER (WHERE status = 'Pending' OR (status = 'InProgress' AND lease_expires_at <= %(now)s))
+-- The backlog: every task no worker is on, Pending, InProgress with an expired lease, or handed back after a
+-- failed attempt and waiting out its back-off (no owner, available again at lease_expires_at).
+SELECT count(*) FILTER (WHERE status = 'Pending'
+                           OR (status = 'InProgress' AND (lease_owner IS NULL OR lease_expires_at <= %(now)s)))
            AS backlog,
        count(*) FILTER (WHERE status = 'Failed') AS failed
 FROM identity.access_fanout_tasks

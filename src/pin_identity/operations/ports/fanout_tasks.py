@@ -29,6 +29,7 @@ class FanOutTask:
     attempt: int
     created_at: datetime
     claim_id: UUID
+    started_at: datetime  # StartedAt: the task's first claim, kept by every later one
 
 
 @dataclass(frozen=True)
@@ -41,7 +42,7 @@ class PoisonedTask:
 
 @dataclass(frozen=True)
 class QueueStats:
-    backlog: int
+    backlog: int  # Pending, InProgress with an expired lease, or waiting out a back-off
     failed: int
 
 
