@@ -38,6 +38,7 @@ EXPECTED_ALERTS = [
     "TalentImportItemsQuarantined",  # identity_import_failed_items_total > 0
     "TalentImportRunOverSLO",  # run duration > 30 min
     "TalentPhoneConflictsGrowing",  # phone conflicts (R6) grow
+    "TalentSyncLagOverSLO",  # SLO: consumer lag after the handover < 5 min (in time, from record timestamps)
     # CONTRACTS.md 4a: outbox
     "OutboxDeadLetters",
     "OutboxOldestEventTooOld",

@@ -7,7 +7,7 @@ import threading
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from prometheus_client import REGISTRY
 
@@ -353,3 +353,24 @@ def test_a_batch_is_applied_in_a_span_whose_traceparent_its_events_carry() -> No
     assert len(replica.state.events) == 3
     assert {(event.traceparent or "")[:-2] for event in replica.state.events} == {names_the_span}
     assert {str(event.correlation_id) for event in replica.state.events} == {span.attributes["correlationId"]}
+
+
+def test_the_lag_in_time_is_the_age_of_the_oldest_unapplied_record_and_0_once_caught_up() -> None:
+    clock = ManualClock(START)
+    stream, replica = MemoryStream(), MemoryReplica()
+    stream.publish(tenant_item(), tenant_item(), at=START - timedelta(minutes=7))
+    stream.publish(tenant_item(), at=START - timedelta(minutes=1))
+    job = TalentSyncJob(stream, replica, TalentSyncSettings(batch_size=1), clock=clock)
+    age = lambda: REGISTRY.get_sample_value(  # noqa: E731
+        "talent_sync_consumer_lag_seconds", {"topic": "talent", "partition": "0"}
+    )
+
+    job.report_lag()
+    assert age() == 7 * 60  # nothing applied: the first record's timestamp
+    job.step()
+    job.step()
+    job.report_lag()
+    assert age() == 60  # the third is the oldest left
+    job.step()
+    job.report_lag()
+    assert age() == 0

@@ -106,6 +106,12 @@ talent_sync_consumer_lag = Gauge(
     "Records the continuous consumer is behind, per partition",
     ["topic", "partition"],
 )
+talent_sync_consumer_lag_seconds = Gauge(
+    "talent_sync_consumer_lag_seconds",
+    "Age of the oldest Talent record the continuous consumer has not applied yet, per partition: now less "
+    "its record timestamp (0 when caught up)",
+    ["topic", "partition"],
+)
 import_running = Gauge("identity_import_running", "1 while this process works on a Running import run")
 import_pages_total = Counter("identity_import_pages_total", "Import pages finished", ["stage", "status"])
 import_items_total = Counter(
