@@ -276,3 +276,17 @@ def test_a_job_run_starts_with_its_job_run_id_and_its_duration_counts_from_start
     assert completed["duration_ms"] == 600_000
     after = REGISTRY.get_sample_value("identity_access_fanout_task_duration_seconds_sum") or 0.0
     assert after - before == 600
+
+
+def test_the_time_pages_wait_for_the_relay_is_counted() -> None:
+    """The fan-out's alert can tell a slow relay from a slow fan-out: the seconds its pages waited for the
+    outbox's backlog to fall (identity_access_fanout_relay_wait_seconds_total)."""
+    counted = lambda: REGISTRY.get_sample_value("identity_access_fanout_relay_wait_seconds_total") or 0.0  # noqa: E731
+    queue = MemoryFanOutQueue(15)
+    queue.outbox_backlog = [50_000] * 10_000  # a relay that is down
+    clock, settings = ManualClock(), FanOutSettings(batch_size=10)
+    before = counted()
+
+    AccessFanOutJob(queue, NoWakeups(), settings, clock).process(_task(), ClockedStop(clock))
+
+    assert counted() - before == 2 * settings.outbox_wait_max_s  # two pages, each its longest

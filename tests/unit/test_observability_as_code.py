@@ -42,6 +42,7 @@ EXPECTED_ALERTS = [
     # CONTRACTS.md 4a: outbox
     "OutboxDeadLetters",
     "OutboxOldestEventTooOld",
+    "OutboxRelayBehind",  # the relay holds the fan-out back (the fan-out's lag alert names the relay then)
     # serve: the admin API's tokens file (a file that does not load)
     "AdminTokensFileNotLoaded",
     # a dead process reports nothing: each job's scrape targets (Prometheus's `up`)
@@ -458,3 +459,27 @@ def test_the_bootstrap_row_shows_the_runs_progress_against_its_planned_total() -
     ]
     assert progress, "no Bootstrap panel divides the run's finished items by its planned ones"
     assert all(panel["fieldConfig"]["defaults"]["unit"] == "percentunit" for panel in progress)
+
+
+INHIBIT_FILE = ROOT / "deploy" / "prometheus" / "alertmanager-inhibit-rules.yml"
+
+
+def _inhibit_matchers(matchers: list[str]) -> dict[str, str]:
+    pairs = [re.fullmatch(r'(\w+)(=~|=)"(.*)"', matcher) for matcher in matchers]
+    assert all(pairs), matchers
+    return {pair.group(1): pair.group(3) for pair in pairs if pair}
+
+
+def test_the_inhibit_rule_silences_the_fan_outs_lag_only_while_an_outbox_alert_names_the_relay() -> None:
+    """The fan-out's lag alert with cause waiting-for-relay is inhibited by the outbox's alerts, in the same
+    namespace: the names and labels it matches are those alerts.yml gives."""
+    [rule] = yaml.safe_load(INHIBIT_FILE.read_text(encoding="utf-8"))["inhibit_rules"]
+    by_name = {r["alert"]: r for r in RULES}
+    sources = _inhibit_matchers(rule["source_matchers"])
+    target = _inhibit_matchers(rule["target_matchers"])
+    for source in sources["alertname"].split("|"):
+        assert by_name[source]["labels"]["job_name"] == "outbox-relay", source
+    lag = by_name[target["alertname"]]
+    assert target["cause"] in lag["expr"] and '"cause", "fan-out"' in lag["expr"]
+    assert sources["service"] == target["service"] == lag["labels"]["service"]
+    assert rule["equal"] == ["namespace"]

@@ -133,16 +133,21 @@ class AccessFanOutJob:
         limit = self._settings.outbox_backlog_limit
         if not limit:
             return
-        deadline = self._clock.monotonic() + self._settings.outbox_wait_max_s
+        started = self._clock.monotonic()
+        deadline, waited = started + self._settings.outbox_wait_max_s, False
         try:
             while (waiting := self._queue.outbox_waiting()) > limit:
                 if self._clock.monotonic() >= deadline:
                     self._observer.relay_behind(task, waiting)
                     return
+                waited = True
                 if stop.wait(_PACE_LOOK_EVERY_S):
                     return
         except Exception:  # noqa: S110 - the page itself meets the database's failure, logs and counts it
             pass
+        finally:
+            if waited:
+                self._observer.waited_for_relay(self._clock.monotonic() - started)
 
     def _batch(self, task: FanOutTask, cursor: uuid.UUID | None) -> tuple[int, uuid.UUID | None]:
         """One page in one transaction: its events and the advanced checkpoint, or nothing at all."""

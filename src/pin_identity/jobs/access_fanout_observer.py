@@ -84,6 +84,11 @@ class FanOutObserver:
         log.warning("fanout-task-failed", attempt=task.attempt, final=False, exception=error, **_ids(task))
         return error
 
+    def waited_for_relay(self, seconds: float) -> None:
+        """A page waited for the outbox's backlog to fall: the fan-out's lag alert tells a slow relay from a
+        slow fan-out by it, and the outbox's alert OutboxRelayBehind fires on it."""
+        metrics.fanout_relay_wait_seconds_total.inc(max(seconds, 0.0))
+
     def relay_behind(self, task: FanOutTask, waiting: int) -> None:
         """A page waited its longest for the relay and goes anyway: the relay is slow or stopped."""
         log.warning("fanout-outbox-backlog-high", outbox_waiting=waiting, **_ids(task))

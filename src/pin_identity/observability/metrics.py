@@ -76,6 +76,10 @@ fanout_size = Histogram(
 )
 fanout_tasks_total = Counter("identity_access_fanout_tasks_total", "Fan-out tasks finished", ["result"])
 fanout_batches_total = Counter("identity_access_fanout_batches_total", "Fan-out batches committed")
+fanout_relay_wait_seconds_total = Counter(
+    "identity_access_fanout_relay_wait_seconds_total",
+    "Seconds fan-out pages waited for the outbox's backlog to fall below its limit (the relay behind)",
+)
 fanout_failed_tasks = Gauge("identity_access_fanout_failed_tasks", "Fan-out tasks in status Failed (poison)")
 fanout_last_success = Gauge(
     "identity_access_fanout_last_success_timestamp_seconds", "When a fan-out task last completed"

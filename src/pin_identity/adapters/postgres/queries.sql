@@ -333,6 +333,22 @@ WHERE id = %(task_id)s AND status = 'Failed'
 RETURNING id AS task_id, role_id, company_id, role_version, reason, status, cursor, processed_count,
           attempt_count, lease_expires_at, created_at, started_at, completed_at, updated_at, last_error;
 
+-- name: newer_role_announcement
+-- A discard's check of what told the users past a Failed task's cursor since: the role's current version, and
+-- its newest task past the Failed one's version that did not fail (a Completed one first), and whether one
+-- past it failed too (then the newer version went to a task, not inline).
+SELECT (SELECT version FROM identity.role_definitions WHERE id = %(role_id)s) AS role_version,
+       newer.id AS task_id, newer.status AS task_status,
+       EXISTS (SELECT FROM identity.access_fanout_tasks
+               WHERE role_id = %(role_id)s AND role_version > %(role_version)s AND status = 'Failed') AS failed
+FROM (SELECT 1) AS one
+LEFT JOIN LATERAL (
+    SELECT id, status FROM identity.access_fanout_tasks
+    WHERE role_id = %(role_id)s AND role_version > %(role_version)s AND status <> 'Failed'
+    ORDER BY status = 'Completed' DESC, role_version DESC
+    LIMIT 1
+) AS newer ON true;
+
 -- name: fanout_task_status
 -- An operator's look at a task (fan-out replay), and the demo's wait for its fan-out.
 SELECT status, processed_count FROM identity.access_fanout_tasks WHERE id = %(task_id)s;

@@ -556,8 +556,10 @@
 
   async function discardTask(taskId) {
     const result = await api('POST', `/access-fanout/tasks/${encodeURIComponent(taskId)}/discard`);
+    // Whether the users past its cursor heard of their role since, as the answer says (never told: a warning).
     showOutcome($('#fanout-outcome'), result, (data) => ['task ', mono(data.taskId),
-      ` discarded: role version ${number(data.roleVersion)}, ${number(data.processedCount)} users notified before it failed`]);
+      ` discarded: role version ${number(data.roleVersion)}, ${number(data.processedCount)} users notified before it failed; `,
+      h(data.usersPastCursor === 'never-told' ? 'strong' : 'span', {}, data.detail)]);
     await loadFanout();
   }
 
