@@ -5,11 +5,13 @@ section (`PIN_IDENTITY_FANOUT_BATCH_SIZE`); `variables()` lists them all."""
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import re
 from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -62,13 +64,24 @@ class FanOutSettings(Section):
         return timedelta(seconds=Backoff(base_s=2.0, cap_s=self.max_lease_s).delay(attempt))
 
 
+# The longest the relay's producer waits on the transaction coordinator in one call (a commit, an abort, the
+# initialisation: adapters/kafka/publisher.py): its session with the database stays silent meanwhile.
+RELAY_COORDINATOR_CALL_S = 5.0
+# A wait above 0: a loop that looks again at once is a busy loop, a core spent on nothing.
+Pause = Annotated[float, Field(gt=0)]
+
+
 class RelaySettings(Section):
     batch_size: PositiveInt = 2000
     # Events handed to the producer before the first is acknowledged: fetching the next batch
     # overlaps the broker's work on the previous one.
     max_in_flight: PositiveInt = 20_000
-    idle_wait_s: Seconds = 0.05
-    standby_wait_s: Seconds = 2.0
+    # The relay's memory for events, whatever their size: half for the rows it read and holds, a quarter for
+    # the producer's queue, a quarter for one read. Fits the deployment's 256 MiB pod with the process's own
+    # (deploy/README.md, "Sizes"); a user's snapshot of thousands of assignments is 1-4 MB.
+    memory_mb: Annotated[int, Field(ge=16, le=65_536)] = 64
+    idle_wait_s: Pause = 0.05
+    standby_wait_s: Pause = 2.0
     max_backoff_s: Seconds = 10.0
     stop_grace_s: Seconds = 10.0
     backlog_every_s: Seconds = 5.0
@@ -82,16 +95,50 @@ class RelaySettings(Section):
     session_timeout_s: Annotated[float, Field(ge=1, le=3600)] = 15.0
 
     @property
+    def held_bytes(self) -> int:
+        """Values of the rows read and not settled (held behind their keys, ready, in flight)."""
+        return self.memory_mb * 2**20 // 2
+
+    @property
+    def read_bytes(self) -> int:
+        """Values of one read of the outbox."""
+        return self.memory_mb * 2**20 // 4
+
+    @property
+    def flight_bytes(self) -> int:
+        """Values handed to the producer and not settled: its queue holds them (copies) until answered."""
+        return self.memory_mb * 2**20 // 4
+
+    @property
     def backoff(self) -> Backoff:
         """0.2 s after the first failure in a row, doubling up to max_backoff_s."""
         return Backoff(base_s=0.2, cap_s=self.max_backoff_s)
+
+    def conflicts(self) -> str | None:
+        """Why these settings cannot work together, naming the variables; None when they can. The relay's
+        session must outlive its longest silence: a back-off, a stop's grace, the gap between heartbeats, a
+        call to the coordinator; past its timeout the server ends it, and the lock goes with it."""
+        silences = {
+            "PIN_IDENTITY_RELAY_MAX_BACKOFF_S": self.max_backoff_s,
+            "PIN_IDENTITY_RELAY_STOP_GRACE_S": self.stop_grace_s,
+            "PIN_IDENTITY_RELAY_HEARTBEAT_EVERY_S": self.heartbeat_every_s,
+            "the producer's call to the transaction coordinator": RELAY_COORDINATOR_CALL_S,
+        }
+        limit = self.session_timeout_s
+        too_long = [f"{name} ({value:g} s)" for name, value in silences.items() if value >= limit]
+        if not too_long:
+            return None
+        return (
+            f"PIN_IDENTITY_RELAY_SESSION_TIMEOUT_S ({limit:g} s) must be longer than {', '.join(too_long)}: "
+            "the relay's database session (and its lock) would be ended while it waits"
+        )
 
 
 class TalentSyncSettings(Section):
     # A batch holds a lock per Talent entity it applies (PostgreSQL's shared lock table: 64 per connection by
     # default); at most as many as the largest import page (2,000), which holds as many.
     batch_size: Annotated[int, Field(ge=1, le=2000)] = 500
-    poll_timeout_s: Seconds = 1.0
+    poll_timeout_s: Pause = 1.0
     retry_base_s: Seconds = 1.0
     retry_max_s: Seconds = 300.0
     max_deferrals: PositiveInt = (
@@ -153,6 +200,8 @@ class Settings(BaseSettings):
     kafka_config_file: Path | None = None
     talent_api_url: str | None = None
     talent_api_token: str | None = Field(default=None, repr=False)
+    # Plain http:// to a host other than this one sends the token in clear: refused unless said on purpose.
+    talent_api_allow_plaintext: bool = False
     admin_token: str | None = Field(default=None, repr=False)
     admin_tokens_file: Path | None = None
     # Where a secret above is read from instead (SECRET_FILES): `PIN_IDENTITY_<SECRET>_FILE`.
@@ -209,6 +258,25 @@ class Settings(BaseSettings):
             values = {**values, secret: read_secret_file(Path(path), f"{_variable(secret)}_FILE")}
         return values
 
+    @model_validator(mode="after")
+    def _check_settings_work_together(self) -> Settings:
+        conflict = self.relay.conflicts() or self._token_in_clear()
+        if conflict:
+            raise ValueError(conflict)
+        return self
+
+    def _token_in_clear(self) -> str | None:
+        url = urlsplit(self.talent_api_url or "")
+        if url.scheme != "http" or not self.talent_api_token or self.talent_api_allow_plaintext:
+            return None
+        if _loopback(url.hostname or ""):
+            return None
+        return (
+            "PIN_IDENTITY_TALENT_API_URL is plain http:// to another host while "
+            "PIN_IDENTITY_TALENT_API_TOKEN is set: the token would cross the network in clear; use "
+            "https://, or set PIN_IDENTITY_TALENT_API_ALLOW_PLAINTEXT=true if that network is yours to trust"
+        )
+
     @field_validator("kafka_config")
     @classmethod
     def _check_kafka_config(cls, raw: str) -> str:
@@ -235,6 +303,15 @@ class Settings(BaseSettings):
         password is taken by the pod's restart)."""
         from_file = _read_properties_file(self.kafka_config_file) if self.kafka_config_file else {}
         return {**from_file, **_parse_kafka_properties(self.kafka_config)}
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 # The settings a `<VARIABLE>_FILE` may hold instead (CONTRACTS section 1).

@@ -457,7 +457,7 @@ def test_the_consumers_quarantine_is_listed_with_reasons_and_replayed(
     talent.tenants(admin_container, tenant)  # the operator fixed the cause of one of them
     with capture_logs() as logs:
         replayed = client.post(f"{SYNC_ITEMS}/replay", json={}, headers=AUTH)
-    assert replayed.json() == {"applied": 1, "skipped": 0, "failed": 1}
+    assert replayed.json() == {"applied": 1, "skipped": 0, "failed": 1, "notReplayable": 0}
     assert [line["action"] for line in audit_lines(logs)] == ["talent-sync-replay-failed"]
     assert [item["externalId"] for item in client.get(SYNC_ITEMS, headers=AUTH).json()] == [
         bad_phone["userId"]

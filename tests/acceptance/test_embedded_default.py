@@ -38,7 +38,7 @@ def test_commands_start_reuse_and_stop_the_embedded_servers(tmp_path: Path) -> N
         first_broker = json.loads(broker_state.read_text())
         assert is_broker(first_broker["pid"])
         # The next command finds both servers again: the schema is there and the topics too.
-        assert json.loads(cli("kafka", "ensure-topics", "--json").stdout) == {"created": []}
+        assert json.loads(cli("kafka", "ensure-topics", "--json").stdout) == {"created": [], "raised": []}
         assert json.loads(broker_state.read_text()) == first_broker
         listed = cli("fanout", "list", "--json")
         assert json.loads(listed.stdout) == []
@@ -48,7 +48,7 @@ def test_commands_start_reuse_and_stop_the_embedded_servers(tmp_path: Path) -> N
     assert not (tmp_path / "data" / "postgres" / "postmaster.pid").exists()
     assert not is_broker(first_broker["pid"])
     try:  # started again on the same data dir: the broker's log directory kept the topics
-        assert json.loads(cli("kafka", "ensure-topics", "--json").stdout) == {"created": []}
+        assert json.loads(cli("kafka", "ensure-topics", "--json").stdout) == {"created": [], "raised": []}
         assert is_broker(json.loads(broker_state.read_text())["pid"])
     finally:
         _stop(env)

@@ -60,8 +60,8 @@ def test_replaying_quarantined_items_after_fixing_their_cause(
     )
     unfixed = run_cli(env, "talent-import", "replay-failed", run["runId"], "--json")
 
-    assert json.loads(fixed.stdout) == {"applied": 1, "skipped": 0, "failed": 0}
-    assert json.loads(unfixed.stdout) == {"applied": 0, "skipped": 0, "failed": 1}
+    assert json.loads(fixed.stdout) == {"applied": 1, "skipped": 0, "failed": 0, "notReplayable": 0}
+    assert json.loads(unfixed.stdout) == {"applied": 0, "skipped": 0, "failed": 1, "notReplayable": 0}
     remaining = json.loads(run_cli(env, "talent-import", "failed-items", run["runId"], "--json").stdout)
     assert [(i["itemId"], i["errorCode"], i["attempts"]) for i in remaining] == [
         (by_code["IDENTITY_SYNC_COMPANY_NOT_FOUND"], "IDENTITY_SYNC_COMPANY_NOT_FOUND", 2)
@@ -111,7 +111,7 @@ def test_the_consumers_quarantine_from_the_command_line(
     assert "IDENTITY_NOT_FOUND" in unknown.stderr and len(unknown.stderr.strip().splitlines()) == 1
     talent.tenants(api_world.container, company)
     replayed = run_cli(env, "talent-import", "replay-failed", "--consumer", "--json")
-    assert json.loads(replayed.stdout) == {"applied": 1, "skipped": 0, "failed": 0}
+    assert json.loads(replayed.stdout) == {"applied": 1, "skipped": 0, "failed": 0, "notReplayable": 0}
     table = run_cli(env, "talent-import", "failed-items", "--consumer")
     assert table.returncode == 0 and "IDENTITY_SYNC" not in table.stdout
 

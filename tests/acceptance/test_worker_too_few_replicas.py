@@ -6,16 +6,21 @@ second node is back."""
 from __future__ import annotations
 
 import time
+import uuid
 from pathlib import Path
 
 import pytest
+from confluent_kafka.admin import AdminClient, NewTopic
 
+from pin_identity.adapters.kafka.partitioning import key_partition
+from pin_identity.adapters.kafka.topics import TopicLayout
 from pin_identity.composition import Container
 from pin_identity.config import Settings
 from pin_identity.domain.events import ACCESS_TOPIC
 from tests.support import seed
 from tests.support.brokers import start_transaction_coordinator
 from tests.support.cluster import KafkaCluster
+from tests.support.kafka_tap import EventTap
 from tests.support.relay import (
     change_permissions_inline,
     outbox_count,
@@ -77,3 +82,75 @@ def test_with_two_nodes_of_three_down_events_wait_readyz_says_why_and_all_go_out
     print(f"too few replicas, worker start to the end: {time.monotonic() - began:.1f} s")
     assert outbox_count(database_url, "outbox_dead_letters") == 0
     assert len(users_told_of_the_change(cluster.bootstrap, role)) == HOLDERS
+
+
+HEAVY_HOLDERS = 60
+# One of the access topic's partitions lives on nodes 2 and 3 only, the others on nodes 1 and 3. With node 2
+# stopped, it has one replica in sync of the two it needs; every other partition has both.
+SHORT_PARTITIONS = (0,)
+
+
+def _access_topic_on_chosen_replicas(bootstrap: str, partitions: int) -> None:
+    layout = TopicLayout(partitions, replication_factor=2)
+    assignment = [[2, 3] if number in SHORT_PARTITIONS else [1, 3] for number in range(partitions)]
+    config = {**layout.config, "min.insync.replicas": "2"}
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    [future] = admin.create_topics(
+        [NewTopic(ACCESS_TOPIC, partitions, replica_assignment=assignment, config=config)]
+    ).values()
+    future.result(30)
+
+
+def _granted_users(bootstrap: str, role: uuid.UUID) -> set[str]:
+    tap = EventTap(bootstrap, [ACCESS_TOPIC], from_beginning=True)
+    try:
+        grants = tap.read_to_end(lambda e: e.payload["changedRoleId"] == str(role))
+    finally:
+        tap.close()
+    return {e.key for e in grants}
+
+
+@pytest.mark.slow  # a three-node cluster, one node stopped and started again: 40-70 s on 2 cores
+def test_one_access_partition_below_min_isr_holds_only_its_own_users_events(
+    env: dict[str, str], settings: Settings, cluster: KafkaCluster, database_url: str, tmp_path: Path
+) -> None:
+    """The users whose key falls in a partition that cannot take a write wait (in the outbox, none
+    dead-lettered); every other holder of the role is told of its change within seconds, not after the
+    partition is back."""
+    start_transaction_coordinator(cluster.bootstrap)
+    partitions = settings.kafka_topic_partitions
+    _access_topic_on_chosen_replicas(cluster.bootstrap, partitions)
+    container = Container(settings.model_copy(update={"kafka_bootstrap_servers": cluster.bootstrap}))
+    _, role = seed.held_role(container.stores.transactions, HEAVY_HOLDERS)
+    with relay_worker(env, tmp_path) as (base, worker, _):
+        wait_until(lambda: outbox_count(database_url) == 0, "the grants are published", timeout_s=60)
+        holders = _granted_users(cluster.bootstrap, role)
+        short = {user for user in holders if key_partition(user.encode(), partitions) in SHORT_PARTITIONS}
+        assert len(holders) == HEAVY_HOLDERS and short and short != holders
+        cluster.wait_in_sync()
+        cluster.stop(2)
+        tap = EventTap(cluster.bootstrap, [ACCESS_TOPIC])
+        try:
+            began = time.monotonic()
+            change_permissions_inline(container, role, HEAVY_HOLDERS)
+            told = tap.wait_for(
+                lambda e: e.payload["changeReason"] == "RolePermissionsChanged", len(holders - short)
+            )
+            told_s = time.monotonic() - began
+        finally:
+            tap.close()
+        assert {e.key for e in told} == holders - short
+        # Acknowledged, the others' rows leave the outbox: only the short partition's wait.
+        wait_until(lambda: outbox_count(database_url) == len(short), "the others' rows are settled")
+        assert outbox_count(database_url, "outbox_dead_letters") == 0
+        wait_until(lambda: readiness_warnings(base) != [], "/readyz says why some events wait")
+        assert "(partitions 0)" in readiness_warnings(base)[0], readiness_warnings(base)
+
+        cluster.start(2)
+        wait_until(lambda: outbox_count(database_url) == 0, "the waiting events are published", timeout_s=90)
+        assert worker.poll() is None
+    container.close()
+    print(f"{len(holders - short)} of {len(holders)} holders told {told_s:.1f} s after the change")
+    assert told_s < 20
+    assert outbox_count(database_url, "outbox_dead_letters") == 0
+    assert users_told_of_the_change(cluster.bootstrap, role) == holders

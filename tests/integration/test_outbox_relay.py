@@ -22,10 +22,14 @@ from pin_identity.config import Settings
 from pin_identity.domain.events import ACCESS_TOPIC, OutboxMessage
 from pin_identity.operations.ports.outbox import PendingEvent, RelayRole
 from tests.support.brokers import RestartableBroker
+from tests.support.databases import scratch_database
 from tests.support.kafka_tap import EventTap
-from tests.support.relay import RelaySignals, access_message, outbox_count
+from tests.support.relay import RelaySignals, access_message, outbox_count, read_rows
 from tests.support.tcp_proxy import TcpProxy
 from tests.support.waiting import first_answer, holds_within, wait_until
+
+# An event no broker of ours takes: over the 8 MiB every pin.identity topic allows (and the producer with it).
+TOO_LARGE = 9 * 2**20
 
 
 def _message(key: uuid.UUID, n: int, size: int = 0) -> OutboxMessage:
@@ -66,7 +70,7 @@ def test_a_row_the_broker_rejects_goes_to_dead_letters_and_blocks_nothing(
     container: Container, tap: EventTap, database_url: str
 ) -> None:
     key = uuid.uuid4()
-    _write(database_url, [_message(key, 1), _message(key, 2, size=2_000_000), _message(key, 3)])
+    _write(database_url, [_message(key, 1), _message(key, 2, size=TOO_LARGE), _message(key, 3)])
     container.jobs.outbox_relay().run(threading.Event(), once=True)
 
     events = tap.wait_for(lambda e: e.key == str(key), 2)
@@ -75,6 +79,36 @@ def test_a_row_the_broker_rejects_goes_to_dead_letters_and_blocks_nothing(
     with psycopg.connect(database_url) as conn:
         [(error,)] = conn.execute("SELECT error FROM identity.outbox_dead_letters").fetchall()
     assert "MSG_SIZE_TOO_LARGE" in error
+
+
+def test_a_rejected_row_whose_id_the_outbox_hands_out_again_still_reaches_the_dead_letters(
+    container: Container, tap: EventTap, database_url: str
+) -> None:
+    """The docs' `TRUNCATE identity.outbox_events RESTART IDENTITY` hands ids out again: a row rejected under
+    an id a dead letter already carries is a dead letter of its own, and the row behind it is published."""
+    first, second = uuid.uuid4(), uuid.uuid4()
+    _write(database_url, [_message(first, 1, size=TOO_LARGE), _message(first, 2)])
+    container.jobs.outbox_relay().run(threading.Event(), once=True)
+    with psycopg.connect(database_url) as conn:
+        conn.execute("TRUNCATE identity.outbox_events RESTART IDENTITY")
+    _write(database_url, [_message(second, 1, size=TOO_LARGE), _message(second, 2)])
+
+    drained = threading.Thread(
+        target=container.jobs.outbox_relay().run,
+        args=(threading.Event(),),
+        kwargs={"once": True},
+        daemon=True,
+    )
+    drained.start()
+    drained.join(60)
+
+    assert not drained.is_alive(), "the relay never drained the outbox"
+    assert [e.payload["n"] for e in tap.wait_for(lambda e: e.key in (str(first), str(second)), 2)] == [2, 2]
+    with psycopg.connect(database_url) as conn:
+        dead = conn.execute(
+            "SELECT id, message_key FROM identity.outbox_dead_letters ORDER BY failed_at"
+        ).fetchall()
+    assert dead == [(1, str(first)), (1, str(second))]
 
 
 def test_a_row_that_commits_late_is_not_overtaken(
@@ -109,11 +143,11 @@ def test_a_relay_starting_on_an_emptied_outbox_reads_the_next_row(
     queue = PostgresOutboxQueue(connections.database)
     try:
         assert queue.try_become_active() is not RelayRole.STANDBY
-        assert queue.fetch_ready(2000, 0) == [] and queue.fetch_ready(2000, 0) == []
+        assert read_rows(queue, 2000, 0) == [] and read_rows(queue, 2000, 0) == []
         key = uuid.uuid4()
         _write(database_url, [_message(key, 1)])
         read: list[PendingEvent] = []
-        wait_until(lambda: bool(read.extend(queue.fetch_ready(2000, 0)) or read), "the new row is read")
+        wait_until(lambda: bool(read.extend(read_rows(queue, 2000, 0)) or read), "the new row is read")
         assert [row.key for row in read] == [str(key)]
     finally:
         queue.reset()
@@ -169,9 +203,9 @@ def test_a_removal_lost_with_its_session_is_sent_again_before_the_next_session_r
     _write(database_url, [_message(key, n) for n in range(1, 4)])
     queue = PostgresOutboxQueue(connections.database)
     assert queue.try_become_active() is RelayRole.ACTIVE
-    [first] = queue.fetch_ready(1, 0)
+    [first] = read_rows(queue, 1, 0)
     queue.settle([first.outbox_id], {})
-    [second] = queue.fetch_ready(1, first.outbox_id)  # the first row's removal goes out after this read
+    [second] = read_rows(queue, 1, first.outbox_id)  # the first row's removal goes out after this read
     with psycopg.connect(database_url, autocommit=True) as admin:
         admin.execute(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
@@ -179,12 +213,12 @@ def test_a_removal_lost_with_its_session_is_sent_again_before_the_next_session_r
         )
     queue.settle([second.outbox_id], {})
     with pytest.raises(psycopg.OperationalError):
-        queue.fetch_ready(10, second.outbox_id)
+        read_rows(queue, 10, second.outbox_id)
     queue.stand_down()  # what the relay does after a failure
     assert outbox_count(database_url) == 3  # neither removal was committed
 
     assert queue.try_become_active() is RelayRole.TAKEN_OVER
-    [third] = queue.fetch_ready(10, 0)  # neither of the two rows already delivered
+    [third] = read_rows(queue, 10, 0)  # neither of the two rows already delivered
     assert third.outbox_id > second.outbox_id
     assert queue.is_drained() is False and outbox_count(database_url) == 1
     queue.reset()
@@ -216,7 +250,7 @@ def test_a_removal_that_outlives_a_crash_spares_a_new_row_that_reuses_its_id(
     _write(database_url, [_message(uuid.uuid4(), 1)])
     queue = PostgresOutboxQueue(connections.database)
     assert queue.try_become_active() is RelayRole.ACTIVE
-    [published] = queue.fetch_ready(10, 0)
+    [published] = read_rows(queue, 10, 0)
     queue.settle([published.outbox_id], {})  # acknowledged: its removal goes out with the next read
     _end_relay_session(database_url)  # the server goes down with the session
     queue.stand_down()  # what the relay does after a failure: the removal is kept for the next session
@@ -224,7 +258,7 @@ def test_a_removal_that_outlives_a_crash_spares_a_new_row_that_reuses_its_id(
     key = uuid.uuid4()
     _write(database_url, [_message(key, 2)])
     assert queue.try_become_active() is not RelayRole.STANDBY
-    read = queue.fetch_ready(10, 0)
+    read = read_rows(queue, 10, 0)
     queue.reset()
     assert [(row.outbox_id, row.key) for row in read] == [(published.outbox_id, str(key))]
     assert outbox_count(database_url) == 1
@@ -433,3 +467,39 @@ def test_a_broker_stopped_with_thousands_of_events_in_flight_loses_none(
 def _write_in_chunks(database_url: str, messages: list[OutboxMessage]) -> None:
     for start in range(0, len(messages), 1000):
         _write(database_url, messages[start : start + 1000])
+
+
+def test_two_outboxes_given_one_transactional_id_are_told_so_while_each_still_publishes(
+    settings: Settings, database_url: str, postgres_admin_url: str
+) -> None:
+    """An operator set one `transactional.id` in PIN_IDENTITY_KAFKA_CONFIG for two deployments (two
+    databases, one cluster): each relay's producer fences the other's, again and again. Each says so (log,
+    /readyz); no event is lost meanwhile."""
+    shared = settings.model_copy(
+        update={"kafka_config": '{"transactional.id": "pin-identity-shared-by-two"}'}
+    )
+    with scratch_database(postgres_admin_url) as other_url:
+        outboxes = [database_url, other_url]
+        containers = [Container(shared.model_copy(update={"database_url": url})) for url in outboxes]
+        signals = [RelaySignals(), RelaySignals()]
+        relays = [_run_relay(container, told) for container, told in zip(containers, signals, strict=True)]
+        keys = [uuid.uuid4() for _ in range(20)]
+        try:
+            for n in range(200):  # each relay keeps a transaction open, for the other's start to fence
+                for url in outboxes:
+                    _write(url, [_message(key, n) for key in keys])
+                if all(told.id_shared.is_set() for told in signals):
+                    break
+                holds_within(lambda: False, 0.1)
+            assert all(told.id_shared.wait(60) for told in signals), "each relay says the id is shared"
+            for told in signals:
+                warning = told.readiness_warning()
+                assert warning is not None and "uses its transactional.id" in warning
+            for url in outboxes:
+                wait_until(lambda url=url: outbox_count(url) == 0, "each outbox is published", timeout_s=60)
+        finally:
+            for stop, thread in relays:
+                stop.set()
+                thread.join(30)
+            for container in containers:
+                container.close()

@@ -31,7 +31,7 @@ from tests.support.brokers import ProxiedBroker
 from tests.support.brokers import proxied_broker as broker_behind_a_proxy
 from tests.support.databases import through_port, unix_socket
 from tests.support.kafka_tap import ConsumedEvent, EventTap
-from tests.support.relay import RelaySignals, access_message, outbox_count
+from tests.support.relay import RelaySignals, access_message, outbox_count, read_rows
 from tests.support.tcp_proxy import TcpProxy
 from tests.support.waiting import holds_within, wait_until
 
@@ -382,9 +382,9 @@ def test_a_relay_silent_between_a_removal_and_its_sync_loses_its_session_within_
         _write_versions(database_url, [uuid.uuid4(), uuid.uuid4()], 1)
         assert queue.try_become_active() is not RelayRole.STANDBY
         session = _relay_lock_holder(database_url)
-        [first] = queue.fetch_ready(1, 0)
+        [first] = read_rows(queue, 1, 0)
         queue.settle([first.outbox_id], {})
-        assert len(queue.fetch_ready(1, first.outbox_id)) == 1  # the removal of the first follows the read
+        assert len(read_rows(queue, 1, first.outbox_id)) == 1  # the removal of the first follows the read
         wait_until(lambda: _removing(database_url, session), "the removal waits for its sync")
         wait_until(
             lambda: _relay_lock_holder(database_url) is None,

@@ -7,6 +7,7 @@ session broker's topics are every test's). The relay where it may not create top
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 
@@ -16,15 +17,18 @@ from confluent_kafka import KafkaError, KafkaException
 from pin_identity.composition import Container
 from pin_identity.composition.connections import Connections
 from pin_identity.config import Settings
-from pin_identity.domain.events import ACCESS_TOPIC
-from tests.support import seed
+from pin_identity.domain.events import ACCESS_TOPIC, USERS_TOPIC
+from pin_identity.simulation.simulated_talent import create_talent_topics, generate_dataset
+from tests.support import seed, talent
 from tests.support.brokers import delete_topic
+from tests.support.kafka_tap import EventTap
 from tests.support.relay import (
     RelaySignals,
     change_permissions_inline,
     outbox_count,
     users_told_of_the_change,
 )
+from tests.support.talent import TalentTopics
 from tests.support.waiting import wait_until
 
 HOLDERS = 20
@@ -120,3 +124,55 @@ def test_a_relay_refused_the_topics_creation_holds_says_so_and_goes_on_once_an_o
     Connections(relay_settings).ensure_topics()  # the operator, as `pin-identity kafka ensure-topics` does
     _published_in_full(relay_settings, database_url, role)
     assert signals.recreated == []
+
+
+MANAGERS = 3_000
+
+
+def test_a_missing_users_topic_holds_only_its_own_events_while_the_access_events_flow(
+    relay_settings: Settings, database_url: str, run_relay: RunRelay
+) -> None:
+    """pin.identity.users.v1 deleted under a relay that may not create topics. Talent-sync applies a company
+    of 3,000 managers (a UserUpserted and a UserAccessChanged each, with one key), and a role of local users
+    changes: every access event arrives within seconds, the upserts wait in the outbox, and they go out once
+    the topic is back (`kafka ensure-topics`)."""
+    settings = relay_settings.model_copy(update={"outbox_relay_creates_topics": False})
+    container, signals = Container(settings), RelaySignals()
+    bootstrap = str(settings.kafka_bootstrap_servers)
+    topics = TalentTopics.fresh()
+    create_talent_topics(
+        container.connections.kafka_client_config, 3, tenants_topic=topics.tenants, users_topic=topics.users
+    )
+    _, role = seed.held_role(container.stores.transactions, HOLDERS)
+    run_relay(container, signals)
+    wait_until(lambda: outbox_count(database_url) == 0, "the grants are published")
+    delete_topic(bootstrap, USERS_TOPIC)
+    tap = EventTap(bootstrap, [ACCESS_TOPIC])
+    try:
+        dataset = generate_dataset(1, MANAGERS, seed=44)
+        talent.produce(container, topics, dataset)
+        talent.run_until_caught_up(talent.sync_job(container, topics))
+        change_permissions_inline(container, role, HOLDERS)
+        began = time.monotonic()
+        access = tap.wait_for(lambda e: e.topic == ACCESS_TOPIC, MANAGERS + HOLDERS, timeout_s=60)
+        access_s = time.monotonic() - began
+        waiting = outbox_count(database_url)
+
+        Connections(settings).ensure_topics()  # the operator, as `pin-identity kafka ensure-topics` does
+    finally:
+        tap.close()
+    recreated = EventTap(bootstrap, [USERS_TOPIC], from_beginning=True)
+    try:
+        upserts = recreated.wait_for(lambda e: e.topic == USERS_TOPIC, MANAGERS, timeout_s=60)
+    finally:
+        recreated.close()
+
+    print(
+        f"{MANAGERS + HOLDERS} access events arrived {access_s:.1f} s after the change (users topic missing)"
+    )
+    assert access_s < 30
+    assert waiting == MANAGERS  # the upserts, and only they, waited in the outbox
+    assert {e.payload["changeReason"] for e in access} == {"RoleAssigned", "RolePermissionsChanged"}
+    assert len({e.key for e in upserts}) == MANAGERS
+    wait_until(lambda: outbox_count(database_url) == 0, "the outbox is drained")
+    assert outbox_count(database_url, "outbox_dead_letters") == 0

@@ -22,6 +22,7 @@ from pin_identity.domain.events import ACCESS_TOPIC, OutboxMessage, envelope
 from pin_identity.domain.fanout_policy import FanOutPolicy
 from pin_identity.jobs.outbox_relay_observer import HELD_AFTER_S, RelayObserver
 from pin_identity.operations import identity_changes
+from pin_identity.operations.ports.outbox import OutboxQueue, PendingEvent
 from tests.support.cli import CLI
 from tests.support.health import wait_for_healthz
 from tests.support.kafka_tap import EventTap
@@ -65,6 +66,11 @@ def users_told_of_the_change(bootstrap: str, role: uuid.UUID) -> set[str]:
     return {e.key for e in events if e.payload["changeReason"] == "RolePermissionsChanged"}
 
 
+def read_rows(queue: OutboxQueue, limit: int, after: int) -> list[PendingEvent]:
+    """The relay's read of the outbox (its main lane), without a bound on bytes."""
+    return queue.fetch_ready(limit, after, max_bytes=2**40).events
+
+
 def outbox_count(database_url: str, table: str = "outbox_events") -> int:
     """Rows left in the outbox (or in `outbox_dead_letters`)."""
     with psycopg.connect(database_url) as conn:
@@ -76,7 +82,8 @@ class RelaySignals(RelayObserver):
     """The relay's observer (its log lines and metrics as usual) that also sets `not_delivered` when the
     broker hands events back undelivered (the producer gave up on them: an outage, a delivery timeout), and
     `topic_held` when the relay holds a topic's events because the broker does not have the topic (`held`:
-    topic -> why it was not recreated; `recreated`: the topics the relay created again)."""
+    topic -> why it was not recreated; `recreated`: the topics the relay created again), and `id_shared` when
+    it says a producer outside its outbox uses its transactional.id."""
 
     def __init__(self, *, held_after_s: float = HELD_AFTER_S) -> None:
         super().__init__(held_after_s=held_after_s)
@@ -84,6 +91,7 @@ class RelaySignals(RelayObserver):
         self.topic_held = threading.Event()
         self.held: dict[str, str] = {}
         self.recreated: list[str] = []
+        self.id_shared = threading.Event()
 
     def delivery_failed(self, retry: Mapping[int, str]) -> None:
         super().delivery_failed(retry)
@@ -97,6 +105,10 @@ class RelaySignals(RelayObserver):
     def topic_recreated(self, topic: str) -> None:
         super().topic_recreated(topic)
         self.recreated.append(topic)
+
+    def transactional_id_shared(self, fences: int, window_s: float) -> None:
+        super().transactional_id_shared(fences, window_s)
+        self.id_shared.set()
 
 
 class RelayWorker(NamedTuple):

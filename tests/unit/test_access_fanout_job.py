@@ -84,7 +84,7 @@ class MemoryFanOutQueue:
     def stats(self, now: datetime) -> QueueStats:
         return QueueStats(0, 0)
 
-    def outbox_waiting(self) -> int:
+    def outbox_waiting(self, cap: int) -> int:
         self._looks += 1
         return self.outbox_backlog.pop(0) if self.outbox_backlog else 0
 

@@ -52,6 +52,10 @@ def test_defaults_follow_the_contract(monkeypatch: pytest.MonkeyPatch) -> None:
         ("PIN_IDENTITY_DEBUG", "maybe"),
         ("PIN_IDENTITY_RELAY_SESSION_TIMEOUT_S", "0.5"),
         ("PIN_IDENTITY_OUTBOX_RELAY_CREATES_TOPICS", "sometimes"),
+        # A wait of 0 where it is a loop's pause: a busy loop.
+        ("PIN_IDENTITY_RELAY_IDLE_WAIT_S", "0"),
+        ("PIN_IDENTITY_RELAY_STANDBY_WAIT_S", "0"),
+        ("PIN_IDENTITY_TALENT_SYNC_POLL_TIMEOUT_S", "0"),
     ],
 )
 def test_a_bad_value_is_one_line_naming_its_variable(
@@ -111,3 +115,53 @@ def test_a_bad_section_value_names_its_own_variable(monkeypatch: pytest.MonkeyPa
     monkeypatch.setenv(variable, "-1")
     with pytest.raises(ConfigurationError, match=f"^{variable}: "):
         load_settings(_env_file=None)
+
+
+@pytest.mark.parametrize(
+    ("values", "named"),
+    [
+        ({"PIN_IDENTITY_RELAY_MAX_BACKOFF_S": "20"}, ["PIN_IDENTITY_RELAY_MAX_BACKOFF_S (20 s)"]),
+        ({"PIN_IDENTITY_RELAY_STOP_GRACE_S": "15"}, ["PIN_IDENTITY_RELAY_STOP_GRACE_S (15 s)"]),
+        ({"PIN_IDENTITY_RELAY_HEARTBEAT_EVERY_S": "30"}, ["PIN_IDENTITY_RELAY_HEARTBEAT_EVERY_S (30 s)"]),
+        (
+            {"PIN_IDENTITY_RELAY_SESSION_TIMEOUT_S": "4"},
+            ["PIN_IDENTITY_RELAY_SESSION_TIMEOUT_S (4 s)", "transaction coordinator (5 s)"],
+        ),
+    ],
+)
+def test_relay_settings_its_session_would_not_outlive_are_refused_naming_both(
+    monkeypatch: pytest.MonkeyPatch, values: dict[str, str], named: list[str]
+) -> None:
+    for variable, value in values.items():
+        monkeypatch.setenv(variable, value)
+    with pytest.raises(ConfigurationError) as refused:
+        load_settings(_env_file=None)
+    line = str(refused.value)
+    assert "\n" not in line and line.startswith("PIN_IDENTITY_RELAY_SESSION_TIMEOUT_S")
+    assert all(name in line for name in named), line
+
+
+@pytest.mark.parametrize(
+    ("url", "allowed", "refused"),
+    [
+        ("http://talent.internal:8080", "", True),
+        ("http://talent.internal:8080", "true", False),
+        ("https://talent.internal", "", False),
+        ("http://127.0.0.1:8080", "", False),
+        ("http://localhost:8080", "", False),
+        ("http://[::1]:8080", "", False),
+    ],
+)
+def test_a_token_sent_in_clear_to_another_host_is_refused_unless_allowed(
+    monkeypatch: pytest.MonkeyPatch, url: str, allowed: str, refused: bool
+) -> None:
+    monkeypatch.setenv("PIN_IDENTITY_TALENT_API_URL", url)
+    monkeypatch.setenv("PIN_IDENTITY_TALENT_API_TOKEN", "secret-token")
+    if allowed:
+        monkeypatch.setenv("PIN_IDENTITY_TALENT_API_ALLOW_PLAINTEXT", allowed)
+    if not refused:
+        assert load_settings(_env_file=None).talent_api_url == url
+        return
+    with pytest.raises(ConfigurationError, match="PIN_IDENTITY_TALENT_API_ALLOW_PLAINTEXT") as error:
+        load_settings(_env_file=None)
+    assert "secret-token" not in str(error.value)

@@ -118,7 +118,12 @@ def test_the_health_summary_is_the_gauges_as_read_with_dead_letters_and_lag() ->
         "outboxBacklog": 7,
         "outboxOldestAgeSeconds": 2.5,
         "outboxPublishingHeldSeconds": 1.5,
-        "outboxHeldBy": {"pid": 42, "applicationName": "pin-identity", "transactionSeconds": 1.5},
+        "outboxHeldBy": {
+            "pid": 42,
+            "applicationName": "pin-identity",
+            "transactionSeconds": 1.5,
+            "preparedGid": None,
+        },
         "fanoutBacklog": 3,
         "fanoutFailed": 1,
         "importRunning": True,

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
+import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -80,3 +83,47 @@ def test_librdkafka_lines_come_through_the_clients_logger(
     output = "".join(written)
     lines = [json.loads(line) for line in output.splitlines()]
     assert any(line["logger"] == "librdkafka" and line["level"] == "error" for line in lines), output
+
+
+class _OverlapDetectingStream:
+    """A stream that notices a write begun while another is still under way (as two threads writing one
+    `TextIOWrapper` at once would interleave or lose bytes)."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.overlaps = 0
+        self._writing = threading.Event()
+
+    def write(self, text: str) -> int:
+        if self._writing.is_set():
+            self.overlaps += 1
+        self._writing.set()
+        time.sleep(0.001)  # a slow terminal or pipe: long enough for the other thread to come in
+        self.lines.append(text)
+        self._writing.clear()
+        return len(text)
+
+    def flush(self) -> None:
+        return
+
+
+def test_a_library_line_and_one_of_ours_written_at_once_never_overlap(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    stream = _OverlapDetectingStream()
+    monkeypatch.setattr(sys, "stderr", stream)
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    configure_logging("json")
+    try:
+        ours = threading.Thread(target=lambda: [structlog.get_logger().warning("ours") for _ in range(100)])
+        ours.start()
+        for _ in range(100):
+            logging.getLogger("psycopg.pool").warning("theirs")
+        ours.join()
+    finally:
+        structlog.reset_defaults()
+        root.handlers[:], root.level = handlers, level
+        logging.captureWarnings(False)
+    assert stream.overlaps == 0
+    assert len([json.loads(line) for line in "".join(stream.lines).splitlines()]) == 200

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -20,11 +20,21 @@ from pin_identity.config import RelaySettings
 from pin_identity.domain.errors import OutboxIdsWentBackError
 from pin_identity.jobs.outbox_relay import OutboxRelay
 from pin_identity.jobs.outbox_relay_observer import RelayObserver
-from pin_identity.operations.ports.outbox import OutboxBacklog, PendingEvent, PublishReport, RelayRole
+from pin_identity.operations.ports.outbox import (
+    Fetched,
+    OutboxBacklog,
+    PendingEvent,
+    Place,
+    ProducerFencedError,
+    PublishReport,
+    RelayRole,
+)
 
 
-def _event(n: int, key: str | None = None) -> PendingEvent:
-    return PendingEvent(n, "t", key or f"k{n}", b"{}", "E", str(uuid.uuid4()), None)
+def _event(n: int, key: str | None = None, *, topic: str = "t", size: int = 2) -> PendingEvent:
+    return PendingEvent(
+        n, topic, key or f"k{n}", b"{" + b" " * (size - 2) + b"}", "E", str(uuid.uuid4()), None
+    )
 
 
 class MemoryQueue:
@@ -42,8 +52,19 @@ class MemoryQueue:
             return RelayRole.ACTIVE if self.clean else RelayRole.TAKEN_OVER
         return RelayRole.ACTIVE
 
-    def fetch_ready(self, limit: int, after: int) -> list[PendingEvent]:
-        return [row for row in self.rows if row.outbox_id > after][:limit]
+    def fetch_ready(
+        self, limit: int, after: int, *, max_bytes: int, skip_topics: Collection[str] = ()
+    ) -> Fetched:
+        rows = [row for row in self.rows if row.outbox_id > after and row.topic not in skip_topics]
+        return _fetched(rows, limit, max_bytes, after, self.final)
+
+    def fetch_topic(self, topic: str, limit: int, after: int, upto: int, *, max_bytes: int) -> Fetched:
+        rows = [row for row in self.rows if after < row.outbox_id <= upto and row.topic == topic]
+        return _fetched(rows, limit, max_bytes, after, min(upto, self.final))
+
+    @property
+    def final(self) -> int:
+        return max((row.outbox_id for row in self.rows), default=0)
 
     def settle(self, delivered: Sequence[int], rejected: Mapping[int, str]) -> None:
         gone = set(delivered) | set(rejected)
@@ -59,9 +80,23 @@ class MemoryQueue:
     def heartbeat(self) -> None:
         return None
 
+    def still_active(self) -> bool:
+        return self.took_over
+
     def stand_down(self) -> None:
         self.stood_down += 1
         self.took_over = False
+
+
+def _fetched(rows: list[PendingEvent], limit: int, max_bytes: int, after: int, end: int) -> Fetched:
+    """As the outbox reads: at most `limit` rows and `max_bytes` of values (the first whatever its size)."""
+    taken: list[PendingEvent] = []
+    for row in rows[:limit]:
+        if taken and sum(len(r.value) for r in taken) + len(row.value) > max_bytes:
+            break
+        taken.append(row)
+    complete = len(taken) == len(rows) and len(taken) < limit
+    return Fetched(taken, end if complete or not taken else taken[-1].outbox_id)
 
 
 _START = datetime(2026, 12, 1, tzinfo=UTC)
@@ -113,10 +148,26 @@ class ScriptedPublisher:
         self.discarded = 0
         self.calls: list[str] = []  # "start" and "send", in order
         self._answers = PublishReport()
-        self._held_tries: dict[int, int] = {}
+        self.looks: dict[str, int] = {}
 
     def start(self) -> None:
         self.calls.append("start")
+
+    def partition(self, topic: str, key: str) -> int | None:
+        return None
+
+    def unwritable(self, places: Collection[Place]) -> dict[Place, str]:
+        return {}
+
+    def look_for(self, topics: Collection[str]) -> PublishReport:
+        """A held topic is found at the second look."""
+        report = PublishReport()
+        for topic in topics:
+            self.looks[topic] = self.looks.get(topic, 0) + 1
+            if self.looks[topic] >= 2:
+                report.topics_found.append(topic)
+                self.script = {n: v for n, v in self.script.items() if v != "held"}
+        return report
 
     def send(self, events: Sequence[PendingEvent]) -> PublishReport:
         self.sent.append([e.outbox_id for e in events])
@@ -137,16 +188,15 @@ class ScriptedPublisher:
                 self._answers.delivered.append(event.outbox_id)
         return at_once
 
+    def answer_later(self, delivered: list[int]) -> None:
+        """The broker acknowledges these (sent before, unanswered) with the next collect()."""
+        self._answers.delivered.extend(delivered)
+
     def _held(self, event: PendingEvent, at_once: PublishReport) -> bool:
-        """Whether the event is handed back at once, its topic still missing; its third try finds it."""
-        tries = self._held_tries[event.outbox_id] = self._held_tries.get(event.outbox_id, 0) + 1
-        if tries == 1:
-            at_once.topics_missing[event.topic] = "the relay does not create topics"
-        if tries < 3:
-            at_once.retry[event.outbox_id] = "UNKNOWN_TOPIC_OR_PART"
-            return True
-        at_once.topics_found.append(event.topic)
-        return False
+        """The event is handed back at once, its topic missing (until `look_for` finds it)."""
+        at_once.topics_missing[event.topic] = "the relay does not create topics"
+        at_once.retry[event.outbox_id] = "UNKNOWN_TOPIC_OR_PART"
+        return True
 
     def collect(self, timeout_s: float) -> PublishReport:
         if self._time is not None:
@@ -175,7 +225,7 @@ class BrokenQueue(MemoryQueue):
         raise ConnectionError("database went away")
 
 
-FAST = RelaySettings(batch_size=3, max_in_flight=6, idle_wait_s=0, standby_wait_s=0, max_backoff_s=0)
+FAST = RelaySettings(batch_size=3, max_in_flight=6, idle_wait_s=0.001, standby_wait_s=0.001, max_backoff_s=0)
 
 
 def _relay(
@@ -205,8 +255,9 @@ def test_one_event_per_key_is_in_flight_so_a_retried_event_goes_before_anything_
     publisher, time = ScriptedPublisher({1: "retry"}), DrivenTime()
     _relay(queue, publisher, time).run(time, once=True)
     assert queue.rows == []
-    # 2 and 4 wait behind 1 (same key); when 1 fails it is sent again first, and only then 2, then 4.
-    assert publisher.sent == [[1, 3], [1], [2, 5], [4]]
+    # 2 and 4 wait behind 1 (same key); when 1 fails it goes again, first of its key (beside 5, of the other
+    # key), and only then 2, then 4.
+    assert publisher.sent == [[1, 3], [1, 5], [2], [4]]
 
 
 def test_a_standby_relay_publishes_nothing_and_with_once_waits_for_the_outbox_to_drain() -> None:
@@ -230,9 +281,11 @@ def test_an_active_relay_starts_its_producer_before_its_first_read() -> None:
     reads: list[int] = []
 
     class RecordingQueue(MemoryQueue):
-        def fetch_ready(self, limit: int, after: int) -> list[PendingEvent]:
+        def fetch_ready(
+            self, limit: int, after: int, *, max_bytes: int, skip_topics: Collection[str] = ()
+        ) -> Fetched:
             reads.append(len(publisher.calls))  # how many publisher calls came before this read
-            return super().fetch_ready(limit, after)
+            return super().fetch_ready(limit, after, max_bytes=max_bytes, skip_topics=skip_topics)
 
     publisher, time = ScriptedPublisher({}), DrivenTime()
     _relay(RecordingQueue([_event(1)]), publisher, time).run(time, once=True)
@@ -428,23 +481,26 @@ def test_the_observer_hears_a_takeover_before_anything_is_sent() -> None:
     assert observer.calls == ["started", "took over", "backlog 1", "stopped"]
 
 
-def test_a_missing_topic_holds_its_events_in_key_order_dead_letters_nothing_and_is_said_both_ways() -> None:
-    queue = MemoryQueue([_event(1, "a"), _event(2, "a"), _event(3, "b")])
+def test_a_missing_topic_holds_its_events_in_key_order_while_the_other_topics_go_on() -> None:
+    """Topic t is missing: its rows stay in the outbox (dead-lettered never, re-read never while it is
+    missing) and topic u goes on; once t is back its rows go, in key order."""
+    rows = [_event(1, "a"), _event(2, "a"), _event(3, "b", topic="u"), _event(4, "c", topic="u")]
+    queue = MemoryQueue(rows)
     publisher, observer, time = ScriptedPublisher({1: "held"}), RecordingObserver(), DrivenTime()
+    settings = RelaySettings(batch_size=3, max_in_flight=6, idle_wait_s=0.25, max_backoff_s=0)
 
-    _relay(queue, publisher, time, observer).run(time, once=True)
+    _relay(queue, publisher, time, observer, settings).run(time, once=True)
 
     assert queue.rows == [] and queue.dead == {}
-    # 1 is handed back twice (its topic missing), 2 waits behind it (same key) and goes once 1 went.
-    assert publisher.sent == [[1, 3], [1], [1], [2]]
+    # 1 is handed back (t missing) and 2, behind it, is left in the outbox; u's 4 goes meanwhile; t is
+    # found at the second look, and its rows are read again: 1, then 2.
+    assert publisher.sent == [[1, 3], [4], [1], [2]]
+    assert publisher.looks == {"t": 2}
     assert observer.calls == [
         "started",
-        "not delivered [1]",  # at once: the relay looks at the backlog after the first batch went
         "topic t missing: the relay does not create topics",
-        "backlog 3",
-        "retrying 1: UNKNOWN_TOPIC_OR_PART",
         "not delivered [1]",
-        "retrying 2: UNKNOWN_TOPIC_OR_PART",
+        "backlog 4",
         "topic t found",
         "stopped",
     ]
@@ -571,3 +627,147 @@ def test_a_broker_that_acknowledges_nothing_is_said_on_readiness_and_in_the_log_
         (log["event"], log.get("waited_s", log.get("silent_s"))) for log in logs if "broker" in log["event"]
     ]
     assert said == [("outbox-broker-silent", 5.0), ("outbox-broker-acknowledges", 8.0)]
+
+
+def test_one_key_on_two_topics_orders_each_topic_apart() -> None:
+    """A user's UserUpserted (topic u) and UserAccessChanged (topic t) share its key: the access event does
+    not wait for the upsert, and each topic's events of the key keep their order."""
+    rows = [_event(1, "a", topic="u"), _event(2, "a"), _event(3, "a", topic="u"), _event(4, "a")]
+    queue, publisher, time = MemoryQueue(rows), ScriptedPublisher({}), DrivenTime()
+
+    _relay(queue, publisher, time).run(time, once=True)
+
+    assert publisher.sent[0] == [1, 2]  # one of each topic at once
+    assert sorted(n for batch in publisher.sent[1:] for n in batch) == [3, 4] and queue.rows == []
+
+
+class PartitionDown(ScriptedPublisher):
+    """Topic t's partition 0 (keys "down*") takes no write until `back_at`: its events fail naming it, and
+    the broker says so when asked; every other partition takes everything."""
+
+    def __init__(self, time: DrivenTime, back_at: float):
+        super().__init__({}, time)
+        self._clock, self._back_at = time, back_at
+
+    def partition(self, topic: str, key: str) -> int | None:
+        return 0 if key.startswith("down") else 1
+
+    def unwritable(self, places: Collection[Place]) -> dict[Place, str]:
+        down = ("t", 0) in places and self._clock.now_s < self._back_at
+        return {("t", 0): "1 replicas in sync, 2 needed (NOT_ENOUGH_REPLICAS)"} if down else {}
+
+    def send(self, events: Sequence[PendingEvent]) -> PublishReport:
+        self.sent.append([e.outbox_id for e in events])
+        for event in events:
+            if event.key.startswith("down") and self._clock.now_s < self._back_at:
+                self._answers.retry[event.outbox_id] = "NOT_ENOUGH_REPLICAS"
+                self._answers.failing[("t", 0)] = "NOT_ENOUGH_REPLICAS"
+            else:
+                self._answers.delivered.append(event.outbox_id)
+        return PublishReport()
+
+
+def test_a_partition_that_takes_no_write_keeps_its_events_back_and_no_other() -> None:
+    rows = [_event(1, "down-a"), _event(2, "up-b"), _event(3, "down-a"), _event(4, "up-c"), _event(5, "up-d")]
+    queue, time = MemoryQueue(rows), DrivenTime()
+    publisher = PartitionDown(time, back_at=5.0)
+    settings = RelaySettings(batch_size=5, max_in_flight=10, idle_wait_s=0.25, max_backoff_s=1.0)
+
+    _relay(queue, publisher, time, settings=settings).run(time, once=True)
+
+    assert queue.rows == [] and queue.dead == {}
+    sent_while_down = [n for batch in publisher.sent[:-2] for n in batch]
+    assert {2, 4, 5} <= set(sent_while_down)  # the other partition went at once
+    assert sent_while_down.count(1) == 1  # once failed, 1 is not sent again until the broker says it is back
+    assert publisher.sent[-2:] == [[1], [3]]  # then 1, and 3 behind it (same key)
+
+
+class FencedFromOutside(ScriptedPublisher):
+    """The first `fences` sends find the producer fenced: a relay of another outbox initialised the same
+    transactional.id meanwhile."""
+
+    def __init__(self, fences: int, time: DrivenTime):
+        super().__init__({}, time)
+        self.fences = fences
+
+    def send(self, events: Sequence[PendingEvent]) -> PublishReport:
+        if self.fences:
+            self.fences -= 1
+            raise ProducerFencedError(
+                "PRODUCER_FENCED: There is a newer producer with the same transactionalId"
+            )
+        return super().send(events)
+
+
+class LockLostQueue(MemoryQueue):
+    def still_active(self) -> bool:
+        return False
+
+
+def _fenced_run(fences: int, queue: MemoryQueue) -> tuple[RelayObserver, list[str]]:
+    time, observer = DrivenTime(), RelayObserver()
+    with capture_logs() as logs:
+        _relay(queue, FencedFromOutside(fences, time), time, observer).run(time, once=True)
+    assert queue.rows == [], "every event goes out between the fences"
+    return observer, [entry["event"] for entry in logs if "transactional-id" in entry["event"]]
+
+
+def test_a_relay_fenced_twice_while_it_holds_the_lock_says_its_transactional_id_is_shared() -> None:
+    observer, said = _fenced_run(3, MemoryQueue([_event(n) for n in range(1, 4)]))
+
+    assert said == ["outbox-transactional-id-shared"]  # once, however many fences follow
+    warning = observer.readiness_warning()
+    assert warning is not None and "was fenced 3 times in 300 s while it held the lock" in warning
+
+
+@pytest.mark.parametrize(
+    ("fences", "queue"),
+    [(1, MemoryQueue([_event(1)])), (2, LockLostQueue([_event(1)]))],
+    ids=["fenced once: a relay of the outbox froze before its start", "fenced after its lock went"],
+)
+def test_a_relay_fenced_once_or_after_losing_its_lock_says_nothing_of_a_shared_id(
+    fences: int, queue: MemoryQueue
+) -> None:
+    observer, said = _fenced_run(fences, queue)
+
+    assert said == []
+    assert observer.readiness_warning() is None
+
+
+def test_the_shared_transactional_id_warning_ends_once_a_window_passes_without_a_fence() -> None:
+    time, observer = DrivenTime(), RelayObserver()
+    queue = MemoryQueue([_event(1)])
+    relay = _relay(queue, FencedFromOutside(2, time), time, observer)
+    relay.run(time, once=True)
+    assert observer.readiness_warning() is not None
+
+    time.pass_time(301)
+    queue.rows.append(_event(2))
+    with capture_logs() as logs:
+        relay.run(DrivenTime(), once=True)
+
+    assert observer.readiness_warning() is None
+    assert [entry["event"] for entry in logs if "transactional-id" in entry["event"]] == [
+        "outbox-transactional-id-alone"
+    ]
+
+
+def test_the_relay_hands_its_producer_no_more_bytes_than_its_flight_budget_and_a_larger_event_alone() -> None:
+    """memory_mb 16: 4 MiB in flight at most (the producer's queue holds copies of them until answered)."""
+    settings = FAST.model_copy(update={"memory_mb": 16, "batch_size": 50, "max_in_flight": 100})
+    mib = 2**20
+    sizes = [mib] * 6 + [5 * mib, mib]
+    queue = MemoryQueue([_event(n, size=size) for n, size in enumerate(sizes, start=1)])
+    time = DrivenTime()
+    publisher = ScriptedPublisher(dict.fromkeys(range(1, 9), "silent"), time)
+    relay = _relay(queue, publisher, time, settings=settings)
+
+    for _ in range(3):
+        relay.step(time)
+    assert [n for batch in publisher.sent for n in batch] == [1, 2, 3, 4]  # the broker answers none
+
+    publisher.script = dict.fromkeys(range(1, 9), "ok")  # it answers those four, and what comes next
+    publisher.answer_later([1, 2, 3, 4])
+    for _ in range(6):
+        relay.step(time)
+    assert publisher.sent[1:] == [[5, 6], [7], [8]]

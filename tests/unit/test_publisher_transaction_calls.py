@@ -31,6 +31,13 @@ class _Message:
     def key(self) -> bytes:
         return self._key
 
+    def partition(self) -> int:
+        return 0
+
+
+class _Metadata:
+    topics: ClassVar[dict[str, Any]] = {}
+
 
 class RecordingProducer:
     """Answers at most `ANSWERS_PER_POLL` events per poll(): what was produced stays in flight for a while,
@@ -71,6 +78,10 @@ class RecordingProducer:
 
     def purge(self, *args: Any, **kwargs: Any) -> None:
         self.in_flight = []
+
+    def list_topics(self, topic: str, timeout: float) -> Any:
+        """A broker whose metadata names no topic: the publisher leaves the partition to librdkafka."""
+        return _Metadata()
 
     def commit_transaction(self, timeout: float) -> None:
         self.calls.append(("commit_transaction", timeout, len(self)))

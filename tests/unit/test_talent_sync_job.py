@@ -109,7 +109,7 @@ def test_once_ends_when_caught_up_and_closes_the_stream() -> None:
     stream, replica = MemoryStream(), MemoryReplica()
     stream.publish(*[tenant_item() for _ in range(25)])
 
-    _job(stream, replica, ManualClock(START), poll_timeout_s=0).run(threading.Event(), once=True)
+    _job(stream, replica, ManualClock(START), poll_timeout_s=0.001).run(threading.Event(), once=True)
 
     assert (stream.committed, stream.closed) == (list(range(25)), True)
     assert len(replica.state.companies) == 25
@@ -153,7 +153,7 @@ def _observed(
     stream: MemoryStream, replica: MemoryReplica, clock: ManualClock
 ) -> tuple[TalentSyncJob, RecordingObserver]:
     observer = RecordingObserver()
-    settings = TalentSyncSettings(batch_size=10, poll_timeout_s=0, retry_base_s=1.0)
+    settings = TalentSyncSettings(batch_size=10, poll_timeout_s=0.001, retry_base_s=1.0)
     return TalentSyncJob(stream, replica, settings, clock=clock, observer=observer), observer
 
 

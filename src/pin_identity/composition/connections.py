@@ -18,6 +18,7 @@ from pin_identity.adapters.kafka.topics import (
     check_client_properties,
     ensure_topics,
     probe_broker,
+    raise_message_limits,
 )
 from pin_identity.adapters.postgres import grants, migrate
 from pin_identity.adapters.postgres.database import ConnectionLimits, Database
@@ -124,6 +125,9 @@ class Connections:
 
     def ensure_topics(self) -> list[str]:
         return ensure_topics(self.kafka_client_config, PUBLISHED_TOPICS, self.topic_layout)
+
+    def raise_message_limits(self) -> list[str]:
+        return raise_message_limits(self.kafka_client_config, PUBLISHED_TOPICS)
 
     def close(self) -> None:
         for close in reversed(self.closers):

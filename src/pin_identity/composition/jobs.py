@@ -4,11 +4,12 @@ fan-out, talent-sync and the initial import (with its sources)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 
 from pin_identity.adapters.kafka.publisher import KafkaEventPublisher
 from pin_identity.adapters.kafka.replay_source import TopicReplaySource
 from pin_identity.adapters.kafka.talent_stream import KafkaTalentStream
-from pin_identity.adapters.kafka.topics import replication_shortfall
+from pin_identity.adapters.kafka.topics import EVENT_MAX_BYTES, replication_shortfall, write_limits
 from pin_identity.adapters.postgres.database import SilenceLimit
 from pin_identity.adapters.postgres.fanout_queue import PostgresTaskWakeups
 from pin_identity.adapters.postgres.outbox_queue import PostgresOutboxQueue
@@ -50,14 +51,19 @@ class Jobs:
         silence = SilenceLimit(self.settings.relay.session_timeout_s)
         queue = PostgresOutboxQueue(self.stores.database, silence)
         self._relay_queues.append(queue)
+        config = self.connections.kafka_client_config
         publisher = KafkaEventPublisher(
-            self.connections.kafka_client_config,
+            config,
             ensure_topics=self.connections.ensure_topics
             if self.settings.outbox_relay_creates_topics
             else None,
             own_topics=PUBLISHED_TOPICS,
             transactional_id=self._transactional_id(queue),
             replication_shortfall=self._replication_shortfall,
+            write_limits=partial(write_limits, config, PUBLISHED_TOPICS),
+            # The relay hands the producer at most flight_bytes (or one event larger, alone): its queue never
+            # fills, and a producer that cannot send holds no more than that.
+            queue_kbytes=(settings.flight_bytes + EVENT_MAX_BYTES) // 1024,
         )
         self.connections.closers += [publisher.close, queue.reset]
         return OutboxRelay(queue, publisher, settings, observer, clock=self.clock)

@@ -96,14 +96,18 @@ def db_upgrade() -> None:
 
 @kafka_app.command("ensure-topics")
 def kafka_ensure_topics(as_json: JsonOption = False) -> None:
-    """Create missing pin.identity.* topics (compacted)."""
+    """Create missing pin.identity.* topics (compacted), and raise the largest event an existing one takes
+    (max.message.bytes) to what a heavy user's access snapshot needs."""
     with container_from_env() as container:
         container.connections.require_broker()
         created = container.connections.ensure_topics()
+        raised = container.connections.raise_message_limits()
     if as_json:
-        out.print_json(TopicsEnsured(created=created))
-    else:
-        typer.echo(f"created {', '.join(created)}" if created else "every topic exists")
+        out.print_json(TopicsEnsured(created=created, raised=raised))
+        return
+    typer.echo(f"created {', '.join(created)}" if created else "every topic exists")
+    if raised:
+        typer.echo(f"raised max.message.bytes of {', '.join(raised)}")
 
 
 @kafka_app.command("acls")

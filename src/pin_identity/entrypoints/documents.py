@@ -195,9 +195,11 @@ class Problem(ApiModel):
 
 
 class TopicsEnsured(ApiModel):
-    """`kafka ensure-topics --json`."""
+    """`kafka ensure-topics --json`: the topics created, and those whose largest event was raised to what a
+    heavy user's access snapshot needs (`max.message.bytes`)."""
 
     created: list[str]
+    raised: list[str]
 
 
 class EmbeddedPostgres(ApiModel):

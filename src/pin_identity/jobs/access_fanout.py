@@ -128,15 +128,15 @@ class AccessFanOutJob:
                 return TaskOutcome.COMPLETED, processed
 
     def _pace(self, task: FanOutTask, stop: StopSignal) -> None:
-        """While more events wait in the outbox than the limit, the next page waits (a while at most: a relay
-        that is down stops no fan-out, whose lease each page renews)."""
+        """While more events wait in the outbox than the limit, the next page waits (a while at most, and
+        never a tenth of the lease: a relay that is down stops no fan-out, whose lease each page renews)."""
         limit = self._settings.outbox_backlog_limit
         if not limit:
             return
-        started = self._clock.monotonic()
-        deadline, waited = started + self._settings.outbox_wait_max_s, False
+        started, waited = self._clock.monotonic(), False
+        deadline = started + min(self._settings.outbox_wait_max_s, self._settings.max_lease_s / 10)
         try:
-            while (waiting := self._queue.outbox_waiting()) > limit:
+            while (waiting := self._queue.outbox_waiting(cap=limit + 1)) > limit:
                 if self._clock.monotonic() >= deadline:
                     self._observer.relay_behind(task, waiting)
                     return

@@ -15,6 +15,10 @@ from pin_identity.operations.ports.outbox import OutboxBacklog, OutboxWriter
 log = get_logger("outbox-relay")
 
 
+def _who(writer: OutboxWriter) -> tuple[int | None, str | None]:
+    return writer.pid, writer.prepared_gid
+
+
 # A transaction that took an outbox id and runs this long is named in the log (a hung request of a writer).
 HELD_AFTER_S = 10.0
 # The broker acknowledges a healthy relay's transactions within a second: this long without an acknowledgement
@@ -32,6 +36,8 @@ class RelayObserver:
         # it). Replaced, never changed in place: `/readyz` reads it from another thread.
         self._missing_topics: dict[str, str] = {}
         self._replicas_short: str | None = None  # what the broker said of too few replicas in sync
+        self._held_by_prepared: str | None = None  # a prepared transaction holding publishing, in words
+        self._id_shared: str | None = None  # the transactional.id used outside the outbox, in words
 
     def started(self) -> None:
         log.info("outbox-relay-started")
@@ -48,20 +54,28 @@ class RelayObserver:
         outbox id, revocations included: said once per such writer, and once more when publishing goes on."""
         metrics.record_outbox_backlog(backlog.waiting, backlog.oldest_age_s, backlog.held_s)
         writer = backlog.held_by if backlog.held_s >= self._held_after_s else None
-        if writer is not None and (
-            self._held_by_reported is None or writer.pid != self._held_by_reported.pid
-        ):
+        reported = self._held_by_reported
+        if writer is not None and (reported is None or _who(writer) != _who(reported)):
             log.warning(
                 "outbox-publishing-held",
                 pid=writer.pid,
                 application_name=writer.application_name,
+                prepared_gid=writer.prepared_gid,
                 transaction_s=round(backlog.held_s, 1),
                 waiting=backlog.waiting,
                 runbook="docs/runbooks.md#outbox-publishing-held",
             )
-        elif writer is None and self._held_by_reported is not None:
-            log.info("outbox-publishing-resumed", pid=self._held_by_reported.pid)
+        elif writer is None and reported is not None:
+            log.info("outbox-publishing-resumed", pid=reported.pid, prepared_gid=reported.prepared_gid)
         self._held_by_reported = writer
+        # A prepared transaction holds publishing until someone commits or rolls it back, which no timeout
+        # does: said on /readyz while it lasts. A live writer is for the log and the alert.
+        self._held_by_prepared = (
+            f"the outbox relay waits on prepared transaction {writer.prepared_gid!r} (prepared "
+            f"{backlog.held_s:.0f} s ago), which took an outbox id: COMMIT PREPARED or ROLLBACK PREPARED it"
+            if writer is not None and writer.prepared_gid is not None
+            else None
+        )
 
     def ids_went_back(self, read_up_to: int, now_at: int) -> None:
         """The outbox id sequence restarted below what was read: the relay reads from the first row again."""
@@ -125,6 +139,27 @@ class RelayObserver:
                 runbook="docs/runbooks.md#outbox-replicas-short",
             )
 
+    def transactional_id_shared(self, fences: int, window_s: float) -> None:
+        """The relay's producer was fenced `fences` times within `window_s` while the relay held the lock: a
+        producer outside this outbox uses its transactional.id (set in PIN_IDENTITY_KAFKA_CONFIG and shared
+        with another outbox's relay). Said once, and on `/readyz` until a window passes without a fence."""
+        first = self._id_shared is None
+        self._id_shared = (
+            f"the outbox relay was fenced {fences} times in {window_s:.0f} s while it held the lock: a "
+            "producer outside this outbox uses its transactional.id (PIN_IDENTITY_KAFKA_CONFIG)"
+        )
+        if first:
+            log.error(
+                "outbox-transactional-id-shared",
+                fences=fences,
+                runbook="docs/runbooks.md#outbox-transactional-id-shared",
+            )
+
+    def transactional_id_alone(self) -> None:
+        if self._id_shared is not None:
+            self._id_shared = None
+            log.info("outbox-transactional-id-alone")
+
     def publishing_resumed(self) -> None:
         """The broker took events again after failures in a row."""
         if self._replicas_short is not None:
@@ -150,11 +185,14 @@ class RelayObserver:
             log.info("outbox-broker-acknowledges", silent_s=round(silent_for, 1))
 
     def readiness_warning(self) -> str | None:
-        """What `/readyz` warns of: the topics whose events are held, too few replicas in sync, a broker that
+        """What `/readyz` warns of: the topics whose events are held, a prepared transaction holding
+        publishing, a transactional.id shared with another outbox, too few replicas in sync, a broker that
         has acknowledged nothing for a while; or None."""
         short, silent_for = self._replicas_short, self._silent_for_s
         warnings = [
             self.missing_topics(),
+            self._held_by_prepared,
+            self._id_shared,
             f"the outbox relay cannot publish: {short}" if short else None,
             f"the outbox relay has waited {silent_for:.0f} s for the broker to acknowledge its events"
             if silent_for is not None
@@ -171,6 +209,24 @@ class RelayObserver:
     def delivery_failed(self, retry: Mapping[int, str]) -> None:
         """The broker did not take these events (outbox id -> reason: an error, a timeout). Once nothing else
         is in flight the relay backs off (`retrying`) and sends them again, each first of its key."""
+
+    def partition_failing(self, place: tuple[str, int], reason: str, retry_in_s: float) -> None:
+        """A partition's events failed (or the broker says it cannot take a write): its events wait, the
+        others go on; looked at again after `retry_in_s`."""
+        topic, partition = place
+        metrics.outbox_publish_errors_total.labels(reason=reason[:60]).inc()
+        log.warning(
+            "outbox-partition-failing",
+            topic=topic,
+            partition=partition,
+            reason=reason,
+            retry_in_s=round(retry_in_s, 2),
+            runbook="docs/runbooks.md#outbox-replicas-short",
+        )
+
+    def partition_back(self, place: tuple[str, int]) -> None:
+        topic, partition = place
+        log.info("outbox-partition-back", topic=topic, partition=partition)
 
     def failed(self, exc: Exception) -> None:
         """Anything else went wrong: the relay stands down (its producer discarded) and backs off."""

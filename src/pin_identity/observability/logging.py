@@ -91,6 +91,14 @@ class _StandardErrorHandler(logging.StreamHandler[Any]):
     def stream(self, _stream: Any) -> None:
         return
 
+    def emit(self, record: logging.LogRecord) -> None:
+        """Through structlog's own writer for the stream, which holds that stream's lock for the whole line:
+        a library's line and one of ours written at once by two threads stay two lines."""
+        try:
+            structlog.PrintLogger(self.stream).msg(self.format(record))
+        except Exception:  # the logging module's rule: a failed line never raises
+            self.handleError(record)
+
 
 def _library_line(_logger: Any, _method: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
     """A standard `logging` record as a line of ours: a stable event name, the library (`component`, its

@@ -247,6 +247,8 @@ class OutboxHolder(Protocol):
     def application_name(self) -> str | None: ...
     @property
     def transaction_s(self) -> float | None: ...
+    @property
+    def prepared_gid(self) -> str | None: ...
 
 
 @dataclass(frozen=True)
@@ -307,11 +309,19 @@ class OutboxWriterView(ApiModel):
     pid: int | None
     application_name: str | None
     transaction_seconds: float | None
+    prepared_gid: str | None = Field(
+        default=None,
+        description="A prepared transaction (two-phase commit) holding publishing: its gid (it has no pid; "
+        "its seconds are since it was prepared)",
+    )
 
     @classmethod
     def of(cls, holder: OutboxHolder) -> OutboxWriterView:
         return cls(
-            pid=holder.pid, application_name=holder.application_name, transaction_seconds=holder.transaction_s
+            pid=holder.pid,
+            application_name=holder.application_name,
+            transaction_seconds=holder.transaction_s,
+            prepared_gid=holder.prepared_gid,
         )
 
 

@@ -95,7 +95,11 @@ def job_grants(talent: TalentNames) -> list[Grant]:
     """The whole table, job by job."""
     talent_topics = (talent.tenants_topic, talent.users_topic)
     return [
-        *(Grant("topic-admin", ("Create", "Describe"), "topic", topic) for topic in PUBLISHED_TOPICS),
+        # DescribeConfigs and AlterConfigs: ensure-topics raises an existing topic's max.message.bytes.
+        *(
+            Grant("topic-admin", ("Create", "Describe", "DescribeConfigs", "AlterConfigs"), "topic", topic)
+            for topic in PUBLISHED_TOPICS
+        ),
         # DescribeConfigs: the relay reads min.insync.replicas to say why it cannot publish (too few
         # replicas in sync).
         *(Grant("outbox-relay", _PUBLISH, "topic", topic) for topic in PUBLISHED_TOPICS),

@@ -15,24 +15,40 @@ recreated by the relay where it may.
 
 from __future__ import annotations
 
+import functools
 import time
-from collections import Counter
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections import Counter, deque
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
+from confluent_kafka.admin._metadata import TopicMetadata
 
 from pin_identity.adapters.kafka.client_log import with_client_log
 from pin_identity.adapters.kafka.denials import DenialLog, denial
+from pin_identity.adapters.kafka.partitioning import (
+    UnsupportedPartitionerError,
+    key_partition,
+    partitioner_of,
+)
 from pin_identity.adapters.system_clock import SYSTEM_CLOCK
+from pin_identity.config import RELAY_COORDINATOR_CALL_S
 from pin_identity.domain.clock import Clock
 from pin_identity.domain.events import CONTRACT_VERSION
 from pin_identity.observability import metrics
 from pin_identity.observability.logging import get_logger
-from pin_identity.operations.ports.outbox import PendingEvent, PublishReport
+from pin_identity.operations.ports.outbox import (
+    TOPIC_MISSING,
+    PendingEvent,
+    Place,
+    ProducerFencedError,
+    PublishReport,
+)
 
 log = get_logger("kafka-publisher")
+P = ParamSpec("P")
+R = TypeVar("R")
 
 # Errors that no retry can fix: the row goes to the dead letters instead of blocking the rows behind it.
 _PERMANENT = {
@@ -48,9 +64,29 @@ _UNKNOWN_TOPIC = {"UNKNOWN_TOPIC_OR_PART", "_UNKNOWN_TOPIC"}
 # keeps sending to a deleted topic's partitions until the delivery timeout). For a topic of the relay's own,
 # the broker is then asked whether the topic exists.
 _TOPIC_IN_DOUBT = {*_UNKNOWN_TOPIC, "_UNKNOWN_PARTITION", "UNKNOWN_TOPIC_ID", "_MSG_TIMED_OUT"}
-_HELD = "UNKNOWN_TOPIC_OR_PART"  # the reason an event of a topic the broker does not have is handed back with
+# Failures that say nothing of the partition an event went to: the client's own, and a purge.
+_NOT_THE_PARTITIONS = {
+    "_PURGE_QUEUE",
+    "_PURGE_INFLIGHT",
+    "_TRANSPORT",
+    "_ALL_BROKERS_DOWN",
+    "_FENCED",
+    "_STATE",
+}
+# A producer of the same transactional.id initialised after this one's.
+_FENCED = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
+# The reason given to the events of an aborted transaction that did not fail themselves.
+_ABORTED = "aborted with its transaction"
+# A transaction unanswered this long has the broker asked whether its partitions can take a write: a
+# partition with too few replicas in sync is otherwise retried until librdkafka's delivery timeout (60 s),
+# and every event of the transaction, of every partition and topic, waits as long.
+STALL_AFTER_S = 3.0
 # A metadata request about one topic: a broker that answers does so in milliseconds.
 _METADATA_TIMEOUT_S = 2.0
+# Whether a partition takes writes is asked of the broker at most this often per topic.
+_METADATA_FRESH_S = 0.5
+# The reason an event is handed back with when its partition cannot take a write (PublishReport.failing).
+_NOT_WRITABLE = "NOT_ENOUGH_REPLICAS"
 _CONTRACT_VERSION_HEADER = ("contract-version", str(CONTRACT_VERSION))
 
 
@@ -90,9 +126,35 @@ TRANSACTION_AGE_S = 0.5
 # thread) timed out is followed by the coordinator's answer before the next call, and it reports that timeout
 # as resumable all the same (docs/librdkafka-txn-abort.md). A first phase given seconds times out only if that
 # thread stalls as long, so a commit that times out is resumed, with the same timeout, past its first phase.
-_INIT_TIMEOUT_S = 5.0
-_COMMIT_TIMEOUT_S = 5.0
-_ABORT_TIMEOUT_S = 5.0
+_INIT_TIMEOUT_S = _COMMIT_TIMEOUT_S = _ABORT_TIMEOUT_S = RELAY_COORDINATOR_CALL_S
+
+
+@dataclass(frozen=True)
+class WriteLimits:
+    """What the relay's topics take, as their configs say: the largest event (the smallest
+    `max.message.bytes`; None when the broker did not say, and librdkafka's own 1,000,000 holds) and, per
+    topic, the replicas a write needs in sync (`min.insync.replicas`)."""
+
+    message_bytes: int | None = None
+    min_insync: Mapping[str, int] = field(default_factory=dict)
+
+
+def unwritable_partitions(topic: TopicMetadata, min_insync: int, numbers: Iterable[int]) -> dict[int, str]:
+    """Of these partitions of a topic (its metadata, as the broker just gave it), those that cannot take an
+    acks=all write: no leader, or fewer replicas in sync than `min_insync` (NOT_ENOUGH_REPLICAS, which
+    librdkafka only retries until the delivery times out); with why."""
+    found: dict[int, str] = {}
+    for number in numbers:
+        partition = topic.partitions.get(number)
+        if partition is None:
+            continue
+        if partition.leader < 0:
+            found[number] = "no leader (LEADER_NOT_AVAILABLE)"
+        elif len(partition.isrs) < min_insync:
+            found[number] = (
+                f"{len(partition.isrs)} replicas in sync, {min_insync} needed (NOT_ENOUGH_REPLICAS)"
+            )
+    return found
 
 
 @dataclass(slots=True)
@@ -100,8 +162,11 @@ class _Transaction:
     started: float
     ids: list[int] = field(default_factory=list)  # produced in it: acknowledged only once it commits
     topics: Counter[str] = field(default_factory=Counter)
+    places: set[Place] = field(default_factory=set)  # the partitions it wrote to
+    alone: bool = False  # a suspect's own: one event, nothing else
     committing: bool = False  # due: takes no more events; committed once all of it is answered
     commit_called: bool = False  # commit_transaction() called: only it may be called until it returns
+    asked_at: float = 0.0  # when the broker was last asked whether its partitions take writes
 
 
 class _MissingTopics:
@@ -116,19 +181,20 @@ class _MissingTopics:
         self._create = create
         self._news = PublishReport()
 
-    def examine(self, producer: Producer, topics: Iterable[str]) -> None:
+    def examine(self, producer: Producer, topics: Iterable[str], *, asked: bool = False) -> None:
         """Ask the broker whether each topic exists; stop at the first it says nothing about (an outage is
-        no missing topic)."""
+        no missing topic). `asked`: the caller holds these topics, and hears that one exists though this
+        did not hold it."""
         for topic in topics:
             exists = _topic_exists(producer, topic)
             if exists is None:
                 return
             if exists:
-                self._found(topic)
+                self._found(topic, asked=asked)
             else:
-                self._recreate(producer, topic)
+                self._recreate(producer, topic, asked=asked)
 
-    def _recreate(self, producer: Producer, topic: str) -> None:
+    def _recreate(self, producer: Producer, topic: str, *, asked: bool = False) -> None:
         if self._create is None:
             self._hold(topic, "the relay does not create topics")
             return
@@ -142,7 +208,7 @@ class _MissingTopics:
         # at once and the topic is asked about again.
         _topic_exists(producer, topic)
         if topic not in created:  # someone else created it meanwhile
-            self._found(topic)
+            self._found(topic, asked=asked)
             return
         self.held.pop(topic, None)
         self._news.topics_recreated.append(topic)
@@ -152,9 +218,16 @@ class _MissingTopics:
             self.held[topic] = reason
             self._news.topics_missing[topic] = reason
 
-    def _found(self, topic: str) -> None:
-        if self.held.pop(topic, None) is not None:
+    def _found(self, topic: str, *, asked: bool = False) -> None:
+        if self.held.pop(topic, None) is not None or asked:
             self._news.topics_found.append(topic)
+
+    def forget(self) -> None:
+        """The relay forgot what it held (its producer discarded): what is still missing is found again. A
+        topic recreated meanwhile is still told (the failure that discarded the producer may have come
+        right after the recreation)."""
+        self.held.clear()
+        self._news = PublishReport(topics_recreated=self._news.topics_recreated)
 
     def hand_over(self, report: PublishReport) -> PublishReport:
         """`report` with what changed since the last one."""
@@ -182,6 +255,22 @@ def _topic_exists(producer: Producer, topic: str) -> bool | None:
     return False if found.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART else None
 
 
+def _fences_named(call: Callable[P, R]) -> Callable[P, R]:
+    """The relay hears a fence (whichever call of librdkafka's meets it) as ProducerFencedError."""
+
+    @functools.wraps(call)
+    def named(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return call(*args, **kwargs)
+        except KafkaException as exc:
+            error = exc.args[0]
+            if isinstance(error, KafkaError) and error.code() in _FENCED:
+                raise ProducerFencedError(f"{error.name()}: {error.str()}") from exc
+            raise
+
+    return named
+
+
 class KafkaEventPublisher:
     """Keeps one producer, which writes every event in a transaction under `transactional_id` (the relay's).
     A fatal error (fenced: another relay took over) is raised to the relay, which stands down; an abort the
@@ -192,6 +281,18 @@ class KafkaEventPublisher:
     `ensure_topics` (None: the relay may not create topics) cannot recreate it. An event of any other topic
     the broker does not know is tried once more, then dead-lettered. `replication_shortfall` asks the broker
     whether too few replicas in sync are why nothing is taken.
+
+    One partition never holds the others. Every event goes to the partition computed for its key (the
+    configured partitioner, the topic's partition count), so what fails is known by partition: a delivery
+    that fails names its partition in the report's `failing`, and a transaction still unanswered after
+    `stall_after_s` asks the broker (`unwritable`) whether any of its partitions cannot take a write (no
+    leader, too few replicas in sync): if so it is aborted at once, rather than after librdkafka's delivery
+    timeout, and those partitions are named, so that their events stay out of the next transaction.
+
+    One event never takes others with it. The largest event the producer takes is the smallest limit of the
+    relay's topics (`message_limit`): a larger one fails alone, before it is sent. Should the broker refuse a
+    request all the same (its limit lowered meanwhile, a policy), it refuses every event of it: those become
+    suspects, each sent again in a transaction of its own, and only one refused alone is rejected for good.
     """
 
     def __init__(
@@ -202,14 +303,25 @@ class KafkaEventPublisher:
         transactional_id: str,
         own_topics: Collection[str] = (),
         replication_shortfall: Callable[[], str | None] | None = None,
+        write_limits: Callable[[], WriteLimits] | None = None,
+        queue_kbytes: int | None = None,
         clock: Clock = SYSTEM_CLOCK,
     ):
         self._config = {**producer_config(client_config), "transactional.id": transactional_id}
+        if queue_kbytes is not None:
+            self._config["queue.buffering.max.kbytes"] = queue_kbytes
         self._replication_shortfall = replication_shortfall
+        self._write_limits = write_limits
+        self._limits = WriteLimits()  # read again with each producer
+        self._partitioner = _partitioner(self._config)
+        self._partition_counts: dict[str, int] = {}
+        self._metadata: dict[str, tuple[float, TopicMetadata]] = {}  # topic -> (when asked, what was said)
         self._denials = DenialLog("outbox-relay", clock)
         self._clock = clock
         self._transaction: _Transaction | None = None
         self._waiting: list[PendingEvent] = []  # handed over while a transaction commits: the next one's
+        self._suspects: set[int] = set()  # refused with others: each goes again in a transaction of its own
+        self._alone: deque[PendingEvent] = deque()  # suspects handed over, each waiting for its transaction
         self._fatal: KafkaError | None = None
         self._missing = _MissingTopics(own_topics, ensure_topics)
         self._producer: Producer | None = None
@@ -246,19 +358,27 @@ class KafkaEventPublisher:
             self._producer = None
             self._forget_in_flight()
         if self._producer is None:
-            producer = Producer({**self._config, "error_cb": self._error_handler(self._generation)})
+            config = {**self._config, "error_cb": self._error_handler(self._generation)}
+            self._limits = self._write_limits() if self._write_limits is not None else WriteLimits()
+            if self._limits.message_bytes is not None:  # never above what the topics take (a larger event
+                # fails here, alone), nor above what the operator set
+                configured = int(config.get("message.max.bytes", self._limits.message_bytes))
+                config["message.max.bytes"] = min(configured, self._limits.message_bytes)
+            producer = Producer(config)
             try:
                 producer.init_transactions(_INIT_TIMEOUT_S)  # aborts and fences what the last relay left
             except KafkaException as exc:
                 self._denials.say(denial(exc, "Write", self._config["transactional.id"]))
                 raise
             self._producer = producer
+            self._partition_counts.clear()  # a new producer, perhaps on topics recreated since
+            self._metadata.clear()
             self._on_delivery = self._delivery_handler(self._generation)
             self._replace = False
         return self._producer
 
     def _outstanding(self) -> bool:
-        return self._transaction is not None or bool(self._waiting) or self._unanswered()
+        return self._transaction is not None or bool(self._waiting) or bool(self._alone) or self._unanswered()
 
     def _unanswered(self) -> bool:
         """Events handed to the producer whose delivery report has not been served yet."""
@@ -271,48 +391,89 @@ class KafkaEventPublisher:
             topic = msg.topic() or ""
             outbox_id = self._in_flight[topic].pop(msg.key())  # type: ignore[arg-type]
             if error is not None:  # written: acknowledged once its transaction commits
-                self._classify(outbox_id, topic, error, self._answers)
+                self._classify(outbox_id, (topic, msg.partition()), error, self._answers)
 
         return on_delivery
 
     def _one_off_handler(self, outbox_id: int, topic: str) -> Callable[[KafkaError | None, Message], None]:
         generation = self._generation
 
-        def on_delivery(error: KafkaError | None, _msg: Message) -> None:
+        def on_delivery(error: KafkaError | None, msg: Message) -> None:
             if generation != self._generation:
                 return
             self._one_offs -= 1
             if error is not None:
-                self._classify(outbox_id, topic, error, self._answers)
+                self._classify(outbox_id, (topic, msg.partition()), error, self._answers)
 
         return on_delivery
 
+    @_fences_named
     def start(self) -> None:
         self._current()
 
+    def partition(self, topic: str, key: str) -> int | None:
+        count = self._partition_counts.get(topic) or self._count_partitions(topic)
+        if count is None or self._partitioner is None or not key:
+            return None
+        return key_partition(key.encode(), count, self._partitioner)
+
+    def _count_partitions(self, topic: str) -> int | None:
+        """From the producer's own metadata (the broker asked at most once per topic and producer)."""
+        if self._producer is None:
+            return None
+        try:
+            found = self._producer.list_topics(topic, timeout=_METADATA_TIMEOUT_S).topics.get(topic)
+        except KafkaException:
+            return None
+        if found is None or found.error is not None or not found.partitions:
+            return None
+        self._partition_counts[topic] = len(found.partitions)
+        return len(found.partitions)
+
+    @_fences_named
+    def look_for(self, topics: Collection[str]) -> PublishReport:
+        self._missing.examine(self._current(), sorted(topics), asked=True)
+        return self._missing.hand_over(PublishReport())
+
+    @_fences_named
     def send(self, events: Sequence[PendingEvent]) -> PublishReport:
         producer = self._current()
         if self._missing.held:  # the held events are tried again: is their topic back?
             self._missing.examine(producer, {event.topic for event in events} & self._missing.held.keys())
+        self._alone.extend(event for event in events if event.outbox_id in self._suspects)
+        events = [event for event in events if event.outbox_id not in self._suspects]
+        report = PublishReport()
+        if self._transaction is None and self._alone:
+            self._send_alone(producer, report)
         if self._transaction is not None and self._transaction.committing:
             self._waiting.extend(events)
-            return self._missing.hand_over(PublishReport())
-        failed_at_once = self._produce_all(producer, events)
-        self._examine_failures(producer, failed_at_once)
-        return self._missing.hand_over(failed_at_once)
+        elif events:
+            _merge(report, self._produce_all(producer, events))
+        self._examine_failures(producer, report)
+        return self._missing.hand_over(report)
 
-    def _produce_all(self, producer: Producer, events: Sequence[PendingEvent]) -> PublishReport:
+    def _produce_all(
+        self, producer: Producer, events: Sequence[PendingEvent], *, alone: bool = False
+    ) -> PublishReport:
         failed_at_once = PublishReport()
         transaction = self._transaction
         if transaction is None:
             producer.begin_transaction()
-            transaction = self._transaction = _Transaction(self._clock.monotonic())
+            transaction = self._transaction = _Transaction(self._clock.monotonic(), alone=alone)
+            # A suspect's transaction takes nothing else: it is committed as soon as it is answered.
+            transaction.committing = alone
         held = self._missing.held
-        for event in events:
+        placed = [(event, self.partition(event.topic, event.key)) for event in events]
+        short = self._short_of_replicas(placed, transaction)
+        for event, partition in placed:
+            place = (event.topic, partition)
             if held and event.topic in held:
-                failed_at_once.retry[event.outbox_id] = _HELD
+                failed_at_once.retry[event.outbox_id] = TOPIC_MISSING
+            elif place in short:
+                failed_at_once.retry[event.outbox_id] = _NOT_WRITABLE
+                failed_at_once.failing[(event.topic, partition)] = short[place]  # type: ignore[index]
             else:
-                self._produce(producer, event, failed_at_once)
+                self._produce(producer, event, partition, failed_at_once)
         failed = failed_at_once.retry.keys() | failed_at_once.rejected.keys()
         for event in events:
             if event.outbox_id not in failed:
@@ -320,6 +481,36 @@ class KafkaEventPublisher:
                 transaction.topics[event.topic] += 1
         return failed_at_once
 
+    def _short_of_replicas(
+        self, placed: Sequence[tuple[PendingEvent, int | None]], transaction: _Transaction
+    ) -> dict[Place, str]:
+        """The partitions new to the transaction that the broker says cannot take a write now. Kafka ends a
+        transaction by writing a marker in each of its partitions, acks=all: one that took a partition short
+        of replicas can neither commit nor abort until the partition is back, and its transactional.id
+        (the relay's one) takes nothing else meanwhile. So no event goes to such a partition."""
+        places = {(event.topic, partition) for event, partition in placed if partition is not None}
+        return self.unwritable(places - transaction.places)
+
+    def _send_alone(self, producer: Producer, report: PublishReport) -> None:
+        """With no transaction open, a suspect goes in one of its own."""
+        while self._alone and self._transaction is None:
+            _merge(report, self._produce_all(producer, [self._alone.popleft()], alone=True))
+            if self._transaction is not None and not self._transaction.ids:
+                self._transaction = None  # it failed at once (refused alone): nothing to commit
+                producer.abort_transaction(_ABORT_TIMEOUT_S)
+
+    def _next_transaction(self, producer: Producer, report: PublishReport) -> None:
+        """After a transaction ended: a suspect's own first, else what waited for it."""
+        self._send_alone(producer, report)
+        if self._transaction is not None:
+            return
+        waiting, self._waiting = self._waiting, []
+        if waiting:
+            failed_at_once = self._produce_all(producer, waiting)
+            self._examine_failures(producer, failed_at_once)
+            _merge(report, failed_at_once)
+
+    @_fences_named
     def collect(self, timeout_s: float) -> PublishReport:
         # Answers are waited for with poll(), which any answer wakes: a transaction is committed only once
         # all of it is answered (_settle_transaction), never by stepping a commit through the wait.
@@ -333,6 +524,8 @@ class KafkaEventPublisher:
             self._examine_failures(self._producer, answers)
         if self._transaction is not None and self._producer is not None:
             self._settle_transaction(self._producer, answers, wait_s=timeout_s)
+        if self._transaction is None and self._producer is not None:
+            self._next_transaction(self._producer, answers)
         self._count_published()
         return self._missing.hand_over(answers)
 
@@ -344,12 +537,15 @@ class KafkaEventPublisher:
         self._published.clear()
 
     def _settle_transaction(self, producer: Producer, answers: PublishReport, *, wait_s: float) -> None:
-        """Abort the open transaction if any of it failed, else commit it once due and all of it answered."""
+        """Abort the open transaction if any of it failed (or it waits on a partition that cannot take a
+        write), else commit it once due and all of it answered."""
         transaction = self._transaction
         assert transaction is not None
         # Once commit_transaction() was called, librdkafka takes no other transactional call until it
         # returns: it fails by itself (abortable) when an event of it failed, and is aborted then.
-        if (answers.retry or answers.rejected) and not transaction.commit_called:
+        if not transaction.commit_called and not (answers.retry or answers.rejected) and self._stalled():
+            answers.failing.update(self.unwritable(transaction.places))
+        if (answers.retry or answers.rejected or answers.failing) and not transaction.commit_called:
             self._abort(producer, answers)
             return
         full = len(transaction.ids) >= TRANSACTION_EVENTS
@@ -367,14 +563,53 @@ class KafkaEventPublisher:
                 self._commit_failed(producer, answers, exc)
             return
         answers.delivered.extend(transaction.ids)
+        self._suspects.difference_update(transaction.ids)
         self._published.update(transaction.topics)
         self._transaction = None
-        waiting, self._waiting = self._waiting, []
-        if waiting:
-            failed_at_once = self._produce_all(producer, waiting)
-            self._examine_failures(producer, failed_at_once)
-            answers.retry.update(failed_at_once.retry)
-            answers.rejected.update(failed_at_once.rejected)
+        self._next_transaction(producer, answers)
+
+    def _stalled(self) -> bool:
+        """Whether the open transaction has waited on answers past `stall_after_s` (asked again at most that
+        often: it costs the broker a metadata request)."""
+        transaction = self._transaction
+        if transaction is None or not self._unanswered():
+            return False
+        now = self._clock.monotonic()
+        if now - max(transaction.started, transaction.asked_at) < STALL_AFTER_S:
+            return False
+        transaction.asked_at = now
+        return True
+
+    def unwritable(self, places: Collection[Place]) -> dict[Place, str]:
+        found: dict[Place, str] = {}
+        for topic in {topic for topic, _ in places}:
+            metadata = self._topic_metadata(topic)
+            if metadata is None:  # the broker did not say: the stall check and delivery timeout decide
+                continue
+            numbers = [number for each, number in places if each == topic]
+            needed = self._limits.min_insync.get(topic, 1)
+            for number, reason in unwritable_partitions(metadata, needed, numbers).items():
+                found[(topic, number)] = reason
+        return found
+
+    def _topic_metadata(self, topic: str) -> TopicMetadata | None:
+        """The topic's partitions (leaders, replicas in sync) from the producer's own metadata request, asked
+        at most every `_METADATA_FRESH_S` (a busy relay checks each transaction's new partitions)."""
+        now = self._clock.monotonic()
+        known = self._metadata.get(topic)
+        if known is not None and now - known[0] < _METADATA_FRESH_S:
+            return known[1]
+        if self._producer is None:
+            return None
+        try:
+            found = self._producer.list_topics(topic, timeout=_METADATA_TIMEOUT_S).topics.get(topic)
+        except KafkaException as exc:
+            log.warning("kafka-partitions-unknown", error=exc.args[0].name())
+            return None
+        if found is None or found.error is not None:
+            return None
+        self._metadata[topic] = (now, found)
+        return found  # type: ignore[no-any-return]
 
     def _commit_failed(self, producer: Producer, answers: PublishReport, exc: KafkaException) -> None:
         """Abort the transaction, or raise what is fatal (fenced: a relay took over). The commit served the
@@ -383,6 +618,7 @@ class KafkaEventPublisher:
         served, self._answers = self._answers, PublishReport()
         answers.retry.update(served.retry)
         answers.rejected.update(served.rejected)
+        answers.failing.update(served.failing)
         self._examine_failures(producer, answers)
         error = exc.args[0]
         if error.code() == KafkaError._STATE:
@@ -397,9 +633,14 @@ class KafkaEventPublisher:
             raise exc
         self._abort(producer, answers, because=error.name())
 
-    def _abort(self, producer: Producer, answers: PublishReport, because: str = "aborted") -> None:
+    def _abort(self, producer: Producer, answers: PublishReport, because: str = _ABORTED) -> None:
         """Nothing of an aborted transaction is visible to a read_committed consumer: all of it (and what
-        waited for it) is to be sent again, but for an event the broker refused for good."""
+        waited for it) is to be sent again, but for an event the broker refused for good. Its topics of the
+        relay's own are looked for: a topic deleted under the producer fails the whole transaction (its
+        coordinator refuses to add the topic's partitions), with no event's answer to name it."""
+        self._suspect_the_refused(answers)
+        assert self._transaction is not None
+        self._missing.examine(producer, sorted(set(self._transaction.topics) & self._missing.own))
         self._drop_transaction(answers, because)
         try:
             producer.abort_transaction(_ABORT_TIMEOUT_S)  # purges what is in flight
@@ -415,15 +656,30 @@ class KafkaEventPublisher:
         self._forget_in_flight()  # the purged events' answers are moot: all of them go again
         producer.poll(0)
 
+    def _suspect_the_refused(self, answers: PublishReport) -> None:
+        """Events the broker refused in a transaction of several: it refuses a whole request (every event of
+        one partition's batch), so each is tried alone before any is rejected for good."""
+        transaction = self._transaction
+        if transaction is None or not answers.rejected:
+            return
+        if transaction.alone or len(transaction.ids) < 2:  # refused alone: for good
+            self._suspects.difference_update(answers.rejected)
+            return
+        for outbox_id, reason in list(answers.rejected.items()):
+            if outbox_id in transaction.ids:
+                del answers.rejected[outbox_id]
+                answers.retry[outbox_id] = reason.split(":", 1)[0]
+                self._suspects.add(outbox_id)
+        log.warning("outbox-events-suspected", events=len(self._suspects))
+
     def _drop_transaction(self, answers: PublishReport, because: str) -> None:
         """All of the open transaction (and what waited for it) to be sent again, but for an event the broker
-        refused for good; what failed gives its reason to all of it (a delivery timeout, an unknown topic)."""
+        refused for good; each keeps the reason it failed for, the others the transaction's."""
         transaction = self._transaction
         assert transaction is not None
-        reason = next(iter(answers.retry.values()), because)
         for outbox_id in [*transaction.ids, *(event.outbox_id for event in self._waiting)]:
             if outbox_id not in answers.rejected:
-                answers.retry.setdefault(outbox_id, reason)
+                answers.retry.setdefault(outbox_id, because)
         self._transaction = None
         self._waiting = []
 
@@ -435,7 +691,9 @@ class KafkaEventPublisher:
         self._answers = PublishReport()
         self._in_flight.clear()
 
-    def _produce(self, producer: Producer, event: PendingEvent, failed_at_once: PublishReport) -> None:
+    def _produce(
+        self, producer: Producer, event: PendingEvent, partition: int | None, failed_at_once: PublishReport
+    ) -> None:
         outbox_id, topic, key_text, value, event_type, correlation_id, traceparent = event
         key = key_text.encode()
         in_flight = self._in_flight.get(topic)
@@ -450,28 +708,39 @@ class KafkaEventPublisher:
         ]
         if traceparent:
             headers.append(("traceparent", traceparent))
+        # -1: librdkafka's own choice (RD_KAFKA_PARTITION_UA), where no partition is known here.
+        placed = -1 if partition is None else partition
         while True:
             try:
-                producer.produce(topic, value, key, headers=headers, on_delivery=on_delivery)
+                producer.produce(
+                    topic, value, key, partition=placed, headers=headers, on_delivery=on_delivery
+                )
             except BufferError:
                 producer.poll(0.1)  # the local queue is full: let deliveries drain it
                 continue
             except KafkaException as exc:
-                self._classify(outbox_id, topic, exc.args[0], failed_at_once)
+                self._classify(outbox_id, (topic, partition), exc.args[0], failed_at_once)
                 return
             if shared:
                 self._one_offs += 1
             else:
                 in_flight[key] = outbox_id
+            if partition is not None and self._transaction is not None:
+                self._transaction.places.add((topic, partition))
             return
 
-    def _classify(self, outbox_id: int, topic: str, error: KafkaError, report: PublishReport) -> None:
+    def _classify(
+        self, outbox_id: int, place: tuple[str, int | None], error: KafkaError, report: PublishReport
+    ) -> None:
+        topic, partition = place
         self._denials.say(denial(error, "Write", topic))  # retried below: held until the ACL is granted
         if error.code() in _PERMANENT:
             report.rejected[outbox_id] = f"{error.name()}: {error.str()}"
-        else:
-            report.retry[outbox_id] = error.name()
-            self._topic_of_retry[outbox_id] = topic
+            return
+        report.retry[outbox_id] = error.name()
+        self._topic_of_retry[outbox_id] = topic
+        if partition is not None and partition >= 0 and error.name() not in _NOT_THE_PARTITIONS:
+            report.failing[(topic, partition)] = error.name()
 
     def _examine_failures(self, producer: Producer, report: PublishReport) -> None:
         """What failed for a reason that may mean its topic is gone. The broker is asked about a topic of the
@@ -513,6 +782,8 @@ class KafkaEventPublisher:
         self._replace = False
         self._transaction = None
         self._waiting = []
+        self._alone.clear()  # the relay forgets what it handed over; a suspect stays one when read again
+        self._missing.forget()
         self._fatal = None
 
     def replication_shortfall(self) -> str | None:
@@ -521,3 +792,18 @@ class KafkaEventPublisher:
     def close(self) -> None:
         if self._producer is not None:
             self._producer.flush(5)
+
+
+def _merge(report: PublishReport, more: PublishReport) -> None:
+    """`more`'s failures into `report` (what a send fails at once is answered with the rest)."""
+    report.retry.update(more.retry)
+    report.rejected.update(more.rejected)
+    report.failing.update(more.failing)
+
+
+def _partitioner(config: Mapping[str, Any]) -> str | None:
+    """The configured partitioner, when a key's partition can be computed for it."""
+    try:
+        return partitioner_of(config)
+    except UnsupportedPartitionerError:
+        return None

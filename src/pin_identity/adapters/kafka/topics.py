@@ -10,19 +10,20 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
-from confluent_kafka.admin._config import ConfigResource
+from confluent_kafka.admin._config import AlterConfigOpType, ConfigEntry, ConfigResource
 from confluent_kafka.cimpl import NewTopic
 
 from pin_identity.adapters.kafka.client_log import silenced, with_client_log
 from pin_identity.adapters.kafka.consumers import new_consumer
 from pin_identity.adapters.kafka.denials import DenialLog, denial
-from pin_identity.adapters.kafka.publisher import producer_config
+from pin_identity.adapters.kafka.publisher import WriteLimits, producer_config
 from pin_identity.adapters.system_clock import SYSTEM_CLOCK
-from pin_identity.observability.logging import first_line
+from pin_identity.observability.logging import first_line, get_logger
 
 # librdkafka writes its log lines raw to stderr unless it is given a logger. The checks below report their
 # outcome as one line of their own, so their clients log nowhere.
 _quiet = silenced("checks")
+log = get_logger("kafka-topics")
 
 _PROBE_STEP_S = 0.5
 
@@ -31,6 +32,11 @@ _PROBE_STEP_S = 0.5
 # one node lost loses nothing acknowledged and stops nothing. With fewer, the broker's own setting holds.
 REPLICAS_FOR_MIN_INSYNC = 3
 MIN_INSYNC_REPLICAS = 2
+# The largest event a topic of ours takes (and so the relay's producer): a user's access snapshot of 20,000
+# Active assignments (about 350 bytes each before compression) fits. librdkafka checks an event's size before
+# compression, the broker a batch's after it. Consumers fetch a larger record whole whatever their
+# fetch.max.bytes (a partition's first record is always returned).
+EVENT_MAX_BYTES = 8 * 2**20
 
 
 @dataclass(frozen=True)
@@ -41,7 +47,7 @@ class TopicLayout:
     @property
     def config(self) -> dict[str, str]:
         """The settings of a topic of ours: compacted (one record per key is what readers need)."""
-        config = {"cleanup.policy": "compact"}
+        config = {"cleanup.policy": "compact", "max.message.bytes": str(EVENT_MAX_BYTES)}
         if self.replication_factor >= REPLICAS_FOR_MIN_INSYNC:
             config["min.insync.replicas"] = str(MIN_INSYNC_REPLICAS)
         return config
@@ -77,6 +83,72 @@ def ensure_topics(
             if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                 raise
     return created
+
+
+def raise_message_limits(
+    client_config: dict[str, str], names: Iterable[str], *, timeout_s: float = 15.0
+) -> list[str]:
+    """Topics of ours made before their events could be large (`max.message.bytes` below EVENT_MAX_BYTES)
+    are raised to it (`kafka ensure-topics`: its principal may alter topic configs, the relay's may not);
+    returns the names raised."""
+    admin = AdminClient(with_client_log(client_config))
+    limits = _message_limits(admin, names, timeout_s)
+    low = [name for name, limit in limits.items() if limit < EVENT_MAX_BYTES]
+    if not low:
+        return []
+    value = str(EVENT_MAX_BYTES)
+    raised = [
+        ConfigResource(
+            ConfigResource.Type.TOPIC,
+            name,
+            incremental_configs=[
+                ConfigEntry("max.message.bytes", value, incremental_operation=AlterConfigOpType.SET)
+            ],
+        )
+        for name in low
+    ]
+    for resource, future in admin.incremental_alter_configs(raised, request_timeout=timeout_s).items():
+        try:
+            future.result(timeout=timeout_s)
+        except KafkaException as exc:
+            refused = DenialLog("ensure-topics").say(denial(exc, "AlterConfigs", resource.name))
+            raise KafkaException(KafkaError(exc.args[0].code(), str(refused or exc.args[0].str()))) from None
+    return low
+
+
+def write_limits(
+    client_config: dict[str, str], names: Iterable[str], *, timeout_s: float = 5.0
+) -> WriteLimits:
+    """The relay's producer takes no event larger than every topic takes, so the broker refuses no request
+    for an event's size and a larger event fails alone; and it keeps the events of a partition short of
+    replicas out of its transactions. Empty when the broker does not say."""
+    try:
+        configs = _topic_configs(AdminClient(with_client_log(client_config)), names, timeout_s)
+        return WriteLimits(
+            min((int(config["max.message.bytes"]) for config in configs.values()), default=None),
+            {name: int(config["min.insync.replicas"]) for name, config in configs.items()},
+        )
+    except (KafkaException, TimeoutError, KeyError, ValueError) as exc:
+        log.warning("kafka-write-limits-unknown", error=first_line(exc))
+        return WriteLimits()
+
+
+def _message_limits(admin: AdminClient, names: Iterable[str], timeout_s: float) -> dict[str, int]:
+    configs = _topic_configs(admin, names, timeout_s)
+    return {name: int(config["max.message.bytes"]) for name, config in configs.items()}
+
+
+def _topic_configs(admin: AdminClient, names: Iterable[str], timeout_s: float) -> dict[str, dict[str, str]]:
+    """The configs of those of the topics the broker has (topic -> name -> value)."""
+    existing = set(admin.list_topics(timeout=timeout_s).topics)
+    resources = [ConfigResource(ConfigResource.Type.TOPIC, name) for name in names if name in existing]
+    if not resources:
+        return {}
+    futures = admin.describe_configs(resources, request_timeout=timeout_s)
+    return {
+        resource.name: {key: entry.value for key, entry in future.result(timeout=timeout_s).items()}
+        for resource, future in futures.items()
+    }
 
 
 def replication_shortfall(

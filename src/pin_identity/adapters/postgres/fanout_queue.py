@@ -142,8 +142,8 @@ class PostgresFanOutQueue:
         [stats] = self._database.fetch("fanout_queue_stats", {"now": now}, class_row(QueueStats))
         return stats
 
-    def outbox_waiting(self) -> int:
-        [waiting] = self._database.fetch("outbox_waiting_estimate", {}, scalar_row)
+    def outbox_waiting(self, cap: int) -> int:
+        [waiting] = self._database.fetch("outbox_waiting_estimate", {"cap": cap}, scalar_row)
         return int(waiting)
 
 

@@ -16,7 +16,7 @@ from psycopg.rows import RowFactory, dict_row, scalar_row
 from pin_identity.adapters.postgres.catalogue import query
 from pin_identity.adapters.postgres.database import Database, Row, SilenceLimit, WaitWatch, read
 from pin_identity.domain.errors import OutboxIdsWentBackError
-from pin_identity.operations.ports.outbox import OutboxBacklog, OutboxWriter, PendingEvent, RelayRole
+from pin_identity.operations.ports.outbox import Fetched, OutboxBacklog, OutboxWriter, PendingEvent, RelayRole
 
 
 class IdHorizon:
@@ -67,9 +67,11 @@ class IdHorizon:
 
 # A row as the queue removes it: its outbox id and its event id (delete_outbox_events says why both).
 _RowIdentity = tuple[int, str]
-# fetch_ready_outbox_events's columns: PendingEvent's fields in order, then the event id (held to it by
-# tests/integration/test_row_decoders.py). Taken apart by itemgetter: no Python frame for each row.
+# fetch_ready_outbox_events's columns: PendingEvent's fields in order, then the event id, then the page's rows
+# (held to it by tests/integration/test_row_decoders.py). Taken apart by itemgetter: no Python frame for each
+# row.
 _EVENT_ID = len(PendingEvent._fields)
+_PAGE_ROWS = _EVENT_ID + 1
 _event_fields = itemgetter(slice(_EVENT_ID))
 _row_identity = itemgetter(0, _EVENT_ID)
 _outbox_id = itemgetter(0)
@@ -188,30 +190,58 @@ class PostgresOutboxQueue:
         clean = self._ask("take_outbox_relay_handover", scalar_row, {"holder": self._holder})
         return RelayRole.ACTIVE if clean else RelayRole.TAKEN_OVER
 
-    def fetch_ready(self, limit: int, after: int) -> list[PendingEvent]:
-        conn = self._session()
+    def fetch_ready(
+        self, limit: int, after: int, *, max_bytes: int, skip_topics: Collection[str] = ()
+    ) -> Fetched:
+        self._session()
         # What is known final and not read yet may not fill the batch: look again.
         if self._horizon.final - max(after, self._read_to_final) < limit:
             self._observe_horizon()
-        if self._horizon.final <= after:
-            return []
+        final = self._horizon.final
+        if final <= after:
+            return Fetched([], after)
+        params = {
+            "after": after,
+            "final": final,
+            "limit": limit,
+            "max_bytes": max_bytes,
+            "skip": list(skip_topics),
+        }
+        fetched = self._fetch("fetch_ready_outbox_events", params, after, final)
+        if fetched.upto == final and not skip_topics:
+            self._read_to_final = final
+        return fetched
+
+    def fetch_topic(self, topic: str, limit: int, after: int, upto: int, *, max_bytes: int) -> Fetched:
+        self._session()
+        end = min(upto, self._horizon.final)
+        if end <= after:
+            return Fetched([], after)
+        params = {
+            "topic": topic, "after": after, "upto": end, "final": self._horizon.final,
+            "limit": limit, "max_bytes": max_bytes,
+        }  # fmt: skip
+        return self._fetch("fetch_topic_outbox_events", params, after, end)
+
+    def _fetch(self, name: str, params: Mapping[str, Any], after: int, end: int) -> Fetched:
+        """Rows of one of the fetch statements; how far they read: `end` when the page held every row up to it
+        (short of its limit, nothing cut for size), else its last row."""
+        conn = self._session()
         if self._acknowledged and max(map(_outbox_id, self._acknowledged)) > after:
             # After a rewind (`after` back at 0) the read would find rows already delivered, and publish them
             # again behind their key's newer ones: their removal goes first, in the same round trip.
             self._send_removals()
         # Binary transfer: the batch is megabytes of event values, and text parsing is the slow part.
         with conn.cursor(binary=True) as cursor:
-            params = {"after": after, "final": self._horizon.final, "limit": limit}
-            cursor.execute(query("fetch_ready_outbox_events"), params)
+            cursor.execute(query(name), params)
             self._sync()
             # Not waited for: the server removes these rows while the relay hands the batch to the producer.
             # The next statement's sync commits the removal (and raises its error).
             self._send_removals()
             rows = cursor.fetchall()
-            if len(rows) < limit:
-                self._read_to_final = self._horizon.final
-            self._read.update(map(_row_identity, rows))
-            return _pending_events(rows)
+        self._read.update(map(_row_identity, rows))
+        complete = not rows or (rows[0][_PAGE_ROWS] == len(rows) < params["limit"])
+        return Fetched(_pending_events(rows), end if complete else rows[-1][0])
 
     def _observe_horizon(self) -> None:
         sequence = self._ask("outbox_id_horizon", dict_row)
@@ -259,7 +289,7 @@ class PostgresOutboxQueue:
         assert backlog is not None  # the statement answers with one row
         running_s = backlog["running_s"]
         writer = (
-            OutboxWriter(backlog["pid"], backlog["application_name"], running_s)
+            OutboxWriter(backlog["pid"], backlog["application_name"], running_s, backlog["gid"])
             if backlog["writing"]
             else None
         )
@@ -272,6 +302,15 @@ class PostgresOutboxQueue:
 
     def heartbeat(self) -> None:
         self._ask("ping", scalar_row)
+
+    def still_active(self) -> bool:
+        if not self._active or self._conn is None or self._conn.closed:
+            return False  # a session opened again would not hold the lock
+        try:
+            self.heartbeat()
+        except psycopg.Error:
+            return False
+        return True
 
     def stand_down(self) -> None:
         if self._conn is None:

@@ -303,10 +303,12 @@ FROM identity.access_fanout_tasks
 WHERE status IN ('Pending', 'InProgress', 'Failed');
 
 -- name: outbox_waiting_estimate
--- The fan-out's pace: about how many events wait in the outbox, in flight at the relay included, from the id
--- range (the index's two ends; rows removed out of order and ids of rolled-back writes count too). Reads
--- the id column alone, the one the fan-out's role may read.
-SELECT COALESCE(max(id) - min(id) + 1, 0) AS waiting FROM identity.outbox_events;
+-- The fan-out's pace: how many events wait in the outbox (the relay's in flight among them), counted, but no
+-- further than `cap` (the pace only asks whether they are more than its limit): the first `cap` ids of the
+-- primary key, a few milliseconds. Not the id range: one row kept long at the head (a held topic's, a poison
+-- row's) made the range of two rows a million ids wide. Reads the id column alone, the one the fan-out's
+-- role may read.
+SELECT count(id) AS waiting FROM (SELECT id FROM identity.outbox_events ORDER BY id LIMIT %(cap)s) AS head;
 
 -- name: list_fanout_tasks
 SELECT id AS task_id, role_id, company_id, role_version, reason, status, cursor, processed_count, attempt_count,
@@ -618,29 +620,68 @@ WHERE id = 1 AND holder = %(holder)s;
 -- lock_and_open_sequence, through init_sequence), while a read of the sequence's row (`SELECT last_value`, as
 -- pg_dump 15-17 reads every sequence inside its one transaction) takes ACCESS SHARE, and takes no id.
 -- The cache size must be 1: ids cached by a session would be handed out after this read.
--- A prepared transaction is listed apart: preparing gives a transaction's locks another virtual id.
+-- A prepared transaction that holds the sequence's lock is said apart: preparing gives a transaction's locks
+-- another virtual id, and no pid. Prepared transactions that took no outbox id (another application's) hold
+-- nothing back.
+WITH writing AS (
+    SELECT l.virtualtransaction, l.pid IS NULL AS prepared
+    FROM pg_locks l
+    WHERE l.locktype = 'relation'
+      AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+      AND l.relation = 'identity.outbox_events_id_seq'::regclass
+      AND l.mode = 'RowExclusiveLock'
+      AND l.pid IS DISTINCT FROM pg_backend_pid()
+)
 SELECT CASE WHEN s.is_called THEN s.last_value ELSE 0 END AS last_value,
-       ARRAY(SELECT l.virtualtransaction FROM pg_locks l
-             WHERE l.locktype = 'relation'
-               AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-               AND l.relation = 'identity.outbox_events_id_seq'::regclass
-               AND l.mode = 'RowExclusiveLock'
-               AND l.pid IS DISTINCT FROM pg_backend_pid()) AS writers,
+       ARRAY(SELECT virtualtransaction FROM writing) AS writers,
        (SELECT seqcache FROM pg_sequence WHERE seqrelid = 'identity.outbox_events_id_seq'::regclass) AS cache,
-       EXISTS (SELECT FROM pg_prepared_xacts WHERE database = current_database()) AS prepared
+       EXISTS (SELECT FROM writing WHERE prepared) AS prepared
 FROM identity.outbox_events_id_seq s;
 
 -- name: fetch_ready_outbox_events
 -- The next rows after the last one the relay read, never past the id up to which every row is final, so a
 -- row that commits late is never stepped over, and rows of one aggregate leave in the order their
 -- transactions wrote them. The relay itself holds back the later rows of a key that has one in flight.
--- PendingEvent's fields in order, then the event id the row is removed by (delete_outbox_events).
-SELECT id AS outbox_id, topic, message_key AS key, convert_to(value, 'UTF8') AS value, event_type,
-       correlation_id::text AS correlation_id, traceparent, event_id::text AS event_id
-FROM identity.outbox_events
-WHERE id > %(after)s AND id <= %(final)s
-ORDER BY id
-LIMIT %(limit)s;
+-- Rows of the topics it holds (`skip`: a topic the broker does not have) are left where they are. At most
+-- `max_bytes` of values (the first row whatever its size): the sizes are read first, the values of the rows
+-- that fit only. PendingEvent's fields in order, then the event id the row is removed by
+-- (delete_outbox_events), then how many rows the page had before the cut (the relay's read position).
+WITH page AS (
+    SELECT id, octet_length(value) AS size
+    FROM identity.outbox_events
+    WHERE id > %(after)s AND id <= %(final)s AND topic <> ALL(%(skip)s::text[])
+    ORDER BY id
+    LIMIT %(limit)s
+),
+fits AS (
+    SELECT id FROM (SELECT id, size, sum(size) OVER (ORDER BY id) AS running FROM page) AS sized
+    WHERE running - size < %(max_bytes)s
+)
+SELECT e.id AS outbox_id, e.topic, e.message_key AS key, convert_to(e.value, 'UTF8') AS value, e.event_type,
+       e.correlation_id::text AS correlation_id, e.traceparent, e.event_id::text AS event_id,
+       (SELECT count(*) FROM page) AS page_rows
+FROM identity.outbox_events e JOIN fits USING (id)
+ORDER BY e.id;
+
+-- name: fetch_topic_outbox_events
+-- A topic the relay held, read again on its own from where it was left up to `upto` (where the other topics
+-- stand), as fetch_ready_outbox_events reads (same columns).
+WITH page AS (
+    SELECT id, octet_length(value) AS size
+    FROM identity.outbox_events
+    WHERE id > %(after)s AND id <= %(upto)s AND id <= %(final)s AND topic = %(topic)s
+    ORDER BY id
+    LIMIT %(limit)s
+),
+fits AS (
+    SELECT id FROM (SELECT id, size, sum(size) OVER (ORDER BY id) AS running FROM page) AS sized
+    WHERE running - size < %(max_bytes)s
+)
+SELECT e.id AS outbox_id, e.topic, e.message_key AS key, convert_to(e.value, 'UTF8') AS value, e.event_type,
+       e.correlation_id::text AS correlation_id, e.traceparent, e.event_id::text AS event_id,
+       (SELECT count(*) FROM page) AS page_rows
+FROM identity.outbox_events e JOIN fits USING (id)
+ORDER BY e.id;
 
 -- name: delete_outbox_events
 -- Acknowledged rows: by id, and only a row whose event id is among the acknowledged ones. An id alone may
@@ -669,24 +710,40 @@ FROM moved;
 -- Then the oldest running transaction that took an outbox id (it holds the id sequence's lock as a writer
 -- until it ends, see outbox_id_horizon): the relay publishes nothing after its id meanwhile. Its pid and
 -- figures need the right to see other roles' sessions (pg_read_all_stats); without it they read null.
+-- A prepared transaction that took an outbox id holds it the same way, with no session (pid null): it is
+-- named by its gid (found through its transaction id's lock, of the same virtual id), its age since it was
+-- prepared.
 WITH head AS (SELECT id, created_at FROM identity.outbox_events ORDER BY id LIMIT 10000),
-writer AS (
-    SELECT a.pid, a.application_name, EXTRACT(EPOCH FROM now() - a.xact_start)::float8 AS running_s
-    FROM pg_locks l
-    JOIN pg_stat_activity a ON a.pid = l.pid
+locks AS (
+    SELECT l.pid, l.virtualtransaction FROM pg_locks l
     WHERE l.locktype = 'relation'
       AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
       AND l.relation = 'identity.outbox_events_id_seq'::regclass
       AND l.mode = 'RowExclusiveLock'
-      AND l.pid <> pg_backend_pid()
-    ORDER BY a.xact_start NULLS LAST
+      AND l.pid IS DISTINCT FROM pg_backend_pid()
+),
+writer AS (
+    SELECT * FROM (
+        SELECT a.pid, a.application_name, NULL::text AS gid,
+               EXTRACT(EPOCH FROM now() - a.xact_start)::float8 AS running_s
+        FROM locks l JOIN pg_stat_activity a ON a.pid = l.pid
+        UNION ALL
+        SELECT NULL, NULL, p.gid, EXTRACT(EPOCH FROM now() - p.prepared)::float8
+        FROM locks l
+        JOIN pg_locks x ON x.locktype = 'transactionid' AND x.pid IS NULL
+                       AND x.virtualtransaction = l.virtualtransaction
+        JOIN pg_prepared_xacts p ON p.transaction = x.transactionid
+        WHERE l.pid IS NULL
+    ) AS writers
+    ORDER BY running_s DESC NULLS LAST
     LIMIT 1
 )
 SELECT CASE WHEN count(*) < 10000 THEN count(*)
             ELSE (SELECT max(id) FROM identity.outbox_events) - min(head.id) + 1 END AS waiting,
        COALESCE(EXTRACT(EPOCH FROM now() - min(head.created_at)), 0)::float8 AS oldest_age_s,
        EXISTS (SELECT FROM writer) AS writing, (SELECT pid FROM writer) AS pid,
-       (SELECT application_name FROM writer) AS application_name, (SELECT running_s FROM writer) AS running_s
+       (SELECT application_name FROM writer) AS application_name, (SELECT gid FROM writer) AS gid,
+       (SELECT running_s FROM writer) AS running_s
 FROM head;
 
 -- name: outbox_is_empty

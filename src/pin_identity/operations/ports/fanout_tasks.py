@@ -88,8 +88,8 @@ class FanOutQueue(Protocol):
 
     def release(self, task: FanOutTask, now: datetime, release: Release) -> None: ...
     def stats(self, now: datetime) -> QueueStats: ...
-    def outbox_waiting(self) -> int:
-        """About how many events wait in the outbox (from its id range: cheap, counts no row)."""
+    def outbox_waiting(self, cap: int) -> int:
+        """How many events wait in the outbox, counted up to `cap` (cheap: it counts no further)."""
         ...
 
 
