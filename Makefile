@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 .PHONY: demo test test-prerequisites tools install-tools venv deploy-lint-venv deploy-tools lint bench clean alerts \
-	kafka
+	kafka jaeger build-jaeger
 
 # What the first run sets up for the whole machine or the checkout (the venvs, the apt packages) is set up once:
 # each step runs under a lock, and a make that waited on it finds the work done. `installed` is true when the
@@ -50,6 +50,25 @@ venv:
 # Maven; without them one line says so: set PIN_IDENTITY_KAFKA_BOOTSTRAP_SERVERS to a cluster of one's own).
 kafka: $(STAMP)
 	@$(BIN)/pin-identity embedded fetch
+
+# Jaeger, the trace backend tests/acceptance/test_tracing.py sends spans to and reads back: built with Go from
+# the Go module proxy (tools/jaeger/go.mod holds it as a tool, at the version below) into the user's cache,
+# beside the Kafka release. Built once per user, under a lock, however many makes start together; a make that
+# waited finds it built. From an empty Go cache the build downloads about 1.3 GB of modules and compiles for
+# minutes (docs/developers.md, "Jaeger"), so .ci/run keeps Go's caches.
+JAEGER_VERSION := 1.75.0
+JAEGER_DIR := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/pin-identity/jaeger-$(JAEGER_VERSION)
+JAEGER := $(JAEGER_DIR)/jaeger
+
+jaeger:
+	@mkdir -p $(JAEGER_DIR)
+	@flock $(JAEGER_DIR)/.lock $(MAKE) --no-print-directory build-jaeger
+
+build-jaeger:
+	@[ -x $(JAEGER) ] || { command -v go >/dev/null 2>&1 || { \
+		echo "error: go is missing: the tracing test needs Jaeger, built with Go 1.24+ (https://go.dev/dl/)" >&2; \
+		exit 1; }; set -x; cd tools/jaeger && GOFLAGS=-buildvcs=false GOTOOLCHAIN=local \
+		go build -trimpath -o $(JAEGER).tmp github.com/jaegertracing/jaeger/cmd/jaeger && mv $(JAEGER).tmp $(JAEGER); }
 
 demo: $(STAMP) kafka
 	$(BIN)/pin-identity demo
@@ -125,7 +144,7 @@ test:
 	$(BIN)/python -m compileall -q src
 	$(BIN)/pytest -p no:cacheprovider -n 3 --dist loadgroup --durations=15
 
-test-prerequisites: $(STAMP) tools kafka deploy-tools lint
+test-prerequisites: $(STAMP) tools kafka jaeger deploy-tools lint
 
 bench: $(STAMP) kafka
 	$(BIN)/python bench/outbox_relay.py

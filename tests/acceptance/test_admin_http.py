@@ -312,7 +312,17 @@ def test_a_failed_fanout_task_is_discarded_by_an_operator_and_leaves_the_queue(
     with capture_logs() as logs:
         discarded = client.post(f"{TASKS}/{task_id}/discard", headers=bearer(OPERATOR_TOKEN))
     assert discarded.status_code == 200, discarded.text
-    assert discarded.json() == {"taskId": task_id, "roleId": role_id, "roleVersion": 2, "processedCount": 0}
+    answer = discarded.json()
+    assert {k: answer[k] for k in ("taskId", "roleId", "roleVersion", "processedCount", "toldBy")} == {
+        "taskId": task_id,
+        "roleId": role_id,
+        "roleVersion": 2,
+        "processedCount": 0,
+        "toldBy": None,
+    }
+    # Nothing newer told the role's users: the answer says so, and how to re-announce.
+    assert answer["usersPastCursor"] == "never-told"
+    assert f"roles set-permissions {role_id}" in answer["detail"]
     [audit] = audit_lines(logs)
     assert (audit["action"], audit["task_id"], audit["role_id"]) == ("fanout-discard", task_id, role_id)
     assert (audit["who"], audit["client"]) == ("http:olga", "testclient")

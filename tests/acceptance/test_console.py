@@ -730,6 +730,12 @@ def test_health_shows_the_gauges_of_metrics_the_consumer_lag_and_dead_letters(
     )
     expect(stat("dead-letters")).to_have_text("0")
     expect(stat("import-running")).to_have_text("no")
+    # The caption says what the value says, not the opposite.
+    note = lambda key: page.locator(f'#h-cards [data-stat="{key}"] .stat-note')  # noqa: E731
+    expect(note("import-running")).to_have_text("no talent-import run is Running")
+    expect(note("fanout-backlog")).to_have_text(
+        "Pending tasks, expired leases and tasks waiting out a back-off"
+    )
     # Nobody consumed Talent's topics in this group yet: every record produced is lag.
     expect(stat("consumer-lag")).to_have_text(f"{len(dataset.tenants) + len(dataset.users):,}")
     expect(page.locator("#lag-table tbody tr")).to_have_count(6)  # two topics of three partitions

@@ -81,7 +81,7 @@ def test_a_discarded_task_is_gone_audited_with_what_it_was_and_no_longer_counts_
     assert _failed_gauge(container) == 1
 
     with capture_logs() as logs:
-        discarded = container.use_cases.fanout_admin.discard(failed, who=WHO)
+        discarded = container.use_cases.fanout_admin.discard(failed, who=WHO).task
 
     assert (discarded.task_id, discarded.processed_count) == (failed, 1)
     assert _row(container, failed) is None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import threading
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -83,6 +83,9 @@ class _DiesBeforeOffsetCommit:
 
     def lag(self) -> dict[tuple[str, int], int] | None:
         return self._inner.lag()
+
+    def unapplied_since(self, behind: Mapping[tuple[str, int], int]) -> dict[tuple[str, int], datetime]:
+        return self._inner.unapplied_since(behind)
 
     def positions(self) -> dict[tuple[str, int], tuple[int, int]]:
         return self._inner.positions()

@@ -422,6 +422,9 @@ class MemoryImportStore:
     def page_cursors(self, run_id: UUID, stage: ImportStage) -> list[str | None]:
         return [r.page.cursor for r in self.pages if r.page.run_id == run_id and r.page.stage is stage]
 
+    def stage_times(self, run_id: UUID, stage: ImportStage) -> tuple[datetime, datetime] | None:
+        return None  # pages kept in memory have no times: no stage span
+
     def finish_run(self, run_id: UUID, ending: RunEnding, now: datetime) -> bool:
         run = self.runs.get(run_id)
         if run is None or run.status is not RunStatus.RUNNING:
@@ -598,10 +601,12 @@ class MemoryStream:
     committed: list[int] = field(default_factory=list)
     rewound: int = 0
     closed: bool = False
+    written_at: dict[int, datetime] = field(default_factory=dict)  # by offset: the records' timestamps
 
-    def publish(self, *items: TalentItem) -> None:
+    def publish(self, *items: TalentItem, at: datetime | None = None) -> None:
         offset = len(self.committed) + len(self.records)
         self.records += [TalentRecord(f"talent.{i.stage}", 0, offset + n, i) for n, i in enumerate(items)]
+        self.written_at.update({offset + n: at or datetime.now(UTC) for n in range(len(items))})
 
     def poll(self, max_records: int, timeout_s: float) -> list[TalentRecord]:
         taken, self.records = self.records[:max_records], self.records[max_records:]
@@ -619,6 +624,11 @@ class MemoryStream:
 
     def lag(self) -> dict[tuple[str, int], int] | None:
         return {("talent", 0): len(self.records)}
+
+    def unapplied_since(self, behind: Mapping[tuple[str, int], int]) -> dict[tuple[str, int], datetime]:
+        if not behind.get(("talent", 0)) or not self.records:
+            return {}
+        return {("talent", 0): self.written_at[self.records[0].offset]}
 
     def positions(self) -> dict[tuple[str, int], tuple[int, int]]:
         following = self.records[0].offset if self.records else len(self.committed)

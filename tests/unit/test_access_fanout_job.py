@@ -6,9 +6,11 @@ import threading
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from uuid import UUID
 
+from prometheus_client import REGISTRY
 from structlog.testing import capture_logs
 
 from pin_identity.config import FanOutSettings
@@ -88,7 +90,8 @@ class MemoryFanOutQueue:
 
 
 def _task(attempt: int = 1) -> FanOutTask:
-    return FanOutTask(uuid.uuid4(), uuid.uuid4(), None, 7, None, 0, attempt, datetime.now(UTC), uuid.uuid4())
+    now = datetime.now(UTC)
+    return FanOutTask(uuid.uuid4(), uuid.uuid4(), None, 7, None, 0, attempt, now, uuid.uuid4(), now)
 
 
 def _job(queue: MemoryFanOutQueue, clock: ManualClock, batch_size: int = 10) -> AccessFanOutJob:
@@ -193,6 +196,8 @@ def test_a_span_per_task_and_per_batch() -> None:
     assert task_span.attributes is not None
     assert task_span.attributes["jobRunId"] == str(task.claim_id)
     assert task_span.attributes["roleId"] == str(task.role_id)
+    # The spec's attributes: the page size, and the users the task told.
+    assert (task_span.attributes["batchSize"], task_span.attributes["processedCount"]) == (10, 15)
     assert all(s.parent is not None and s.parent.span_id == task_span.context.span_id for s in spans[:2])
     # With tracing on, the events carry the batch span's W3C traceparent.
     assert all(m.traceparent and m.traceparent.startswith("00-") for m in queue.events)
@@ -210,9 +215,7 @@ class RecordingObserver(FanOutObserver):
     def batch_committed(self, task: FanOutTask, rows: int, cursor: object) -> None:
         self.calls.append(f"batch {rows}")
 
-    def completed(
-        self, task: FanOutTask, processed: int, lag_s: float, duration_s: float, finished_at: datetime
-    ) -> None:
+    def completed(self, task: FanOutTask, processed: int, finished_at: datetime) -> None:
         self.calls.append(f"completed {processed}")
 
     def attempt_failed(self, task: FanOutTask, exc: Exception) -> str:
@@ -252,3 +255,38 @@ def test_the_observer_hears_a_lost_lease_and_nothing_is_released() -> None:
     assert job.process(_task(), threading.Event()) == TaskOutcome.LEASE_LOST
     assert observer.calls == ["dequeued", "batch 10", "lease lost"]
     assert queue.releases == []
+
+
+def test_a_job_run_starts_with_its_job_run_id_and_its_duration_counts_from_started_at() -> None:
+    """The spec's log lines and histogram: `fanout-job-started` with the claim's jobRunId, and a task resumed
+    by a later claim completes with durationMs and a duration measured from its StartedAt (its first claim),
+    not from the claim that finished it."""
+    clock = ManualClock(datetime(2026, 12, 1, 12, 0, tzinfo=UTC))
+    queue = MemoryFanOutQueue(15)
+    first_claimed = clock.now() - timedelta(minutes=10)
+    task = replace(_task(), created_at=first_claimed - timedelta(minutes=5), started_at=first_claimed)
+    before = REGISTRY.get_sample_value("identity_access_fanout_task_duration_seconds_sum") or 0.0
+
+    with capture_logs() as logs:
+        _job(queue, clock).process(task, threading.Event())
+
+    started = [line for line in logs if line["event"] == "fanout-job-started"]
+    assert [line["job_run_id"] for line in started] == [str(task.claim_id)]
+    [completed] = [line for line in logs if line["event"] == "fanout-task-completed"]
+    assert completed["duration_ms"] == 600_000
+    after = REGISTRY.get_sample_value("identity_access_fanout_task_duration_seconds_sum") or 0.0
+    assert after - before == 600
+
+
+def test_the_time_pages_wait_for_the_relay_is_counted() -> None:
+    """The fan-out's alert can tell a slow relay from a slow fan-out: the seconds its pages waited for the
+    outbox's backlog to fall (identity_access_fanout_relay_wait_seconds_total)."""
+    counted = lambda: REGISTRY.get_sample_value("identity_access_fanout_relay_wait_seconds_total") or 0.0  # noqa: E731
+    queue = MemoryFanOutQueue(15)
+    queue.outbox_backlog = [50_000] * 10_000  # a relay that is down
+    clock, settings = ManualClock(), FanOutSettings(batch_size=10)
+    before = counted()
+
+    AccessFanOutJob(queue, NoWakeups(), settings, clock).process(_task(), ClockedStop(clock))
+
+    assert counted() - before == 2 * settings.outbox_wait_max_s  # two pages, each its longest

@@ -4,8 +4,11 @@ file read again on its own clock, and a file that cannot be used leaving the ope
 from __future__ import annotations
 
 import hashlib
+import os
+import time
 from pathlib import Path
 
+import anyio
 import pytest
 from structlog.testing import capture_logs
 
@@ -21,6 +24,7 @@ from pin_identity.entrypoints.documents import AdminRole
 from pin_identity.observability import metrics
 from pin_identity.operations.action_log import Actor, admin_action
 from tests.support.clocks import ManualClock
+from tests.support.waiting import wait_until
 
 
 def sha(token: str) -> str:
@@ -342,3 +346,42 @@ def test_an_audit_line_names_the_operator_and_the_client_beside_it() -> None:
         admin_action("fanout-replay", Actor("cli:deploy"), task_id="t")
     assert [(e["who"], e.get("client")) for e in logs] == [("http:alice", "10.1.2.3"), ("cli:deploy", None)]
     assert "client" not in logs[1]
+
+
+# ---------------------------------------------------------------- a file that does not answer
+
+
+def test_a_file_whose_read_hangs_keeps_the_last_operators_and_holds_no_caller(tokens_file: Path) -> None:
+    """A FIFO nobody writes blocks its reader in open(), as a hung network mount does: callers wait for a look
+    at most its timeout, the event loop's not at all, and the operators last in force stay until the read
+    returns, when what it read is judged as any edit."""
+    clock = ManualClock()
+    operators = Operators(None, tokens_file, clock=clock, recheck_s=2.0, look_timeout_s=0.2)
+    fifo = tokens_file.with_name("fifo")
+    os.mkfifo(fifo)
+    os.replace(fifo, tokens_file)
+    clock.advance(2.0)
+
+    started = time.monotonic()
+    assert names(operators, "alice-token") == ["alice"]  # waited for the look, at most its timeout
+    assert time.monotonic() - started < 1.0
+    assert operators.problem() is None  # not past its timeout on the clock yet: nothing said
+    clock.advance(0.2)
+    with capture_logs() as logs:
+        assert anyio.run(operators.authenticate_waiting, "bob-token") is not None  # no wait at all now
+        problem = operators.problem()
+    assert problem == (
+        f"PIN_IDENTITY_ADMIN_TOKENS_FILE: {tokens_file} did not answer within 0.2 s (a hung mount?); "
+        "the operators last loaded stay in force"
+    )
+    assert [line["event"] for line in logs] == ["admin-operators-file-unanswered"]
+    assert load_error() == 1
+    clock.advance(5.0)
+    assert names(operators, "alice-token") == ["alice"]  # no second look while the first hangs
+
+    # The mount answers: the FIFO is written (an edit that rotates alice), the look returns and is judged.
+    with open(tokens_file, "w", encoding="utf-8") as writer:
+        writer.write(line("alice", "operator", "alice-rotated"))
+    wait_until(lambda: operators.problem() is None, "the answered look is in force")
+    assert names(operators, "alice-token", "alice-rotated") == [None, "alice"]
+    assert load_error() == 0

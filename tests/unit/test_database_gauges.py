@@ -5,10 +5,12 @@ every scrape."""
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 
 import psycopg
 import pytest
 
+from pin_identity.domain.import_run import StageCounters
 from pin_identity.entrypoints.admin_http.gauges import DatabaseGauges
 from pin_identity.entrypoints.admin_http.problems import DatabaseUnavailableError
 from pin_identity.observability import metrics
@@ -101,3 +103,20 @@ def test_a_scrape_does_not_wait_for_another_scrapes_read() -> None:
         release.set()
         reading.join(timeout=30)
     assert outbox_backlog() == 7
+
+
+def test_the_running_runs_items_planned_and_finished_are_gauges_by_aggregate() -> None:
+    """The dashboard's progress of a bootstrap against its planned total, from the run's counters."""
+    running = replace(
+        figures(1),
+        import_counters={"company": StageCounters(10, 6, 1, 1), "user": StageCounters(40, 5, 0, 0)},
+    )
+    DatabaseGauges(lambda: running, clock=ManualClock()).refresh()
+    sample = metrics.registry.get_sample_value
+    assert sample("identity_import_run_items_planned", {"aggregate": "company"}) == 10
+    assert sample("identity_import_run_items_finished", {"aggregate": "company"}) == 8
+    assert sample("identity_import_run_items_planned", {"aggregate": "user"}) == 40
+    assert sample("identity_import_run_items_finished", {"aggregate": "user"}) == 5
+    DatabaseGauges(lambda: figures(1), clock=ManualClock()).refresh()  # no run is Running any more
+    assert sample("identity_import_run_items_planned", {"aggregate": "user"}) == 0
+    assert sample("identity_import_run_items_finished", {"aggregate": "user"}) == 0

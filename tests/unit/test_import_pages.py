@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from structlog.testing import capture_logs
 
 from pin_identity.adapters.talent_wire import read_item
 from pin_identity.config import ImportSettings
@@ -204,3 +205,26 @@ def test_the_observer_hears_a_lost_lease_and_nothing_else() -> None:
     worker.work(run, source)
 
     assert observer.calls == ["claimed Tenants 0", "lease lost Tenants 0"]
+
+
+def test_the_page_lines_name_the_runs_correlation_id_and_a_quarantined_item_its_page() -> None:
+    """The spec's log fields: page-claimed with the CorrelationId, item-quarantined with the page number and
+    the CorrelationId, so that a quarantined item leads to its page and run."""
+    store = MemoryImportStore()
+    source = MemorySource(tenants=[tenant_item(), tenant_item(), tenant_item(companyType="Shop")])
+    run = _planned(store, source, ImportStage.TENANTS, page_size=2)
+    worker = _worker(store)
+
+    with capture_logs() as logs:
+        while worker.work(run, source):
+            pass
+
+    correlation = str(run.correlation_id)
+    claimed = [line for line in logs if line["event"] == "page-claimed"]
+    assert [(line["page_no"], line["correlation_id"]) for line in claimed] == [
+        (0, correlation),
+        (1, correlation),
+    ]
+    [quarantined] = [line for line in logs if line["event"] == "item-quarantined"]
+    assert (quarantined["page_no"], quarantined["correlation_id"]) == (1, correlation)
+    assert quarantined["run_id"] == str(run.run_id) and quarantined["stage"] == "Tenants"

@@ -38,17 +38,29 @@ EXPECTED_ALERTS = [
     "TalentImportItemsQuarantined",  # identity_import_failed_items_total > 0
     "TalentImportRunOverSLO",  # run duration > 30 min
     "TalentPhoneConflictsGrowing",  # phone conflicts (R6) grow
+    "TalentSyncLagOverSLO",  # SLO: consumer lag after the handover < 5 min (in time, from record timestamps)
     # CONTRACTS.md 4a: outbox
     "OutboxDeadLetters",
     "OutboxOldestEventTooOld",
+    "OutboxRelayBehind",  # the relay holds the fan-out back (the fan-out's lag alert names the relay then)
     # serve: the admin API's tokens file (a file that does not load)
     "AdminTokensFileNotLoaded",
+    # a dead process reports nothing: each job's scrape targets (Prometheus's `up`)
+    "AccessFanOutWorkerDown",
+    "OutboxRelayDown",
+    "TalentSyncDown",
+    "TalentImportWorkerDown",
+    "AdminApiDown",
 ]
 
 # Metrics not exported by this service, read from a standard exporter. Keep this list minimal:
 # kafka_consumergroup_lag (danielqsj/kafka-exporter) -- downstream consumers' lag on pin.identity.access.v1,
 # which only the Kafka exporter sees (spec alert "backlog топика pin.identity.access.v1 > 1000").
 EXTERNAL_METRICS = frozenset({"kafka_consumergroup_lag"})
+
+# The series Prometheus writes for every scrape target itself: `up` (1 when the scrape succeeded), which a
+# process that died cannot stop writing.
+SCRAPE_METRICS = frozenset({"up"})
 
 # Labels a scrape attaches to every series, usable on any metric in addition to its own labels
 # (`namespace` comes from Kubernetes service discovery).
@@ -176,7 +188,7 @@ def _check_expr(expr: str) -> set[str]:
     selectors = _selectors(expr)
     assert selectors, f"no metric referenced in {expr!r}"
     for name, labels in selectors:
-        if name in EXTERNAL_METRICS:
+        if name in EXTERNAL_METRICS or name in SCRAPE_METRICS:
             continue
         assert name in EXPORTED, (
             f"{name!r} (in {expr!r}) is not exported by pin_identity.observability.metrics"
@@ -315,7 +327,14 @@ def test_the_dashboard_variables_pick_one_environment() -> None:
 
 
 # A Grafana unit, and what it measures.
-UNIT_DIMENSIONS = {"s": "time", "ms": "milliseconds", "ops": "rate", "short": "count", "none": "count"}
+UNIT_DIMENSIONS = {
+    "s": "time",
+    "ms": "milliseconds",
+    "ops": "rate",
+    "short": "count",
+    "none": "count",
+    "percentunit": "share",
+}
 COMPARISONS = frozenset({"==", "!=", ">", "<", ">=", "<="})
 
 
@@ -367,6 +386,8 @@ def _dimension_of_operation(operation: promql_parser.BinaryExpr) -> str | None:
     if op in {"+", "-", "or"}:
         assert lhs is None or rhs is None or lhs == rhs, f"{lhs} {op} {rhs}"
         return lhs or rhs
+    if op == "/" and lhs == rhs == "count":  # a part of a whole
+        return "share"
     raise AssertionError(f"no dimension rule for {op}")
 
 
@@ -405,6 +426,7 @@ def test_the_allow_list_holds_only_metrics_in_use() -> None:
     for rule in RULES:
         used |= _check_expr(rule["expr"])
     assert set(EXTERNAL_METRICS) <= used, "drop unused entries from EXTERNAL_METRICS"
+    assert set(SCRAPE_METRICS) <= used, "drop unused entries from SCRAPE_METRICS"
 
 
 def test_a_misspelled_metric_fails_the_check() -> None:
@@ -412,3 +434,52 @@ def test_a_misspelled_metric_fails_the_check() -> None:
         _check_expr('identity_import_runing == 1 and on() identity_import_pages_total{status="Done"} > 0')
     with pytest.raises(AssertionError, match="no label"):
         _check_expr('increase(identity_import_pages_total{state="Done"}[10m]) > 0')
+
+
+def _row(title: str) -> list[dict[str, Any]]:
+    """The panels of one row of the dashboard: those after its row panel, up to the next row."""
+    panels, inside = [], False
+    for panel in _load_dashboard()["panels"]:
+        if panel["type"] == "row":
+            inside = panel["title"] == title
+            panels.extend(panel.get("panels", []) if inside else [])
+        elif inside:
+            panels.append(panel)
+    return panels
+
+
+def test_the_bootstrap_row_shows_the_runs_progress_against_its_planned_total() -> None:
+    """The spec's dashboard: the bootstrap's progress by stage, as a share of what its source listed."""
+    progress = [
+        panel
+        for panel in _row("Bootstrap (talent-initial-import)")
+        for target in panel["targets"]
+        if {"identity_import_run_items_finished", "identity_import_run_items_planned"}
+        <= {name for name, _ in _selectors(_with_intervals(target["expr"]))}
+    ]
+    assert progress, "no Bootstrap panel divides the run's finished items by its planned ones"
+    assert all(panel["fieldConfig"]["defaults"]["unit"] == "percentunit" for panel in progress)
+
+
+INHIBIT_FILE = ROOT / "deploy" / "prometheus" / "alertmanager-inhibit-rules.yml"
+
+
+def _inhibit_matchers(matchers: list[str]) -> dict[str, str]:
+    pairs = [re.fullmatch(r'(\w+)(=~|=)"(.*)"', matcher) for matcher in matchers]
+    assert all(pairs), matchers
+    return {pair.group(1): pair.group(3) for pair in pairs if pair}
+
+
+def test_the_inhibit_rule_silences_the_fan_outs_lag_only_while_an_outbox_alert_names_the_relay() -> None:
+    """The fan-out's lag alert with cause waiting-for-relay is inhibited by the outbox's alerts, in the same
+    namespace: the names and labels it matches are those alerts.yml gives."""
+    [rule] = yaml.safe_load(INHIBIT_FILE.read_text(encoding="utf-8"))["inhibit_rules"]
+    by_name = {r["alert"]: r for r in RULES}
+    sources = _inhibit_matchers(rule["source_matchers"])
+    target = _inhibit_matchers(rule["target_matchers"])
+    for source in sources["alertname"].split("|"):
+        assert by_name[source]["labels"]["job_name"] == "outbox-relay", source
+    lag = by_name[target["alertname"]]
+    assert target["cause"] in lag["expr"] and '"cause", "fan-out"' in lag["expr"]
+    assert sources["service"] == target["service"] == lag["labels"]["service"]
+    assert rule["equal"] == ["namespace"]

@@ -35,7 +35,7 @@ from pin_identity.domain.talent import ImportStage
 from pin_identity.operations.action_log import Actor
 from pin_identity.operations.fanout_admin import FanOutAdmin
 from pin_identity.operations.import_admin import ImportOperations
-from pin_identity.operations.ports.fanout_tasks import TaskReplay
+from pin_identity.operations.ports.fanout_tasks import NewerAnnouncement, TaskReplay
 from pin_identity.operations.ports.replica import ReplicaTransaction
 from pin_identity.operations.ports.talent_sources import SourceCheck
 from pin_identity.operations.read_models import FailedItem, FanOutTask, ImportRunSummary, PruneResult
@@ -246,6 +246,9 @@ class MemoryTasks:
     def task_status(self, task_id: UUID) -> FanOutTaskStatus | None:
         return self.status
 
+    def newer_announcement(self, role_id: UUID, role_version: int) -> NewerAnnouncement:
+        return NewerAnnouncement(role_version, None, None, failed=False)  # nothing since
+
 
 @pytest.mark.parametrize(
     ("outcome", "status", "error"),
@@ -307,7 +310,7 @@ def test_a_discarded_task_is_audited_once_with_what_it_was() -> None:
     )
     tasks = MemoryTasks(TaskReplay.NOT_FAILED, FanOutTaskStatus.FAILED, discarded=task)
     with audit() as lines:
-        assert FanOutAdmin(tasks, ManualClock(NOW)).discard(task.task_id, who=WHO) == task
+        assert FanOutAdmin(tasks, ManualClock(NOW)).discard(task.task_id, who=WHO).task == task
     assert [
         (a["action"], a["task_id"], a["role_id"], a["role_version"], a["processed_count"], a["cursor"])
         for a in lines

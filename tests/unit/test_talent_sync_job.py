@@ -7,7 +7,7 @@ import threading
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from prometheus_client import REGISTRY
 
@@ -322,3 +322,55 @@ def test_a_partition_read_to_its_end_never_stalls_however_long_it_waits() -> Non
     job.step()
 
     assert REGISTRY.get_sample_value("talent_sync_stalled_seconds") == 0.0
+
+
+def test_a_batch_is_applied_in_a_span_whose_traceparent_its_events_carry() -> None:
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from pin_identity.jobs import talent_sync
+    from pin_identity.observability.tracing import new_provider
+
+    exporter = InMemorySpanExporter()
+    provider = new_provider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    stream, replica, tenant = MemoryStream(), MemoryReplica(), uuid.uuid4()
+    stream.publish(tenant_item(tenant), user_item(tenant))
+    original = talent_sync._tracer
+    talent_sync._tracer = provider.get_tracer("test")
+    try:
+        _job(stream, replica, ManualClock(START)).step()
+    finally:
+        talent_sync._tracer = original
+
+    [span] = exporter.get_finished_spans()
+    assert span.name == "talent-sync.apply"
+    assert span.attributes is not None
+    assert (span.attributes["records"], span.attributes["itemsApplied"]) == (2, 2)
+    names_the_span = f"00-{span.context.trace_id:032x}-{span.context.span_id:016x}-"
+    # CompanyUpserted, UserUpserted and the manager's UserAccessChanged of the batch: all name the span (the
+    # flags after it say sampled, and the SDK's random trace id).
+    assert len(replica.state.events) == 3
+    assert {(event.traceparent or "")[:-2] for event in replica.state.events} == {names_the_span}
+    assert {str(event.correlation_id) for event in replica.state.events} == {span.attributes["correlationId"]}
+
+
+def test_the_lag_in_time_is_the_age_of_the_oldest_unapplied_record_and_0_once_caught_up() -> None:
+    clock = ManualClock(START)
+    stream, replica = MemoryStream(), MemoryReplica()
+    stream.publish(tenant_item(), tenant_item(), at=START - timedelta(minutes=7))
+    stream.publish(tenant_item(), at=START - timedelta(minutes=1))
+    job = TalentSyncJob(stream, replica, TalentSyncSettings(batch_size=1), clock=clock)
+    age = lambda: REGISTRY.get_sample_value(  # noqa: E731
+        "talent_sync_consumer_lag_seconds", {"topic": "talent", "partition": "0"}
+    )
+
+    job.report_lag()
+    assert age() == 7 * 60  # nothing applied: the first record's timestamp
+    job.step()
+    job.step()
+    job.report_lag()
+    assert age() == 60  # the third is the oldest left
+    job.step()
+    job.report_lag()
+    assert age() == 0

@@ -317,7 +317,9 @@ class UserState:
     replica_version: int | None
 
 
-def company_upserted(company: CompanyState, *, correlation_id: UUID, occurred_at: datetime) -> OutboxMessage:
+def company_upserted(
+    company: CompanyState, *, correlation_id: UUID, occurred_at: datetime, traceparent: str | None = None
+) -> OutboxMessage:
     payload = {
         "companyId": str(company.company_id),
         "name": company.name,
@@ -328,11 +330,13 @@ def company_upserted(company: CompanyState, *, correlation_id: UUID, occurred_at
         "externalTalentTenantId": _uuid_or_none(company.external_talent_tenant_id),
         "replicaVersion": company.replica_version,
     }
-    stamp = _Stamp.of(correlation_id, occurred_at, None)
+    stamp = _Stamp.of(correlation_id, occurred_at, traceparent)
     return _message(stamp, _COMPANY_UPSERTED, str(company.company_id), payload)
 
 
-def user_upserted(user: UserState, *, correlation_id: UUID, occurred_at: datetime) -> OutboxMessage:
+def user_upserted(
+    user: UserState, *, correlation_id: UUID, occurred_at: datetime, traceparent: str | None = None
+) -> OutboxMessage:
     payload = {
         "userId": str(user.user_id),
         "companyId": _uuid_or_none(user.company_id),
@@ -348,5 +352,5 @@ def user_upserted(user: UserState, *, correlation_id: UUID, occurred_at: datetim
         "externalTalentUserId": _uuid_or_none(user.external_talent_user_id),
         "replicaVersion": user.replica_version,
     }
-    stamp = _Stamp.of(correlation_id, occurred_at, None)
+    stamp = _Stamp.of(correlation_id, occurred_at, traceparent)
     return _message(stamp, _USER_UPSERTED, str(user.user_id), payload)

@@ -22,7 +22,7 @@ from pin_identity.domain.import_run import (
     RunStatus,
 )
 from pin_identity.domain.model import FanOutTaskStatus
-from pin_identity.operations.read_models import FanOutTask
+from pin_identity.operations.fanout_admin import PastCursor, TaskDiscard
 
 # ---------------------------------------------------------------- talent import
 
@@ -83,20 +83,31 @@ class TaskReplayed(ApiModel):
 
 
 class TaskDiscarded(ApiModel):
-    """A Failed fan-out task deleted by an operator: what it was."""
+    """A Failed fan-out task deleted by an operator: what it was, and whether the users past its cursor heard
+    of their role since."""
 
     task_id: UUID
     role_id: UUID
     role_version: int
     processed_count: int = Field(description="Users notified before it failed; those after were not by it.")
+    users_past_cursor: PastCursor = Field(
+        description="told: a newer task of the role completed, or a newer version was announced inline; "
+        "being-told: a newer task is Pending or InProgress; never-told: nothing told them since"
+    )
+    told_by: UUID | None = Field(description="The newer task that told them, or will.")
+    detail: str = Field(description="The same, in words, with what to do when they were never told.")
 
     @classmethod
-    def of(cls, task: FanOutTask) -> TaskDiscarded:
+    def of(cls, discarded: TaskDiscard) -> TaskDiscarded:
+        task = discarded.task
         return cls(
             task_id=task.task_id,
             role_id=task.role_id,
             role_version=task.role_version,
             processed_count=task.processed_count,
+            users_past_cursor=discarded.past_cursor,
+            told_by=discarded.told_by,
+            detail=discarded.detail,
         )
 
 

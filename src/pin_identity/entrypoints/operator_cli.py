@@ -11,6 +11,7 @@ import typer
 from pin_identity.domain.model import FanOutTaskStatus
 from pin_identity.entrypoints import cli_output as out
 from pin_identity.entrypoints.cli_common import JsonOption, command_group, container_from_env, operator
+from pin_identity.operations.fanout_admin import PastCursor
 
 roles_app = command_group("Role definitions.")
 fanout_app = command_group("The access fan-out queue.")
@@ -164,11 +165,14 @@ def fanout_discard(task_id: Annotated[UUID, typer.Argument(help="A Failed task."
     """Runbook: a Failed task that is not to be replayed (a newer task of its role notified every holder, or
     they were re-announced) is deleted; `maintenance prune` never deletes a Failed task."""
     with container_from_env() as container:
-        task = container.use_cases.fanout_admin.discard(task_id, who=operator())
+        discarded = container.use_cases.fanout_admin.discard(task_id, who=operator())
+    task = discarded.task
     typer.echo(
         f"task {task_id} discarded: role {task.role_id} version {task.role_version},"
-        f" {task.processed_count} users notified before it failed"
+        f" {task.processed_count} users notified before it failed; {discarded.detail}"
     )
+    if discarded.past_cursor is PastCursor.NEVER_TOLD:
+        typer.echo(f"warning: {discarded.detail}", err=True)
 
 
 _DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86_400}

@@ -15,7 +15,7 @@ from pin_identity.domain.clock import Clock
 from pin_identity.domain.errors import LeaseLostError
 from pin_identity.domain.model import AccessChangeReason
 from pin_identity.jobs.access_fanout_observer import FanOutObserver
-from pin_identity.observability.tracing import current_traceparent, tracer
+from pin_identity.observability.tracing import current_traceparent, traced, tracer
 from pin_identity.operations.ports.fanout_tasks import FanOutQueue, FanOutTask, Release, TaskWakeups
 from pin_identity.operations.ports.job_control import StopSignal
 
@@ -49,7 +49,7 @@ class AccessFanOutJob:
 
     def run(self, stop: StopSignal, *, once: bool = False) -> None:
         """Take tasks until stopped; with `once`, until no task is claimable."""
-        self._observer.started(self._settings.batch_size)
+        self._observer.worker_started(self._settings.batch_size)
         try:
             while not stop.is_set():
                 if self.step(stop):
@@ -88,39 +88,44 @@ class AccessFanOutJob:
         return self._queue.claim(uuid.uuid4(), now, now + self._settings.lease)
 
     def process(self, task: FanOutTask, stop: StopSignal) -> TaskOutcome:
-        """Pages until the role is done, the lease is lost, the worker stops, or a batch fails."""
+        """Pages until the role is done, the lease is lost, the worker stops, or a batch fails: one run of
+        the job, under its claim's jobRunId."""
+        self._observer.job_started(task)
         self._observer.dequeued(task)
-        attributes = {
+        attributes: dict[str, str | int] = {
             "jobRunId": str(task.claim_id),
             "taskId": str(task.task_id),
             "roleId": str(task.role_id),
+            "roleVersion": task.role_version,
+            "attempt": task.attempt,
+            "batchSize": self._settings.batch_size,
         }
-        with _tracer.start_as_current_span("access-fanout.task", attributes=attributes) as span:
-            outcome = self._pages(task, stop)
+        with traced(_tracer, "access-fanout.task", attributes) as span:
+            outcome, processed = self._pages(task, stop)
+            # The task's users told so far, earlier claims' pages included (its ProcessedCount).
+            span.set_attribute("processedCount", processed)
             span.set_attribute("outcome", outcome.value)
         return outcome
 
-    def _pages(self, task: FanOutTask, stop: StopSignal) -> TaskOutcome:
-        cursor, processed, started = task.cursor, task.processed_count, self._clock.monotonic()
+    def _pages(self, task: FanOutTask, stop: StopSignal) -> tuple[TaskOutcome, int]:
+        cursor, processed = task.cursor, task.processed_count
         while True:
             self._pace(task, stop)
             if stop.is_set():
                 self._release(task, count_attempt=False, error=None)
-                return TaskOutcome.STOPPED
+                return TaskOutcome.STOPPED, processed
             try:
                 page_size, cursor = self._batch(task, cursor)
             except LeaseLostError:
                 self._observer.lease_lost(task)
-                return TaskOutcome.LEASE_LOST
+                return TaskOutcome.LEASE_LOST, processed
             except Exception as exc:
                 self._release(task, count_attempt=True, error=self._observer.attempt_failed(task, exc))
-                return TaskOutcome.ERROR
+                return TaskOutcome.ERROR, processed
             processed += page_size
             if page_size < self._settings.batch_size:
-                now = self._clock.now()
-                lag_s = (now - task.created_at).total_seconds()
-                self._observer.completed(task, processed, lag_s, self._clock.monotonic() - started, now)
-                return TaskOutcome.COMPLETED
+                self._observer.completed(task, processed, self._clock.now())
+                return TaskOutcome.COMPLETED, processed
 
     def _pace(self, task: FanOutTask, stop: StopSignal) -> None:
         """While more events wait in the outbox than the limit, the next page waits (a while at most, and
@@ -128,24 +133,28 @@ class AccessFanOutJob:
         limit = self._settings.outbox_backlog_limit
         if not limit:
             return
-        longest = min(self._settings.outbox_wait_max_s, self._settings.max_lease_s / 10)
-        deadline = self._clock.monotonic() + longest
+        started, waited = self._clock.monotonic(), False
+        deadline = started + min(self._settings.outbox_wait_max_s, self._settings.max_lease_s / 10)
         try:
             while (waiting := self._queue.outbox_waiting(cap=limit + 1)) > limit:
                 if self._clock.monotonic() >= deadline:
                     self._observer.relay_behind(task, waiting)
                     return
+                waited = True
                 if stop.wait(_PACE_LOOK_EVERY_S):
                     return
         except Exception:  # noqa: S110 - the page itself meets the database's failure, logs and counts it
             pass
+        finally:
+            if waited:
+                self._observer.waited_for_relay(self._clock.monotonic() - started)
 
     def _batch(self, task: FanOutTask, cursor: uuid.UUID | None) -> tuple[int, uuid.UUID | None]:
         """One page in one transaction: its events and the advanced checkpoint, or nothing at all."""
         size = self._settings.batch_size
         now = self._clock.now()
         with (
-            _tracer.start_as_current_span("access-fanout.batch", attributes={"batchSize": size}) as span,
+            traced(_tracer, "access-fanout.batch", {"batchSize": size}) as span,
             self._queue.batch(task, now, now + self._settings.lease) as batch,
         ):
             template = events.access_changed_template(

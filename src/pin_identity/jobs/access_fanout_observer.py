@@ -16,8 +16,13 @@ log = get_logger("access-fanout")
 
 
 class FanOutObserver:
-    def started(self, batch_size: int) -> None:
-        log.info("fanout-job-started", batch_size=batch_size)
+    def worker_started(self, batch_size: int) -> None:
+        """The job's loop began in this process: it claims tasks from now on."""
+        log.info("fanout-worker-started", batch_size=batch_size)
+
+    def job_started(self, task: FanOutTask) -> None:
+        """A run of the job (the spec's jobRunId: this claim's id, the correlationId of its events) began."""
+        log.info("fanout-job-started", job_run_id=str(task.claim_id), task_id=str(task.task_id))
 
     def idle(self) -> None:
         """No task was claimable: the job now waits for a wake-up or its polling interval."""
@@ -54,15 +59,23 @@ class FanOutObserver:
             job_run_id=str(task.claim_id),
         )
 
-    def completed(
-        self, task: FanOutTask, processed: int, lag_s: float, duration_s: float, finished_at: datetime
-    ) -> None:
+    def completed(self, task: FanOutTask, processed: int, finished_at: datetime) -> None:
+        """The task's last page committed: its lag counts from CreatedAt (the SLO), its duration from
+        StartedAt, its first claim (a task resumed by a later claim took all of that)."""
+        lag_s = max((finished_at - task.created_at).total_seconds(), 0.0)
+        duration_s = max((finished_at - task.started_at).total_seconds(), 0.0)
         metrics.fanout_tasks_total.labels(result="completed").inc()
-        metrics.fanout_task_lag_seconds.observe(max(lag_s, 0.0))
+        metrics.fanout_task_lag_seconds.observe(lag_s)
         metrics.fanout_size.observe(processed)
         metrics.fanout_last_success.set(finished_at.timestamp())
         metrics.observe_fanout_task_duration(duration_s)
-        log.info("fanout-task-completed", processed_count=processed, lag_s=round(lag_s, 3), **_ids(task))
+        log.info(
+            "fanout-task-completed",
+            processed_count=processed,
+            duration_ms=round(duration_s * 1000),
+            lag_s=round(lag_s, 3),
+            **_ids(task),
+        )
 
     def attempt_failed(self, task: FanOutTask, exc: Exception) -> str:
         """The failure as the task's last error records it (no contact data: `describe_error`)."""
@@ -70,6 +83,11 @@ class FanOutObserver:
         error = describe_error(exc, limit=500)
         log.warning("fanout-task-failed", attempt=task.attempt, final=False, exception=error, **_ids(task))
         return error
+
+    def waited_for_relay(self, seconds: float) -> None:
+        """A page waited for the outbox's backlog to fall: the fan-out's lag alert tells a slow relay from a
+        slow fan-out by it, and the outbox's alert OutboxRelayBehind fires on it."""
+        metrics.fanout_relay_wait_seconds_total.inc(max(seconds, 0.0))
 
     def relay_behind(self, task: FanOutTask, waiting: int) -> None:
         """A page waited its longest for the relay and goes anyway: the relay is slow or stopped."""

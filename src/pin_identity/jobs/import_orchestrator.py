@@ -4,6 +4,8 @@ hands a complete replay over to the continuous consumer."""
 
 from __future__ import annotations
 
+from uuid import UUID
+
 from pin_identity.config import ImportSettings
 from pin_identity.domain.clock import Clock
 from pin_identity.domain.errors import SourceRejectedError, SourceUnavailableError
@@ -18,6 +20,7 @@ from pin_identity.domain.import_run import (
 from pin_identity.domain.talent import ImportStage
 from pin_identity.jobs.talent_import_observer import ImportObserver
 from pin_identity.observability.logging import describe_error
+from pin_identity.observability.tracing import write_import_run_span, write_import_stage_span
 from pin_identity.operations.ports.import_records import ImportStore, RunLock
 from pin_identity.operations.ports.talent_sources import TalentSource
 from pin_identity.operations.read_models import ImportResult
@@ -40,6 +43,7 @@ class ImportOrchestrator:
         self._planning_failures = 0
         self._plan_not_before = 0.0
         self._next_lock_try = 0.0
+        self._stages_ended: set[tuple[UUID, ImportStage]] = set()
 
     # ------------------------------------------------------------ the lock
 
@@ -114,8 +118,19 @@ class ImportOrchestrator:
         progress = self._store.progress(run.run_id)
         done = progress.count(ImportStage.TENANTS, PageStatus.DONE) == progress.count(ImportStage.TENANTS)
         if done and run.plan_page_no == 0:  # until the first Users page is listed
-            self._observer.stage_completed(run, ImportStage.TENANTS)
+            self._stage_completed(run, ImportStage.TENANTS)
         return done
+
+    def _stage_completed(self, run: ImportRun, stage: ImportStage) -> None:
+        """Said once per stage by this process (planning may look again before the first Users page is
+        listed), with the stage's span in the run's trace."""
+        if (run.run_id, stage) in self._stages_ended:
+            return
+        self._stages_ended.add((run.run_id, stage))
+        self._observer.stage_completed(run, stage)
+        times = self._store.stage_times(run.run_id, stage)
+        if times is not None:
+            write_import_stage_span(run, stage, times)
 
     def _planning_failed(self, run: ImportRun, exc: Exception) -> bool:
         self._planning_failures += 1
@@ -143,7 +158,7 @@ class ImportOrchestrator:
             return True
         if current.planning_stage is not None:
             return False
-        self._observer.stage_completed(run, ImportStage.USERS)
+        self._stage_completed(run, ImportStage.USERS)
         if current.mode is ImportMode.TOPIC_REPLAY and not current.dry_run and current.tenant_filter is None:
             self._hand_over(current, source)
         self.end(current, RunEnding.completed())
@@ -157,12 +172,16 @@ class ImportOrchestrator:
             self._observer.handover_failed(run, exc)
 
     def cancel(self, run: ImportRun) -> None:
-        if self._store.finish_run(run.run_id, RunEnding.cancelled(), self._clock.now()):
+        now = self._clock.now()
+        if self._store.finish_run(run.run_id, RunEnding.cancelled(), now):
             self._observer.cancelled(run)
+            write_import_run_span(run, RunStatus.CANCELLED, now)
 
     def end(self, run: ImportRun, ending: RunEnding) -> None:
         """Completed or Failed, once: a run another process ended meanwhile stays as it ended."""
-        if not self._store.finish_run(run.run_id, ending, self._clock.now()):
+        now = self._clock.now()
+        if not self._store.finish_run(run.run_id, ending, now):
             return
         ended = self._store.load_run(run.run_id) or run
-        self._observer.ended(run, ending, ImportResult.of(ended, self._clock.now()))
+        self._observer.ended(run, ending, ImportResult.of(ended, now))
+        write_import_run_span(run, ending.status, now)

@@ -21,11 +21,21 @@ from pin_identity.domain.import_run import (
 from pin_identity.domain.talent import ImportStage, TalentItem
 from pin_identity.jobs.talent_import_observer import ImportObserver
 from pin_identity.observability.logging import describe_error
+from pin_identity.observability.tracing import (
+    Span,
+    current_traceparent,
+    failed,
+    import_page_span,
+    traced,
+    tracer,
+)
 from pin_identity.operations.identity_changes import Context
 from pin_identity.operations.ports.import_records import ImportPageTransaction, ImportStore
 from pin_identity.operations.ports.replica import SourceItem
 from pin_identity.operations.ports.talent_sources import TalentSource
 from pin_identity.operations.talent_replica import ApplyOptions, BatchOutcome, apply_snapshots
+
+_tracer = tracer("talent-import")
 
 
 class PageWorker:
@@ -52,30 +62,49 @@ class PageWorker:
         if page is None:
             return False
         self._observer.page_claimed(run, page)
+        with import_page_span(run, page) as span:
+            self._work_on(run, page, source, span)
+        return True
+
+    def _work_on(self, run: ImportRun, page: ImportPage, source: TalentSource, span: Span) -> None:
         started = self._clock.monotonic()
         try:
-            items = source.read(page.stage, page.cursor, run.page_size, run.tenant_filter)
+            with traced(_tracer, "talent-import.read", {"stage": page.stage.value}) as read:
+                items = source.read(page.stage, page.cursor, run.page_size, run.tenant_filter)
+                read.set_attribute("items", len(items))
             batch, counters = self._apply(run, page, items)
-        except LeaseLostError:
+        except LeaseLostError as exc:
+            failed(span, exc)
             self._observer.page_lease_lost(run, page)
         except SourceRejectedError:
             raise
         except Exception as exc:
+            failed(span, exc)
             self._release(run, page, exc)
         else:
+            span.set_attributes(
+                {
+                    "itemsApplied": counters.applied,
+                    "itemsSkipped": counters.skipped,
+                    "itemsFailed": counters.failed,
+                }
+            )
             self._observer.page_applied(run, page, batch, counters, self._clock.monotonic() - started)
-        return True
 
     def _apply(
         self, run: ImportRun, page: ImportPage, items: list[TalentItem]
     ) -> tuple[BatchOutcome, StageCounters]:
         now = self._clock.now()
         lease_until = now + timedelta(seconds=self._settings.page_lease_s)
-        with self._store.page_transaction(page, now, lease_until) as tx:
+        # The page's replica writes and events: the events carry this span's traceparent.
+        with (
+            traced(_tracer, "talent-import.write", {"items": len(items)}),
+            self._store.page_transaction(page, now, lease_until) as tx,
+        ):
             items = in_scope(tx, run, page.stage, items)
             memory = tx.dry_run_memory(run.run_id) if run.dry_run else None
             options = ApplyOptions(run_id=run.run_id, dry_run=run.dry_run, memory=memory)
-            ctx = Context(correlation_id=run.correlation_id, now=now)
+            ctx = Context(correlation_id=run.correlation_id, now=now, traceparent=current_traceparent())
             batch = apply_snapshots(tx.replica, [SourceItem(item) for item in items], ctx, options)
             counters = batch.counters(planned=len(items))
             tx.complete_page(page, counters, count_planned=run.mode is ImportMode.TOPIC_REPLAY)

@@ -16,8 +16,16 @@ log = get_logger("talent-replica")
 _AGGREGATE = {ImportStage.TENANTS: "company", ImportStage.USERS: "user"}
 
 
-def record_outcome(outcome: ItemOutcome, *, metric: Counter, run_id: UUID | None = None) -> None:
-    """Metrics and the quarantine log line of one applied item (shared with the initial import)."""
+def record_outcome(
+    outcome: ItemOutcome,
+    *,
+    metric: Counter,
+    correlation_id: UUID | None,
+    run_id: UUID | None = None,
+    page_no: int | None = None,
+) -> None:
+    """Metrics and the quarantine log line of one applied item (shared with the initial import): the line
+    names the run and its page, or for the consumer the batch, by its events' correlation id."""
     aggregate = _AGGREGATE[outcome.stage]
     metric.labels(aggregate=aggregate, result=outcome.result.value).inc()
     if outcome.stale:
@@ -29,6 +37,8 @@ def record_outcome(outcome: ItemOutcome, *, metric: Counter, run_id: UUID | None
         log.warning(
             event,
             run_id=str(run_id) if run_id else None,
+            page_no=page_no,
+            correlation_id=str(correlation_id) if correlation_id else None,
             stage=outcome.stage.value,
             external_id=str(outcome.external_id) if outcome.external_id else None,
             error_code=outcome.error.value if outcome.error else None,

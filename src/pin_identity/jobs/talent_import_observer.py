@@ -94,7 +94,13 @@ class ImportObserver:
         # those (TalentPhoneConflictsGrowing must not fire for a rehearsal); its page line has the counts.
         if not run.dry_run:
             for outcome in batch.outcomes:
-                record_outcome(outcome, metric=metrics.import_items_total, run_id=run.run_id)
+                record_outcome(
+                    outcome,
+                    metric=metrics.import_items_total,
+                    correlation_id=run.correlation_id,
+                    run_id=run.run_id,
+                    page_no=page.page_no,
+                )
                 if outcome.result is ItemResult.FAILED:
                     metrics.import_failed_items_total.inc()
         log.info(
@@ -105,7 +111,6 @@ class ImportObserver:
             items_skipped=counters.skipped,
             items_failed=counters.failed,
             duration_ms=round(seconds * 1000, 1),
-            correlation_id=str(run.correlation_id),
         )
 
     def page_released(
@@ -127,4 +132,11 @@ class ImportObserver:
 
 
 def _where(run: ImportRun, page: ImportPage) -> dict[str, object]:
-    return {"run_id": str(run.run_id), "stage": page.stage.value, "page_no": page.page_no}
+    """What every page line says: the run, its CorrelationId (CONTRACTS 4a: the import's correlation), the
+    page."""
+    return {
+        "run_id": str(run.run_id),
+        "correlation_id": str(run.correlation_id),
+        "stage": page.stage.value,
+        "page_no": page.page_no,
+    }

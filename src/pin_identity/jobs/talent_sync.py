@@ -10,18 +10,22 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
+from dataclasses import replace
 from datetime import datetime, timedelta
 
 from pin_identity.config import TalentSyncSettings
 from pin_identity.domain.clock import Clock
 from pin_identity.jobs.talent_sync_observer import TalentSyncObserver
+from pin_identity.observability.tracing import current_traceparent, traced, tracer
 from pin_identity.operations.identity_changes import Context
 from pin_identity.operations.ports.job_control import StopSignal
 from pin_identity.operations.ports.replica import ReplicaTransactions, SourceItem
 from pin_identity.operations.ports.talent_sources import TalentRecord, TalentStream
-from pin_identity.operations.talent_replica import ApplyOptions, BatchOutcome, apply_snapshots, retry_deferred
+from pin_identity.operations.talent_replica import ApplyOptions, BatchOutcome, apply_snapshots, retry_due
 
 _LAG_REPORT_S = 10.0
+
+_tracer = tracer("talent-sync")
 
 
 class TalentSyncJob:
@@ -49,7 +53,7 @@ class TalentSyncJob:
                 # the lag gauge, also when nobody asks for `once`
                 if self._clock.monotonic() >= next_lag_report:
                     self._recommit()
-                    self._caught_up()
+                    self.report_lag()
                     next_lag_report = self._clock.monotonic() + _LAG_REPORT_S
                 if self._failures:
                     stop.wait(self._settings.error_backoff.delay(self._failures))
@@ -76,6 +80,23 @@ class TalentSyncJob:
         else:
             if partitions is not None:
                 self._observer.offsets_recommitted(partitions)
+
+    def report_lag(self) -> None:
+        """The lag in records and in time (the spec's SLO: under 5 minutes after the handover): per assigned
+        partition, how old the first record not applied yet is, from its timestamp (0 when caught up)."""
+        lag = self._stream.lag()
+        if lag is None:
+            return
+        self._observer.lag_measured(lag)
+        behind = {where: left for where, left in lag.items() if left > 0}
+        try:
+            since = self._stream.unapplied_since(behind) if behind else {}
+        except Exception as exc:  # the age waits for the next report; consuming goes on
+            self._observer.lag_age_unknown(exc)
+            return
+        now = self._clock.now()
+        ages = {where: (now - since[where]).total_seconds() if where in since else 0.0 for where in lag}
+        self._observer.lag_age_measured({where: max(age, 0.0) for where, age in ages.items()})
 
     def _caught_up(self) -> bool:
         lag = self._stream.lag()
@@ -112,10 +133,13 @@ class TalentSyncJob:
         try:
             with self._transactions() as tx:
                 ctx = Context(correlation_id=uuid.uuid4(), now=self._clock.now())
-                batch = retry_deferred(tx, ctx, self._options(ctx.now), self._settings.batch_size)
-                if not batch.outcomes:
+                due = tx.due_quarantined(ctx.now, self._settings.batch_size)
+                if not due:
                     return False
-                tx.commit()
+                with traced(_tracer, "talent-sync.retry-deferred", {"items": len(due)}):
+                    ctx = replace(ctx, traceparent=current_traceparent())
+                    batch = retry_due(tx, due, ctx, self._options(ctx.now))
+                    tx.commit()
         except Exception as exc:
             self._observer.retry_failed(exc)
             return False
@@ -123,12 +147,18 @@ class TalentSyncJob:
         return True
 
     def _apply(self, items: list[SourceItem]) -> BatchOutcome | None:
-        """One transaction (the batch's tenants before its users); None when it rolled back."""
-        ctx = Context(correlation_id=uuid.uuid4(), now=self._clock.now())
+        """One transaction (the batch's tenants before its users); None when it rolled back. Its events carry
+        the batch's span's traceparent."""
+        correlation_id = uuid.uuid4()
+        attributes: dict[str, str | int] = {"records": len(items), "correlationId": str(correlation_id)}
         try:
-            with self._transactions() as tx:
+            with traced(_tracer, "talent-sync.apply", attributes) as span, self._transactions() as tx:
+                ctx = Context(correlation_id, self._clock.now(), traceparent=current_traceparent())
                 batch = apply_snapshots(tx, items, ctx, self._options(ctx.now))
                 tx.commit()
+                span.set_attribute("itemsApplied", batch.applied)
+                span.set_attribute("itemsSkipped", batch.skipped)
+                span.set_attribute("itemsFailed", batch.failed)
         except Exception as exc:
             self._failures += 1
             self._observer.batch_failed(exc, self._failures)

@@ -25,6 +25,7 @@ class TalentSyncObserver:
     # The partitions whose lag this process reported: one moved to another member is removed from the gauge,
     # not left at its last value (a sum over the group's workers would count it twice).
     _reported: frozenset[tuple[str, int]] = frozenset()
+    _aged: frozenset[tuple[str, int]] = frozenset()  # the same for the lag's age
     # Why the last offset commit failed, until the group's coordinator answers again (a commit, or a read of
     # the committed offsets for the lag): `/readyz` reads it from another thread.
     _commit_failing: str | None = None
@@ -47,6 +48,20 @@ class TalentSyncObserver:
         for (topic, partition), behind in lag.items():
             metrics.talent_sync_consumer_lag.labels(topic=topic, partition=str(partition)).set(behind)
         self._reported = frozenset(lag)
+
+    def lag_age_measured(self, ages: Mapping[tuple[str, int], float]) -> None:
+        """How old the oldest unapplied record of each partition assigned here is (0: caught up); partitions
+        no longer assigned here leave the gauge."""
+        for topic, partition in self._aged - ages.keys():
+            metrics.talent_sync_consumer_lag_seconds.remove(topic, str(partition))
+        for (topic, partition), age in ages.items():
+            metrics.talent_sync_consumer_lag_seconds.labels(topic=topic, partition=str(partition)).set(age)
+        self._aged = frozenset(ages)
+
+    def lag_age_unknown(self, exc: Exception) -> None:
+        """The first unapplied records could not be read: the age gauge keeps its last value until the next
+        report."""
+        log.warning("talent-sync-lag-age-unknown", error=describe_error(exc))
 
     def batch_applied(self, records: int, batch: BatchOutcome) -> None:
         """A polled batch committed to the replica (its offsets are committed or tried)."""
@@ -116,4 +131,4 @@ class TalentSyncObserver:
 
 def _record(batch: BatchOutcome) -> None:
     for outcome in batch.outcomes:
-        record_outcome(outcome, metric=metrics.talent_sync_items_total)
+        record_outcome(outcome, metric=metrics.talent_sync_items_total, correlation_id=batch.correlation_id)

@@ -7,6 +7,7 @@ flags as abbreviated units. They stay as the specs name them; each has a base-un
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
@@ -45,19 +46,20 @@ outbox_id_resets_total = Counter(
 # ---- access fan-out (spec: Наблюдаемость; plus CONTRACTS 4a)
 fanout_task_duration_ms = Histogram(
     "identity_access_fanout_task_duration_ms",
-    "Time from claim to completion of a fan-out task",
+    "Time from StartedAt (the first claim) to completion of a fan-out task",
     buckets=(50, 100, 250, 500, 1000, 2500, 5000, 10_000, 30_000, 60_000, 120_000, 300_000, 600_000),
 )
 fanout_task_duration_seconds = Histogram(
     "identity_access_fanout_task_duration_seconds",
-    "Time from claim to completion of a fan-out task (base-unit twin of ..._duration_ms)",
+    "Time from StartedAt (the first claim) to completion of a fan-out task (twin of ..._duration_ms)",
     buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600),
 )
 fanout_users_total = Counter(
     "identity_access_fanout_users_total", "Users sent a UserAccessChanged by the fan-out"
 )
 fanout_queue_backlog = Gauge(
-    "identity_access_fanout_queue_backlog", "Pending tasks plus InProgress tasks whose lease expired"
+    "identity_access_fanout_queue_backlog",
+    "Fan-out tasks no worker is on: Pending, InProgress with an expired lease, or waiting out a back-off",
 )
 fanout_errors_total = Counter(
     "identity_access_fanout_errors_total", "Fan-out batches that failed and rolled back"
@@ -69,11 +71,15 @@ fanout_task_lag_seconds = Histogram(
 )
 fanout_size = Histogram(
     "identity_access_fanout_size",
-    "Users per completed fan-out task",
+    "Users told per role permission change: a completed fan-out task, or an inline announcement",
     buckets=(0, 100, 200, 500, 1000, 5000, 10_000, 50_000, 100_000, 500_000, 1_000_000, 5_000_000),
 )
 fanout_tasks_total = Counter("identity_access_fanout_tasks_total", "Fan-out tasks finished", ["result"])
 fanout_batches_total = Counter("identity_access_fanout_batches_total", "Fan-out batches committed")
+fanout_relay_wait_seconds_total = Counter(
+    "identity_access_fanout_relay_wait_seconds_total",
+    "Seconds fan-out pages waited for the outbox's backlog to fall below its limit (the relay behind)",
+)
 fanout_failed_tasks = Gauge("identity_access_fanout_failed_tasks", "Fan-out tasks in status Failed (poison)")
 fanout_last_success = Gauge(
     "identity_access_fanout_last_success_timestamp_seconds", "When a fan-out task last completed"
@@ -104,6 +110,12 @@ talent_sync_consumer_lag = Gauge(
     "Records the continuous consumer is behind, per partition",
     ["topic", "partition"],
 )
+talent_sync_consumer_lag_seconds = Gauge(
+    "talent_sync_consumer_lag_seconds",
+    "Age of the oldest Talent record the continuous consumer has not applied yet, per partition: now less "
+    "its record timestamp (0 when caught up)",
+    ["topic", "partition"],
+)
 import_running = Gauge("identity_import_running", "1 while this process works on a Running import run")
 import_pages_total = Counter("identity_import_pages_total", "Import pages finished", ["stage", "status"])
 import_items_total = Counter(
@@ -120,6 +132,16 @@ import_page_duration_seconds = Histogram(
     buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
 )
 import_failed_items_total = Counter("identity_import_failed_items_total", "Import items quarantined")
+import_run_items_planned = Gauge(
+    "identity_import_run_items_planned",
+    "Items the Running import run's source listed so far, by aggregate (0 while no run is Running)",
+    ["aggregate"],
+)
+import_run_items_finished = Gauge(
+    "identity_import_run_items_finished",
+    "Items of the Running import run applied, skipped or quarantined so far, by aggregate",
+    ["aggregate"],
+)
 import_run_started = Gauge(
     "identity_import_run_started_timestamp_seconds", "When the import run this process works on started"
 )
@@ -146,6 +168,17 @@ def record_import_running(started_at: datetime | None) -> None:
     import_running.set(1 if started_at is not None else 0)
     if started_at is not None:
         import_run_started.set(started_at.timestamp())
+
+
+IMPORT_AGGREGATES = ("company", "user")
+
+
+def record_import_progress(planned: Mapping[str, int], finished: Mapping[str, int]) -> None:
+    """The Running run's items by aggregate (`company`, `user`), as `serve` reads its row for scrapes: the
+    dashboard's progress against the planned total. An aggregate not given (no run) reads 0."""
+    for aggregate in IMPORT_AGGREGATES:
+        import_run_items_planned.labels(aggregate=aggregate).set(planned.get(aggregate, 0))
+        import_run_items_finished.labels(aggregate=aggregate).set(finished.get(aggregate, 0))
 
 
 def record_fanout_queue(backlog: int, failed: int) -> None:

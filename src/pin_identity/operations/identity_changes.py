@@ -25,6 +25,7 @@ from pin_identity.domain.model import (
     UserType,
 )
 from pin_identity.domain.phone import InvalidPhoneError, normalize_phone
+from pin_identity.observability import metrics
 from pin_identity.operations.ports.access_events import AccessEventWriter
 from pin_identity.operations.ports.identity_records import (
     IdentityTransaction,
@@ -37,10 +38,12 @@ from pin_identity.operations.read_models import PermissionsChanged
 
 @dataclass(frozen=True)
 class Context:
-    """Who asked and when: every event of the operation carries this correlation id and time."""
+    """Who asked and when: every event of the operation carries this correlation id and time, and the W3C
+    traceparent of the span the operation runs in (None when it runs in none, or tracing is off)."""
 
     correlation_id: UUID
     now: datetime
+    traceparent: str | None = None
 
     @classmethod
     def fresh(cls, clock: Clock) -> Context:
@@ -68,7 +71,14 @@ def create_company(
     with transactions() as tx:
         tx.insert_company(company)
         tx.add_events(
-            [events.company_upserted(company, correlation_id=ctx.correlation_id, occurred_at=ctx.now)]
+            [
+                events.company_upserted(
+                    company,
+                    correlation_id=ctx.correlation_id,
+                    occurred_at=ctx.now,
+                    traceparent=ctx.traceparent,
+                )
+            ]
         )
         tx.commit()
     return company.company_id
@@ -107,7 +117,13 @@ def create_user(transactions: IdentityTransactions, ctx: Context, new: NewUser) 
     )
     with transactions() as tx:
         tx.insert_user(user)
-        tx.add_events([events.user_upserted(user, correlation_id=ctx.correlation_id, occurred_at=ctx.now)])
+        tx.add_events(
+            [
+                events.user_upserted(
+                    user, correlation_id=ctx.correlation_id, occurred_at=ctx.now, traceparent=ctx.traceparent
+                )
+            ]
+        )
         tx.commit()
     return user.user_id
 
@@ -161,6 +177,7 @@ def notify_access_changed(
                 changed_role_id=changed_role_id,
                 correlation_id=ctx.correlation_id,
                 occurred_at=ctx.now,
+                traceparent=ctx.traceparent,
             )
             for snapshot in snapshots
         ]
@@ -256,6 +273,8 @@ def set_role_permissions(
         else:
             task_id = tx.enqueue_fanout_task(role, version, ctx.now)
         tx.commit()
+    if path is FanOutPath.INLINE:  # a task's size is observed by the fan-out job when it completes
+        metrics.fanout_size.observe(notified)
     return PermissionsChanged(
         role_id=role_id, role_version=version, path=path, users_notified_inline=notified, task_id=task_id
     )

@@ -24,8 +24,10 @@ from pin_identity.domain.import_run import (
     ImportSourceIncompleteError,
     ImportSourceUnavailableError,
     PageProgress,
+    RunStatus,
 )
 from pin_identity.observability.logging import get_logger
+from pin_identity.observability.tracing import write_import_run_span
 from pin_identity.operations.action_log import Actor, admin_action
 from pin_identity.operations.identity_changes import Context
 from pin_identity.operations.ports.import_records import ImportRuns, RunLock, RunSummaries
@@ -221,6 +223,9 @@ class ImportOperations:
             raise ImportNotRunningError(f"import run {run_id} is {run.status.value}, not Running")
         admin_action("talent-import-cancel", who, run_id=str(run_id))
         log.info("import-cancelled", run_id=str(run_id), by=who.who)
+        if (cancelled := self._runs.load_run(run_id)) is not None:
+            ended_at = cancelled.finished_at or self._clock.now()
+            write_import_run_span(cancelled, RunStatus.CANCELLED, ended_at)
 
     def reset_leases(self, run_id: UUID, *, who: Actor) -> int:
         """The runbook's "stuck" case: every InProgress page of the run becomes claimable now."""

@@ -9,8 +9,8 @@ Values the stores hand on only to be summed up into a document stay plain datacl
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 from uuid import UUID
@@ -263,6 +263,8 @@ class QueueGauges:
     fanout_backlog: int
     fanout_failed: int
     import_started_at: datetime | None  # of the Running import run; None when none runs
+    # The Running run's counters by aggregate (`company`, `user`); empty when none runs.
+    import_counters: Mapping[str, StageCounters] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

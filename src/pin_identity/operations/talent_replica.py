@@ -44,7 +44,7 @@ def apply_snapshots(
     tx: ReplicaTransaction, items: Sequence[SourceItem], ctx: Context, options: ApplyOptions
 ) -> BatchOutcome:
     """Apply a batch inside `tx` (the caller commits): its tenants, then its users."""
-    batch = BatchOutcome()
+    batch = BatchOutcome(correlation_id=ctx.correlation_id)
     for stage in ImportStage:
         staged = [item for item in items if item.item.stage is stage]
         if not staged:
@@ -129,7 +129,14 @@ def retry_deferred(tx: ReplicaTransaction, ctx: Context, options: ApplyOptions, 
     they arrived after their tenant is applied: the newest, and a deletion newer than it. The others leave the
     quarantine as stale; applied in version order, each would have published a snapshot Talent had already
     replaced (a late duplicate of V+1 after V+5)."""
-    due = tx.due_quarantined(ctx.now, limit)
+    return retry_due(tx, tx.due_quarantined(ctx.now, limit), ctx, options)
+
+
+def retry_due(
+    tx: ReplicaTransaction, due: Sequence[SourceItem], ctx: Context, options: ApplyOptions
+) -> BatchOutcome:
+    """retry_deferred for the items `tx.due_quarantined` found due (the caller may trace only a retry that
+    has something to do)."""
     kept, superseded = _newest_of_each(due)
     tx.release_quarantined([item.quarantine_id for item in superseded if item.quarantine_id is not None])
     batch = apply_snapshots(tx, kept, ctx, options)

@@ -66,6 +66,7 @@ class ItemOutcome:
 @dataclass
 class BatchOutcome:
     outcomes: list[ItemOutcome] = field(default_factory=list)
+    correlation_id: UUID | None = None  # the correlationId of the batch's events
 
     def count(self, result: ItemResult) -> int:
         return sum(1 for outcome in self.outcomes if outcome.result is result)

@@ -91,7 +91,9 @@ def _write_companies(this_round: Round, changes: list[CompanyChange]) -> None:
     tx.wake_deferred(tenants, ctx.now)
     tx.add_events(
         [
-            events.company_upserted(c.state, correlation_id=ctx.correlation_id, occurred_at=ctx.now)
+            events.company_upserted(
+                c.state, correlation_id=ctx.correlation_id, occurred_at=ctx.now, traceparent=ctx.traceparent
+            )
             for c in changes
         ]
     )

@@ -212,9 +212,11 @@ class _UserWrite:
         return revoked
 
     def _events(self, role: RoleRecord, revoked: dict[UUID, list[UUID]]) -> list[OutboxMessage]:
-        correlation_id, now = self._ctx.correlation_id, self._ctx.now
+        correlation_id, now, traceparent = self._ctx.correlation_id, self._ctx.now, self._ctx.traceparent
         upserted = [
-            events.user_upserted(change.state, correlation_id=correlation_id, occurred_at=now)
+            events.user_upserted(
+                change.state, correlation_id=correlation_id, occurred_at=now, traceparent=traceparent
+            )
             for change in self._changes
         ]
         touched = [
@@ -239,6 +241,7 @@ class _UserWrite:
                     changed_role_id=role_id,
                     correlation_id=correlation_id,
                     occurred_at=now,
+                    traceparent=traceparent,
                 )
                 messages.append(access_changed)
         return messages

@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import (
+    TIMESTAMP_NOT_AVAILABLE,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    TopicPartition,
+)
 
 from pin_identity.adapters.kafka.consumers import new_consumer
 from pin_identity.adapters.kafka.denials import DenialLog, denial
+from pin_identity.adapters.system_clock import SYSTEM_CLOCK
 from pin_identity.adapters.talent_wire import topic_item
 from pin_identity.domain.talent import TENANTS_TOPIC, USERS_TOPIC, ImportStage
 from pin_identity.observability.logging import get_logger
@@ -41,6 +50,37 @@ _CONSUMER_DEFAULTS = {
     # consumer reads (a transactional producer's commit marker, records compaction removed).
     "enable.partition.eof": True,
 }
+
+
+# The consumer that reads a partition's first unapplied record for its timestamp: no group of its own
+# (`group.id` only because librdkafka asks for one; nothing is ever committed), an end said as an end.
+_PEEKER_DEFAULTS = {
+    "group.id": "pin-identity-talent-sync-lag",
+    "enable.auto.commit": False,
+    "enable.auto.offset.store": False,
+    "enable.partition.eof": True,
+    "fetch.wait.max.ms": 100,
+}
+_PEEK_TIMEOUT_S = 3.0
+
+
+def _first_timestamps(peeker: Consumer, partitions: int) -> dict[tuple[str, int], datetime]:
+    """Per assigned partition, the timestamp of the first record read; a partition at its end (only markers
+    past the committed offset) or whose record says no time is left out."""
+    found: dict[tuple[str, int], datetime] = {}
+    done: set[tuple[str, int]] = set()
+    deadline = SYSTEM_CLOCK.monotonic() + _PEEK_TIMEOUT_S
+    while len(done) < partitions and (left := deadline - SYSTEM_CLOCK.monotonic()) > 0:
+        for message in peeker.consume(partitions, min(left, 0.5)):
+            where = (message.topic() or "", message.partition() or 0)
+            error = message.error()
+            if where in done or (error is not None and error.code() != KafkaError._PARTITION_EOF):
+                continue
+            kind, milliseconds = message.timestamp()
+            if error is None and kind != TIMESTAMP_NOT_AVAILABLE:
+                found[where] = datetime.fromtimestamp(milliseconds / 1000, UTC)
+            done.add(where)
+    return found
 
 
 def _record(message: Message, stage: ImportStage) -> TalentRecord:
@@ -84,6 +124,10 @@ class KafkaTalentStream:
         # delivered, so once those are applied the end is committed (else a partition ending in a commit
         # marker would show a lag of 1 for good, and `--once` would never end).
         self._read_to: dict[tuple[str, int], int] = {}
+        # Per partition, the offset the last lag() counted from (the group's committed one, else the start).
+        self._counted_from: dict[tuple[str, int], int] = {}
+        self._client_config = client_config
+        self._peeker: Consumer | None = None  # reads the first unapplied records, outside the group
 
     def poll(self, max_records: int, timeout_s: float) -> list[TalentRecord]:
         records = []
@@ -155,16 +199,36 @@ class KafkaTalentStream:
             # Nothing to wait for when Talent's topics do not exist (yet) in this cluster.
             return None if self._topics_exist() else {}
         committed = self._consumer.committed(assignment, timeout=5)
-        lag = {}
+        lag, counted_from = {}, {}
         for stored in committed:
             # Watermarks as the last fetch response reported them: no broker call per partition.
             low, high = self._consumer.get_watermark_offsets(stored, cached=True)
             if high < 0:
                 return None  # not fetched yet
-            lag[(stored.topic, stored.partition)] = max(
-                high - (stored.offset if stored.offset >= 0 else low), 0
-            )
+            where = (stored.topic, stored.partition)
+            counted_from[where] = stored.offset if stored.offset >= 0 else low
+            lag[where] = max(high - counted_from[where], 0)
+        self._counted_from = counted_from
         return lag
+
+    def unapplied_since(self, behind: Mapping[tuple[str, int], int]) -> dict[tuple[str, int], datetime]:
+        """Reads the first record past the committed offset of each partition behind, with a consumer of its
+        own outside the group (the group's position and prefetched records stay as they are). Asked every
+        few seconds, and only of partitions with records left: a caught-up consumer reads nothing for it."""
+        starts = [
+            TopicPartition(topic, partition, self._counted_from[(topic, partition)])
+            for (topic, partition), left in behind.items()
+            if left > 0 and (topic, partition) in self._counted_from
+        ]
+        if not starts:
+            return {}
+        peeker = self._peeker or new_consumer(self._client_config, defaults=_PEEKER_DEFAULTS)
+        self._peeker = peeker
+        peeker.assign(starts)
+        try:
+            return _first_timestamps(peeker, len(starts))
+        finally:
+            peeker.unassign()
 
     def positions(self) -> dict[tuple[str, int], tuple[int, int]]:
         known = {}
@@ -183,3 +247,5 @@ class KafkaTalentStream:
 
     def close(self) -> None:
         self._consumer.close()
+        if self._peeker is not None:
+            self._peeker.close()

@@ -20,6 +20,7 @@ from pin_identity.domain.model import FanOutTaskStatus
 from pin_identity.operations import read_models
 from pin_identity.operations.ports.fanout_tasks import (
     FanOutTask,
+    NewerAnnouncement,
     PageWritten,
     PoisonedTask,
     QueueStats,
@@ -129,6 +130,13 @@ class PostgresFanOutQueue:
     def task_status(self, task_id: UUID) -> FanOutTaskStatus | None:
         task = self._database.fetch_one("fanout_task_status", {"task_id": task_id}, dict_row)
         return FanOutTaskStatus(task["status"]) if task else None
+
+    def newer_announcement(self, role_id: UUID, role_version: int) -> NewerAnnouncement:
+        params = {"role_id": role_id, "role_version": role_version}
+        row = self._database.fetch_one("newer_role_announcement", params, dict_row)
+        assert row is not None  # one row, whatever the role has
+        status = FanOutTaskStatus(row["task_status"]) if row["task_status"] else None
+        return NewerAnnouncement(row["role_version"], row["task_id"], status, row["failed"])
 
     def stats(self, now: datetime) -> QueueStats:
         [stats] = self._database.fetch("fanout_queue_stats", {"now": now}, class_row(QueueStats))

@@ -218,6 +218,13 @@ class PostgresImportStore:
         params = {"run_id": run_id, "stage": stage.value}
         return self._database.fetch("import_page_cursors", params, scalar_row)
 
+    def stage_times(self, run_id: UUID, stage: ImportStage) -> tuple[datetime, datetime] | None:
+        params = {"run_id": run_id, "stage": stage.value}
+        row = self._database.fetch_one("import_stage_times", params, dict_row)
+        if row is None or row["started_at"] is None:
+            return None
+        return row["started_at"], row["ended_at"]
+
     def finish_run(self, run_id: UUID, ending: RunEnding, now: datetime) -> bool:
         params = {
             "run_id": run_id,

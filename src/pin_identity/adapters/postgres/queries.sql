@@ -172,7 +172,7 @@ SET status = 'InProgress',
 FROM next
 WHERE t.id = next.id
 RETURNING t.id AS task_id, t.role_id, t.company_id, t.role_version, t.cursor, t.processed_count,
-          t.attempt_count AS attempt, t.created_at;
+          t.attempt_count AS attempt, t.created_at, t.started_at;
 
 -- name: renew_fanout_lease
 -- Fencing: only the claim that holds the lease may write; the row stays locked for the batch.
@@ -293,7 +293,10 @@ SET lease_expires_at = %(available_at)s,
 WHERE id = %(task_id)s AND lease_owner = %(claim_id)s AND status = 'InProgress';
 
 -- name: fanout_queue_stats
-SELECT count(*) FILTER (WHERE status = 'Pending' OR (status = 'InProgress' AND lease_expires_at <= %(now)s))
+-- The backlog: every task no worker is on, Pending, InProgress with an expired lease, or handed back after a
+-- failed attempt and waiting out its back-off (no owner, available again at lease_expires_at).
+SELECT count(*) FILTER (WHERE status = 'Pending'
+                           OR (status = 'InProgress' AND (lease_owner IS NULL OR lease_expires_at <= %(now)s)))
            AS backlog,
        count(*) FILTER (WHERE status = 'Failed') AS failed
 FROM identity.access_fanout_tasks
@@ -331,6 +334,22 @@ DELETE FROM identity.access_fanout_tasks
 WHERE id = %(task_id)s AND status = 'Failed'
 RETURNING id AS task_id, role_id, company_id, role_version, reason, status, cursor, processed_count,
           attempt_count, lease_expires_at, created_at, started_at, completed_at, updated_at, last_error;
+
+-- name: newer_role_announcement
+-- A discard's check of what told the users past a Failed task's cursor since: the role's current version, and
+-- its newest task past the Failed one's version that did not fail (a Completed one first), and whether one
+-- past it failed too (then the newer version went to a task, not inline).
+SELECT (SELECT version FROM identity.role_definitions WHERE id = %(role_id)s) AS role_version,
+       newer.id AS task_id, newer.status AS task_status,
+       EXISTS (SELECT FROM identity.access_fanout_tasks
+               WHERE role_id = %(role_id)s AND role_version > %(role_version)s AND status = 'Failed') AS failed
+FROM (SELECT 1) AS one
+LEFT JOIN LATERAL (
+    SELECT id, status FROM identity.access_fanout_tasks
+    WHERE role_id = %(role_id)s AND role_version > %(role_version)s AND status <> 'Failed'
+    ORDER BY status = 'Completed' DESC, role_version DESC
+    LIMIT 1
+) AS newer ON true;
 
 -- name: fanout_task_status
 -- An operator's look at a task (fan-out replay), and the demo's wait for its fan-out.
@@ -859,6 +878,11 @@ SELECT stage, status, count(*) AS pages FROM identity.talent_import_pages WHERE 
 
 -- name: import_page_cursors
 SELECT cursor FROM identity.talent_import_pages WHERE run_id = %(run_id)s AND stage = %(stage)s ORDER BY page_no;
+
+-- name: import_stage_times
+-- A stage's span in the run's trace: from the listing of its first page to the end of its last.
+SELECT min(created_at) AS started_at, max(updated_at) AS ended_at
+FROM identity.talent_import_pages WHERE run_id = %(run_id)s AND stage = %(stage)s;
 
 -- name: finish_import_run
 UPDATE identity.talent_import_runs

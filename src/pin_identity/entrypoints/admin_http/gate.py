@@ -99,7 +99,7 @@ class AdminGate:
             return
         request = Request(scope, receive)
         try:
-            request.state.operator = self._admit(request)
+            request.state.operator = await self._admit(request)
             _check_announced_size(request)
             body = await _read_body(request)
         except ProblemError as refusal:
@@ -109,8 +109,9 @@ class AdminGate:
         else:
             await self._app(scope, _replaying(body, receive), send)
 
-    def _admit(self, request: Request) -> Operator:
-        operator = self._operators.authenticate(_bearer_token(request.headers))
+    async def _admit(self, request: Request) -> Operator:
+        # On the event loop: the tokens file is never read here (a look at it runs on a thread of its own).
+        operator = await self._operators.authenticate_waiting(_bearer_token(request.headers))
         where = {"client": client_address(request), "method": request.method, "path": request.url.path}
         if operator is None:
             log.warning("admin-auth-failed", **where)

@@ -50,6 +50,7 @@ class _QueueReads:
             raise
         stats = self._container.stores.fanout_queue.stats(self._container.clock.now())
         running = self._container.stores.import_store.running_run()
+        counters = {"company": running.companies, "user": running.users} if running else {}
         return QueueGauges(
             outbox_backlog=outbox.waiting,
             outbox_oldest_age_s=outbox.oldest_age_s,
@@ -58,6 +59,7 @@ class _QueueReads:
             fanout_backlog=stats.backlog,
             fanout_failed=stats.failed,
             import_started_at=running.started_at if running else None,
+            import_counters=counters,
         )
 
     def close(self) -> None:
@@ -127,6 +129,14 @@ class DatabaseGauges:
         metrics.record_outbox_backlog(gauges.outbox_backlog, gauges.outbox_oldest_age_s, gauges.outbox_held_s)
         metrics.record_fanout_queue(gauges.fanout_backlog, gauges.fanout_failed)
         metrics.record_import_running(gauges.import_started_at)
+        counters = gauges.import_counters
+        metrics.record_import_progress(
+            {aggregate: count.planned for aggregate, count in counters.items()},
+            {
+                aggregate: count.applied + count.skipped + count.failed
+                for aggregate, count in counters.items()
+            },
+        )
         return gauges
 
     def close(self) -> None:

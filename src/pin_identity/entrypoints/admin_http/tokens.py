@@ -4,14 +4,18 @@ from PIN_IDENTITY_ADMIN_TOKENS_FILE and PIN_IDENTITY_ADMIN_TOKEN (one operator, 
 The file holds one operator per line, `<name> <role> <sha256 of the token, hex>`; blank lines and `#` comments
 are ignored, and so is a UTF-8 byte-order mark. It is read again when a request, `/readyz` or `/metrics` asks
 and RECHECK_S has passed since the last look, so an edit (a token added, rotated or removed) is in force
-within seconds, without a restart. A file that cannot be used fails closed: one that does not parse keeps, of
-the operators of the last file that loaded, only those whose line is still there unchanged (an edit that
-removes an operator and has a typo elsewhere still removes that operator); one that cannot be read (gone
-missing) keeps none of them. PIN_IDENTITY_ADMIN_TOKEN's operator is not the file's and stays. One log line
-(`admin-operators-file-invalid`) says why, `/readyz` names it and `identity_admin_tokens_file_load_error` is
-1 until the file is fixed. A file that others than its owner may read is warned about
-(`admin-operators-file-readable`). Only digests are kept, and no log line carries a token or a digest; a
-presented token is hashed and compared with every operator's digest in constant time.
+within seconds, without a restart. Each look reads the file on a thread of its own, never under a lock and
+never on the event loop: the request that started it waits for it at most LOOK_TIMEOUT_S (off the loop), and
+a look that takes longer (a hung network mount) is given up on: the operators last loaded stay in force, one
+line (`admin-operators-file-unanswered`) and `/readyz` say so, and no other look starts until it returns.
+A file that cannot be used fails closed: one that does not parse keeps, of the operators of the last file that
+loaded, only those whose line is still there unchanged (an edit that removes an operator and has a typo
+elsewhere still removes that operator); one that cannot be read (gone missing) keeps none of them.
+PIN_IDENTITY_ADMIN_TOKEN's operator is not the file's and stays. One log line (`admin-operators-file-invalid`)
+says why, `/readyz` names it and `identity_admin_tokens_file_load_error` is 1 until the file is fixed. A file
+that others than its owner may read is warned about (`admin-operators-file-readable`). Only digests are kept,
+and no log line carries a token or a digest; a presented token is hashed and compared with every operator's
+digest in constant time.
 """
 
 from __future__ import annotations
@@ -27,6 +31,8 @@ from dataclasses import dataclass, field
 from hashlib import sha256
 from pathlib import Path
 
+import anyio
+
 from pin_identity.config import ConfigurationError, Settings
 from pin_identity.domain.clock import Clock
 from pin_identity.entrypoints.documents import AdminRole
@@ -39,6 +45,7 @@ TOKENS_FILE = "PIN_IDENTITY_ADMIN_TOKENS_FILE"
 TOKEN_VARIABLE = "PIN_IDENTITY_ADMIN_TOKEN"  # noqa: S105 - a variable's name
 SINGLE_OPERATOR = "admin"  # the name PIN_IDENTITY_ADMIN_TOKEN's holder has in audit lines
 RECHECK_S = 2.0
+LOOK_TIMEOUT_S = 1.0  # a healthy read takes well under a millisecond
 MAX_FILE_BYTES = 1024 * 1024  # a path mistakenly naming a device or a log must not be read whole
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _SHA256_HEX = re.compile(r"[0-9a-fA-F]{64}")
@@ -156,9 +163,40 @@ def readers_besides_the_owner(mode: int, *, owner: int, reader: int) -> str | No
     return " and ".join(who for who, may in (("group", group), ("others", others)) if may) or None
 
 
+@dataclass(frozen=True)
+class _Look:
+    """One look at the file, on a thread of its own: done once it has read (or failed to read) the file."""
+
+    started: float  # on the clock's monotonic time
+    done: threading.Event = field(default_factory=threading.Event)
+
+
+@dataclass(frozen=True)
+class _Found:
+    """What a look found: the file's mode and owner (None when it could not be stat'ed), and its content or
+    why it could not be read."""
+
+    status: os.stat_result | None
+    content: bytes | None
+    unreadable: OperatorsFileUnreadableError | None
+
+
+def _look_at(path: Path) -> _Found:
+    """The file as it is now: the only place that touches it after start, always on a look's thread."""
+    try:
+        status: os.stat_result | None = path.stat()
+    except OSError:
+        status = None  # reading it will say why
+    try:
+        return _Found(status, _read(path), None)
+    except OperatorsFileUnreadableError as exc:
+        return _Found(status, None, exc)
+
+
 class Operators:
     """The operators in force: PIN_IDENTITY_ADMIN_TOKEN's, and those of the tokens file as it is now (when it
-    cannot be used: those of the last file that loaded whose line is still there unchanged)."""
+    cannot be used: those of the last file that loaded whose line is still there unchanged; while a look at
+    it does not answer: those last in force)."""
 
     def __init__(
         self,
@@ -167,6 +205,7 @@ class Operators:
         *,
         clock: Clock,
         recheck_s: float = RECHECK_S,
+        look_timeout_s: float = LOOK_TIMEOUT_S,
     ):
         self._fixed = (
             (Operator(SINGLE_OPERATOR, AdminRole.OPERATOR, token_digest(token)),)
@@ -175,18 +214,25 @@ class Operators:
         )
         if not self._fixed and tokens_file is None:
             raise ConfigurationError(f"{TOKENS_FILE} or {TOKEN_VARIABLE}: required by serve")
-        self._file, self._clock, self._recheck_s = tokens_file, clock, recheck_s
+        self._file, self._clock = tokens_file, clock
+        self._recheck_s, self._look_timeout_s = recheck_s, look_timeout_s
+        # Guards the fields below; held only to read or swap them, never across I/O.
         self._lock = threading.Lock()
         self._loaded: tuple[Operator, ...] = ()  # the operators of the last file that loaded whole
         self._listed: tuple[Operator, ...] = ()  # the file's operators in force
         self._content: bytes | None = None  # the file as last read; None when it could not be
         self._problem: str | None = None
         self._readable: tuple[str, int] | None = None  # who else may read it, and its mode, as warned
+        self._look: _Look | None = None  # the last look started
+        self._unanswered: _Look | None = None  # a look given up on, said once
         self._looked_at = clock.monotonic()
         if tokens_file is not None:
-            self._check_readers(tokens_file)
-            try:  # at start there is nothing to fall back on
-                self._adopt(_read(tokens_file), tokens_file)
+            found = _look_at(tokens_file)  # at start, before any request: there is nothing to fall back on
+            self._check_readers(tokens_file, found.status)
+            try:
+                if found.unreadable is not None:
+                    raise found.unreadable
+                self._adopt(found.content or b"", tokens_file)
             except OperatorsFileError as exc:
                 raise ConfigurationError(f"{TOKENS_FILE}: {exc}") from None
             metrics.admin_tokens_file_load_error.set(0)
@@ -196,42 +242,89 @@ class Operators:
         return cls(settings.admin_token, settings.admin_tokens_file, clock=clock)
 
     def authenticate(self, token: str) -> Operator | None:
-        """The operator whose token this is, or None. Every operator's digest is compared, each in constant
-        time, so the answer's timing tells nothing about which one was nearly right."""
-        presented = token_digest(token)
-        found = None
-        for operator in self.current():
-            if hmac.compare_digest(presented, operator.digest):
-                found = operator
-        return found
+        """The operator whose token this is, or None (from a thread: it may wait for a look under way)."""
+        return _matching(token, self.current())
+
+    async def authenticate_waiting(self, token: str) -> Operator | None:
+        """`authenticate` for the event loop: a look under way is waited for off the loop, at most until its
+        timeout; the loop itself never touches the file."""
+        look = self._due_look()
+        if look is not None and (left := self._left(look)) > 0:
+            await anyio.to_thread.run_sync(look.done.wait, left)
+        return _matching(token, self._in_force())
 
     def current(self) -> tuple[Operator, ...]:
-        self._look_again()
-        return self._fixed + self._listed
+        self._wait(self._due_look())
+        return self._in_force()
 
     def problem(self) -> str | None:
         """Why the tokens file as it is now is not in force; None when it is."""
-        self._look_again()
-        return self._problem
-
-    def _look_again(self) -> None:
-        if self._file is None:
-            return
+        self._wait(self._due_look())
         with self._lock:
+            self._say_unanswered()
+            return self._problem
+
+    def _in_force(self) -> tuple[Operator, ...]:
+        with self._lock:
+            self._say_unanswered()
+            return self._fixed + self._listed
+
+    def _left(self, look: _Look) -> float:
+        return look.started + self._look_timeout_s - self._clock.monotonic()
+
+    def _wait(self, look: _Look | None) -> None:
+        """From a thread: a look under way, at most until its timeout."""
+        if look is not None and (left := self._left(look)) > 0:
+            look.done.wait(left)
+
+    def _due_look(self) -> _Look | None:
+        """The look under way, started now when RECHECK_S has passed and none is under way (a look that does
+        not return holds every later one back: no thread piles up behind a hung mount)."""
+        if self._file is None:
+            return None
+        with self._lock:
+            if self._look is not None and not self._look.done.is_set():
+                return self._look
             now = self._clock.monotonic()
             if now - self._looked_at < self._recheck_s:
-                return
+                return None
             self._looked_at = now
-            self._check_readers(self._file)
-            self._reload(self._file)
+            look = self._look = _Look(started=now)
+        threading.Thread(
+            target=self._run, args=(self._file, look), name="admin-tokens-file", daemon=True
+        ).start()
+        return look
 
-    def _reload(self, path: Path) -> None:
+    def _run(self, path: Path, look: _Look) -> None:
         try:
-            content = _read(path)
-        except OperatorsFileUnreadableError as exc:
-            self._content = None
-            self._fall_back((), str(exc), NONE_OF_THEM)
+            found = _look_at(path)
+            with self._lock:
+                if self._unanswered is look:  # what it found is judged afresh, whatever was read before
+                    self._unanswered, self._content = None, None
+                    took_s = round(self._clock.monotonic() - look.started, 1)
+                    log.info("admin-operators-file-answered", took_s=took_s)
+                self._check_readers(path, found.status)
+                self._reload(path, found)
+        finally:
+            look.done.set()
+
+    def _say_unanswered(self) -> None:
+        """A look past its timeout: the operators in force stay, the file is said not to answer (once)."""
+        look = self._look
+        if look is None or look.done.is_set() or self._left(look) > 0 or self._unanswered is look:
             return
+        self._unanswered = look
+        reason = f"{self._file} did not answer within {self._look_timeout_s:g} s (a hung mount?)"
+        metrics.admin_tokens_file_load_error.set(1)
+        self._problem = f"{TOKENS_FILE}: {reason}; the operators last loaded stay in force"
+        log.warning("admin-operators-file-unanswered", reason=reason, **self.counts())
+
+    def _reload(self, path: Path, found: _Found) -> None:
+        if found.unreadable is not None:
+            self._content = None
+            self._fall_back((), str(found.unreadable), NONE_OF_THEM)
+            return
+        content = found.content or b""
         if content == self._content:
             return  # as it was at the last look, in force or not
         try:
@@ -257,11 +350,9 @@ class Operators:
             log.warning("admin-operators-file-invalid", reason=reason, **self.counts())
         self._problem = problem
 
-    def _check_readers(self, path: Path) -> None:
+    def _check_readers(self, path: Path, status: os.stat_result | None) -> None:
         """A warning when others than the owner may read the file, once for each mode that lets them."""
-        try:
-            status = path.stat()
-        except OSError:
+        if status is None:
             return  # reading it will say why
         readers = readers_besides_the_owner(status.st_mode, owner=status.st_uid, reader=os.geteuid())
         finding = (readers, stat.S_IMODE(status.st_mode)) if readers else None
@@ -274,3 +365,14 @@ class Operators:
         """How many operators of each role are in force (`viewers`, `operators`), for the log."""
         operators = self._fixed + self._listed
         return {role.value + "s": sum(o.role is role for o in operators) for role in AdminRole}
+
+
+def _matching(token: str, operators: tuple[Operator, ...]) -> Operator | None:
+    """The operator whose token this is, or None. Every operator's digest is compared, each in constant time,
+    so the answer's timing tells nothing about which one was nearly right."""
+    presented = token_digest(token)
+    found = None
+    for operator in operators:
+        if hmac.compare_digest(presented, operator.digest):
+            found = operator
+    return found

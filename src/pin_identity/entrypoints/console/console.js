@@ -556,8 +556,10 @@
 
   async function discardTask(taskId) {
     const result = await api('POST', `/access-fanout/tasks/${encodeURIComponent(taskId)}/discard`);
+    // Whether the users past its cursor heard of their role since, as the answer says (never told: a warning).
     showOutcome($('#fanout-outcome'), result, (data) => ['task ', mono(data.taskId),
-      ` discarded: role version ${number(data.roleVersion)}, ${number(data.processedCount)} users notified before it failed`]);
+      ` discarded: role version ${number(data.roleVersion)}, ${number(data.processedCount)} users notified before it failed; `,
+      h(data.usersPastCursor === 'never-told' ? 'strong' : 'span', {}, data.detail)]);
     await loadFanout();
   }
 
@@ -736,9 +738,11 @@
       card('Publishing held', duration(s.outboxPublishingHeldSeconds), heldBy(s.outboxHeldBy), 'outbox-held'),
       card('Consumer lag', lag.total === null ? 'unknown' : number(lag.total), lag.error || `records behind, group ${lag.group}`, 'consumer-lag'),
       card('Dead letters', number(s.deadLetters), s.newestDeadLetterAt ? `newest ${utc(s.newestDeadLetterAt)} UTC` : 'outbox events the broker rejected for good', 'dead-letters'),
-      card('Fan-out backlog', number(s.fanoutBacklog), 'Pending tasks and expired leases', 'fanout-backlog'),
+      card('Fan-out backlog', number(s.fanoutBacklog), 'Pending tasks, expired leases and tasks waiting out a back-off', 'fanout-backlog'),
       card('Fan-out failed', number(s.fanoutFailed), 'poison tasks waiting for a replay or a discard', 'fanout-failed'),
-      card('Import running', s.importRunning ? 'yes' : 'no', 'a talent-import run is Running', 'import-running'),
+      // The caption says what the value says: never "no" over "a run is Running".
+      card('Import running', s.importRunning ? 'yes' : 'no',
+        s.importRunning ? 'a talent-import run is Running' : 'no talent-import run is Running', 'import-running'),
     );
     for (const stat of document.querySelectorAll('#h-cards .stat')) {
       const alarming = (stat.dataset.stat === 'fanout-failed' && s.fanoutFailed > 0) || (stat.dataset.stat === 'dead-letters' && s.deadLetters > 0)

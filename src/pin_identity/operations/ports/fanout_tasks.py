@@ -29,6 +29,7 @@ class FanOutTask:
     attempt: int
     created_at: datetime
     claim_id: UUID
+    started_at: datetime  # StartedAt: the task's first claim, kept by every later one
 
 
 @dataclass(frozen=True)
@@ -41,7 +42,7 @@ class PoisonedTask:
 
 @dataclass(frozen=True)
 class QueueStats:
-    backlog: int
+    backlog: int  # Pending, InProgress with an expired lease, or waiting out a back-off
     failed: int
 
 
@@ -108,6 +109,17 @@ class TaskReplay(StrEnum):
     ROLE_HAS_PENDING_TASK = "role-has-pending-task"  # one Pending task per role: it notifies every user
 
 
+@dataclass(frozen=True)
+class NewerAnnouncement:
+    """What a role announced after one of its tasks: its version now, and its newest task past that one's
+    version that did not fail (None: none is left)."""
+
+    role_version: int | None  # None: the role is gone
+    task_id: UUID | None
+    task_status: FanOutTaskStatus | None
+    failed: bool  # a task of a newer version failed too
+
+
 class FanOutTasks(Protocol):
     def list_tasks(self, status: FanOutTaskStatus | None, limit: int) -> list[read_models.FanOutTask]:
         """The newest first."""
@@ -119,3 +131,4 @@ class FanOutTasks(Protocol):
         ...
 
     def task_status(self, task_id: UUID) -> FanOutTaskStatus | None: ...
+    def newer_announcement(self, role_id: UUID, role_version: int) -> NewerAnnouncement: ...

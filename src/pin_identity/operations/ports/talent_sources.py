@@ -3,8 +3,9 @@ narrower SourceCheck), and the continuous consumer's stream of the Talent topics
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Protocol
 from uuid import UUID
 
@@ -75,6 +76,12 @@ class TalentStream(Protocol):
     def lag(self) -> dict[tuple[str, int], int] | None:
         """Records behind the end per assigned partition; None until the group assigned partitions, and
         while the broker cannot say (its group coordinator away)."""
+        ...
+
+    def unapplied_since(self, behind: Mapping[tuple[str, int], int]) -> dict[tuple[str, int], datetime]:
+        """For each partition `lag()` found records behind on, when Talent wrote the first of them (its record
+        timestamp): the oldest record not applied yet. A partition whose records past the committed offset
+        cannot be read in time, or hold none a consumer reads (a transaction's marker), is left out."""
         ...
 
     def positions(self) -> dict[tuple[str, int], tuple[int, int]]:
