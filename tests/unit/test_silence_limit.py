@@ -33,3 +33,11 @@ def test_transaction_timeout_is_asked_only_of_a_server_that_has_it() -> None:
     """PostgreSQL 17 brought it; an older server refuses a connection that names it."""
     assert "transaction_timeout" not in _options(SilenceLimit(15).server_options(160_004))
     assert _options(SilenceLimit(15).server_options(170_000))["transaction_timeout"] == "15000"
+
+
+def test_a_session_idle_by_design_is_watched_on_its_path_only() -> None:
+    server = _options(SilenceLimit(20, idle_allowed=True).server_options(170_000))
+    assert "idle_session_timeout" not in server and "transaction_timeout" not in server
+    assert int(server["tcp_keepalives_idle"]) + int(server["tcp_keepalives_interval"]) * int(
+        server["tcp_keepalives_count"]
+    ) <= 20

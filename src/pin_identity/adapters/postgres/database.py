@@ -16,6 +16,7 @@ from psycopg.rows import RowFactory
 from psycopg_pool import ConnectionPool
 
 from pin_identity.adapters.postgres.catalogue import query
+from pin_identity.adapters.postgres.holder_session import HolderSession, holder_session_name
 from pin_identity.adapters.system_clock import SYSTEM_CLOCK
 from pin_identity.domain.clock import Clock
 from pin_identity.domain.errors import LeaseLostError
@@ -67,6 +68,9 @@ class SilenceLimit:
     owner to notice (WaitWatch)."""
 
     after_s: float
+    # A session idle by design (a claim holder's, which only holds its lock): its path is watched (keepalives,
+    # unacknowledged replies), its idleness is not.
+    idle_allowed: bool = False
 
     @property
     def _keepalive(self) -> tuple[int, int, int]:
@@ -79,10 +83,12 @@ class SilenceLimit:
         idle, interval, count = self._keepalive
         after_ms = round(self.after_s * 1000)
         options = (
-            f"-c idle_session_timeout={after_ms} -c tcp_user_timeout={after_ms} "
-            f"-c tcp_keepalives_idle={idle} -c tcp_keepalives_interval={interval} "
-            f"-c tcp_keepalives_count={count}"
+            f"-c tcp_user_timeout={after_ms} -c tcp_keepalives_idle={idle} "
+            f"-c tcp_keepalives_interval={interval} -c tcp_keepalives_count={count}"
         )
+        if self.idle_allowed:
+            return options
+        options += f" -c idle_session_timeout={after_ms}"
         if server_version >= TRANSACTION_TIMEOUT_SINCE:
             options += f" -c transaction_timeout={after_ms}"
         return options
@@ -98,6 +104,11 @@ class SilenceLimit:
             "tcp_user_timeout": round(self.after_s * 1000),
             "connect_timeout": max(2, math.ceil(self.after_s)),  # libpq's least
         }
+
+
+# A claim holder's session (holder_session.py): a host that vanished takes its session, and its claims' holder
+# locks, with it within 20 s, the keepalive probes' bound; a killed process at once.
+HOLDER_PATH_LIMIT = SilenceLimit(20.0, idle_allowed=True)
 
 
 class WaitWatch:
@@ -168,6 +179,9 @@ class Database:
         self.limits = limits
         self.server_version = 0  # server_version_num, known once open
         self._given_back: weakref.WeakKeyDictionary[psycopg.Connection, float] = weakref.WeakKeyDictionary()
+        self._holder = HolderSession(
+            lambda: self.dedicated(name=holder_session_name(), silence=HOLDER_PATH_LIMIT)
+        )
         self._pool = ConnectionPool(
             url,
             min_size=1,
@@ -190,7 +204,12 @@ class Database:
         return self
 
     def close(self) -> None:
+        self._holder.close()
         self._pool.close()
+
+    def holder_key(self) -> int:
+        """The key of this process's claim holder session, which a claim records (opened on the first)."""
+        return self._holder.key()
 
     def execute(self, name: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
         """One named statement in its own transaction; the rows it returned, if it returns any."""

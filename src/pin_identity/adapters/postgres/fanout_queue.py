@@ -88,7 +88,8 @@ class PostgresFanOutQueue:
         return self._database.fetch("fail_exhausted_fanout_tasks", params, class_row(PoisonedTask))
 
     def claim(self, claim_id: UUID, now: datetime, lease_until: datetime) -> FanOutTask | None:
-        params = {"claim_id": claim_id, "now": now, "lease_until": lease_until}
+        holder = self._database.holder_key()
+        params = {"claim_id": claim_id, "now": now, "lease_until": lease_until, "holder": holder}
         row = self._database.fetch_one("claim_fanout_task", params, dict_row)
         return FanOutTask(**row, claim_id=claim_id) if row else None
 

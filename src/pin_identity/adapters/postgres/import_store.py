@@ -239,7 +239,13 @@ class PostgresImportStore:
         self, claim_id: UUID, now: datetime, lease_until: datetime, max_attempts: int, run_id: UUID | None
     ) -> ImportPage | None:
         self._database.execute("fail_exhausted_import_pages", {"now": now, "max_attempts": max_attempts})
-        params = {"claim_id": claim_id, "now": now, "lease_until": lease_until, "run_id": run_id}
+        params = {
+            "claim_id": claim_id,
+            "now": now,
+            "lease_until": lease_until,
+            "run_id": run_id,
+            "holder": self._database.holder_key(),
+        }
         row = self._database.fetch_one("claim_import_page", params, dict_row)
         if row is None:
             return None

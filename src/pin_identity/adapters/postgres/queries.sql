@@ -147,17 +147,21 @@ SELECT pg_notify('pin_identity_fanout', %(task_id)s::text);
 LISTEN pin_identity_fanout;
 
 -- name: fail_exhausted_fanout_tasks
--- Poison: MaxAttempts consecutive leases ended without committing a batch.
+-- Poison: MaxAttempts consecutive leases ended without committing a batch (run out, or their holder gone).
 UPDATE identity.access_fanout_tasks
 SET status = 'Failed', lease_expires_at = NULL, lease_owner = NULL, updated_at = %(now)s
-WHERE status = 'InProgress' AND lease_expires_at <= %(now)s AND attempt_count >= %(max_attempts)s
+WHERE status = 'InProgress' AND attempt_count >= %(max_attempts)s
+  AND (lease_expires_at <= %(now)s OR (lease_owner IS NOT NULL AND identity.claim_holder_gone(holder_key)))
 RETURNING id AS task_id, role_id, attempt_count AS attempts, last_error;
 
 -- name: claim_fanout_task
--- The oldest Pending task, or InProgress one whose lease expired; tasks other workers hold are skipped.
+-- The oldest Pending task, or InProgress one whose lease expired or whose holder's session is gone; tasks
+-- other workers hold are skipped. The claim names this process's holder session.
 WITH next AS (
     SELECT id FROM identity.access_fanout_tasks
-    WHERE status = 'Pending' OR (status = 'InProgress' AND lease_expires_at <= %(now)s)
+    WHERE status = 'Pending'
+       OR (status = 'InProgress' AND (lease_expires_at <= %(now)s
+                                      OR (lease_owner IS NOT NULL AND identity.claim_holder_gone(holder_key))))
     ORDER BY created_at, id
     LIMIT 1
     FOR UPDATE SKIP LOCKED
@@ -166,6 +170,7 @@ UPDATE identity.access_fanout_tasks t
 SET status = 'InProgress',
     lease_expires_at = %(lease_until)s,
     lease_owner = %(claim_id)s,
+    holder_key = %(holder)s,
     attempt_count = t.attempt_count + 1,
     started_at = COALESCE(t.started_at, %(now)s),
     updated_at = %(now)s
@@ -293,10 +298,11 @@ SET lease_expires_at = %(available_at)s,
 WHERE id = %(task_id)s AND lease_owner = %(claim_id)s AND status = 'InProgress';
 
 -- name: fanout_queue_stats
--- The backlog: every task no worker is on, Pending, InProgress with an expired lease, or handed back after a
+-- The backlog: every task no worker is on, Pending, InProgress with an expired lease or a holder gone, or handed back after a
 -- failed attempt and waiting out its back-off (no owner, available again at lease_expires_at).
 SELECT count(*) FILTER (WHERE status = 'Pending'
-                           OR (status = 'InProgress' AND (lease_owner IS NULL OR lease_expires_at <= %(now)s)))
+                           OR (status = 'InProgress' AND (lease_owner IS NULL OR lease_expires_at <= %(now)s
+                                                          OR identity.claim_holder_gone(holder_key))))
            AS backlog,
        count(*) FILTER (WHERE status = 'Failed') AS failed
 FROM identity.access_fanout_tasks
@@ -812,6 +818,10 @@ ORDER BY 1, 2;
 -- name: ping
 SELECT 1;
 
+-- name: take_holder_lock
+-- A claim holder's lock (adapters/postgres/holder_session.py), held for as long as its session lives.
+SELECT pg_try_advisory_lock(%(space)s, %(key)s);
+
 -- ---------------------------------------------------------------- demo checks
 
 -- name: talent_managers_with_one_default_role
@@ -897,25 +907,26 @@ UPDATE identity.talent_import_pages
 SET status = 'Failed', lease_until = NULL, claim_id = NULL, updated_at = %(now)s,
     error = COALESCE(error, 'lease expired after the last attempt')
 WHERE attempt_count >= %(max_attempts)s
-  AND (status = 'Pending' OR (status = 'InProgress' AND lease_until <= %(now)s))
+  AND (status = 'Pending'
+       OR (status = 'InProgress' AND (lease_until <= %(now)s OR identity.claim_holder_gone(holder_key))))
   AND run_id IN (SELECT id FROM identity.talent_import_runs WHERE status = 'Running')
 RETURNING stage;
 
 -- name: claim_import_page
 -- Tenants pages first (the barrier already keeps Users pages out until Tenants are Done); pages others hold
--- are skipped; an InProgress page whose holder's lease expired is taken again.
+-- are skipped; an InProgress page whose lease expired or whose holder's session is gone is taken again.
 WITH next AS (
     SELECT p.id FROM identity.talent_import_pages p
     JOIN identity.talent_import_runs r ON r.id = p.run_id AND r.status = 'Running'
     WHERE (%(run_id)s::uuid IS NULL OR p.run_id = %(run_id)s::uuid)
       AND ((p.status = 'Pending' AND COALESCE(p.available_at, %(now)s) <= %(now)s)
-           OR (p.status = 'InProgress' AND p.lease_until <= %(now)s))
+           OR (p.status = 'InProgress' AND (p.lease_until <= %(now)s OR identity.claim_holder_gone(p.holder_key))))
     ORDER BY p.stage = 'Users', p.page_no
     LIMIT 1
     FOR UPDATE OF p SKIP LOCKED
 )
 UPDATE identity.talent_import_pages p
-SET status = 'InProgress', lease_until = %(lease_until)s, claim_id = %(claim_id)s,
+SET status = 'InProgress', lease_until = %(lease_until)s, claim_id = %(claim_id)s, holder_key = %(holder)s,
     attempt_count = p.attempt_count + 1, updated_at = %(now)s
 FROM next
 WHERE p.id = next.id
