@@ -162,7 +162,6 @@ class _Transaction:
     started: float
     ids: list[int] = field(default_factory=list)  # produced in it: acknowledged only once it commits
     topics: Counter[str] = field(default_factory=Counter)
-    places: set[Place] = field(default_factory=set)  # the partitions it wrote to
     alone: bool = False  # a suspect's own: one event, nothing else
     committing: bool = False  # due: takes no more events; committed once all of it is answered
     commit_called: bool = False  # commit_transaction() called: only it may be called until it returns
@@ -463,8 +462,7 @@ class KafkaEventPublisher:
             # A suspect's transaction takes nothing else: it is committed as soon as it is answered.
             transaction.committing = alone
         held = self._missing.held
-        placed = [(event, self.partition(event.topic, event.key)) for event in events]
-        short = self._short_of_replicas(placed, transaction)
+        placed, short = self._placed(events)
         for event, partition in placed:
             place = (event.topic, partition)
             if held and event.topic in held:
@@ -481,15 +479,22 @@ class KafkaEventPublisher:
                 transaction.topics[event.topic] += 1
         return failed_at_once
 
-    def _short_of_replicas(
-        self, placed: Sequence[tuple[PendingEvent, int | None]], transaction: _Transaction
-    ) -> dict[Place, str]:
-        """The partitions new to the transaction that the broker says cannot take a write now. Kafka ends a
-        transaction by writing a marker in each of its partitions, acks=all: one that took a partition short
-        of replicas can neither commit nor abort until the partition is back, and its transactional.id
-        (the relay's one) takes nothing else meanwhile. So no event goes to such a partition."""
-        places = {(event.topic, partition) for event, partition in placed if partition is not None}
-        return self.unwritable(places - transaction.places)
+    def _placed(
+        self, events: Sequence[PendingEvent]
+    ) -> tuple[list[tuple[PendingEvent, int | None]], dict[Place, str]]:
+        """Each event with its partition, and the partitions the broker says cannot take a write now. Kafka
+        ends a transaction by writing a marker in each of its partitions, acks=all: one that took a partition
+        short of replicas can neither commit nor abort until the partition is back, and its transactional.id
+        (the relay's one) takes nothing else meanwhile. So no event goes to such a partition. The partition is
+        computed only for the events of a topic that has one (None: librdkafka places the event, in the same
+        partition): most of the time no topic has, and the relay's hot path computes nothing."""
+        short = self._unwritable_in({event.topic for event in events})
+        computed = {topic for topic, _ in short}
+        placed = [
+            (event, self.partition(event.topic, event.key) if event.topic in computed else None)
+            for event in events
+        ]
+        return placed, short
 
     def _send_alone(self, producer: Producer, report: PublishReport) -> None:
         """With no transaction open, a suspect goes in one of its own."""
@@ -544,7 +549,7 @@ class KafkaEventPublisher:
         # Once commit_transaction() was called, librdkafka takes no other transactional call until it
         # returns: it fails by itself (abortable) when an event of it failed, and is aborted then.
         if not transaction.commit_called and not (answers.retry or answers.rejected) and self._stalled():
-            answers.failing.update(self.unwritable(transaction.places))
+            answers.failing.update(self._unwritable_in(transaction.topics))
         if (answers.retry or answers.rejected or answers.failing) and not transaction.commit_called:
             self._abort(producer, answers)
             return
@@ -579,6 +584,15 @@ class KafkaEventPublisher:
             return False
         transaction.asked_at = now
         return True
+
+    def _unwritable_in(self, topics: Collection[str]) -> dict[Place, str]:
+        """Every partition of these topics that cannot take a write now."""
+        found: dict[Place, str] = {}
+        for topic in topics:
+            metadata = self._topic_metadata(topic)
+            if metadata is not None:
+                found.update(self.unwritable([(topic, number) for number in metadata.partitions]))
+        return found
 
     def unwritable(self, places: Collection[Place]) -> dict[Place, str]:
         found: dict[Place, str] = {}
@@ -725,8 +739,6 @@ class KafkaEventPublisher:
                 self._one_offs += 1
             else:
                 in_flight[key] = outbox_id
-            if partition is not None and self._transaction is not None:
-                self._transaction.places.add((topic, partition))
             return
 
     def _classify(
