@@ -6,7 +6,6 @@ second node is back."""
 from __future__ import annotations
 
 import time
-import uuid
 from pathlib import Path
 
 import pytest
@@ -101,15 +100,6 @@ def _access_topic_on_chosen_replicas(bootstrap: str, partitions: int) -> None:
     future.result(30)
 
 
-def _granted_users(bootstrap: str, role: uuid.UUID) -> set[str]:
-    tap = EventTap(bootstrap, [ACCESS_TOPIC], from_beginning=True)
-    try:
-        grants = tap.read_to_end(lambda e: e.payload["changedRoleId"] == str(role))
-    finally:
-        tap.close()
-    return {e.key for e in grants}
-
-
 @pytest.mark.slow  # a three-node cluster, one node stopped and started again: 40-70 s on 2 cores
 def test_one_access_partition_below_min_isr_holds_only_its_own_users_events(
     env: dict[str, str], settings: Settings, cluster: KafkaCluster, database_url: str, tmp_path: Path
@@ -124,7 +114,7 @@ def test_one_access_partition_below_min_isr_holds_only_its_own_users_events(
     _, role = seed.held_role(container.stores.transactions, HEAVY_HOLDERS)
     with relay_worker(env, tmp_path) as (base, worker, _):
         wait_until(lambda: outbox_count(database_url) == 0, "the grants are published", timeout_s=60)
-        holders = _granted_users(cluster.bootstrap, role)
+        holders = users_told_of_the_change(cluster.bootstrap, role, reason=None)
         short = {user for user in holders if key_partition(user.encode(), partitions) in SHORT_PARTITIONS}
         assert len(holders) == HEAVY_HOLDERS and short and short != holders
         cluster.wait_in_sync()

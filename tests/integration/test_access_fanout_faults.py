@@ -9,12 +9,12 @@ import subprocess
 import sys
 from collections import Counter
 
-import psycopg
 import pytest
 
 from pin_identity.composition.stores import Stores
 from pin_identity.domain.fanout_policy import FanOutPolicy
 from tests.support import seed
+from tests.support.fanout import task_progress
 from tests.support.kafka_tap import ConsumedEvent, EventTap
 from tests.support.relay import outbox_count
 from tests.support.waiting import holds_within, wait_until
@@ -22,13 +22,6 @@ from tests.support.waiting import holds_within, wait_until
 USERS = 20_000
 KILLS = 5
 LEASE_S = 2
-
-
-def _task_status(database_url: str) -> tuple[str, int]:
-    with psycopg.connect(database_url) as conn:
-        row = conn.execute("SELECT status, processed_count FROM identity.access_fanout_tasks").fetchone()
-    assert row is not None
-    return row[0], row[1]
 
 
 @pytest.mark.slow
@@ -64,7 +57,7 @@ def test_sigkill_at_random_moments_loses_no_user(
 
     def progressed_to(target: int) -> bool:
         """Whether the task's progress reached `target`; if not, what was published meanwhile is read."""
-        if _task_status(database_url)[1] >= target:
+        if task_progress(database_url)[1] >= target:
             return True
         tap.poll(0.05)
         received.clear()
@@ -75,12 +68,12 @@ def test_sigkill_at_random_moments_loses_no_user(
         worker = subprocess.Popen(command, env=env, stderr=subprocess.DEVNULL)
         # Kill at a random point of the progress, so every kill lands mid-stream (batches in flight,
         # events in the outbox and in the producer).
-        target = _task_status(database_url)[1] + rng.randint(200, 2500)
+        target = task_progress(database_url)[1] + rng.randint(200, 2500)
         holds_within(functools.partial(progressed_to, target), 60, every_s=0)
         worker.send_signal(signal.SIGKILL)
         worker.wait()
         kills += 1
-        assert _task_status(database_url)[0] != "Completed", (
+        assert task_progress(database_url)[0] != "Completed", (
             "make the role bigger: a kill must land mid-stream"
         )
 
@@ -88,7 +81,7 @@ def test_sigkill_at_random_moments_loses_no_user(
     try:
         # The task done and the outbox drained: every event is acknowledged, so below the topic's end.
         wait_until(
-            lambda: _task_status(database_url)[0] == "Completed" and outbox_count(database_url) == 0,
+            lambda: task_progress(database_url)[0] == "Completed" and outbox_count(database_url) == 0,
             "the finisher completes the task and publishes every event",
             timeout_s=120,
         )
@@ -99,6 +92,6 @@ def test_sigkill_at_random_moments_loses_no_user(
 
     assert set(received) == {str(u) for u in users}, f"lost {USERS - len(received)} users"
     assert max(received.values()) <= 1 + KILLS
-    assert _task_status(database_url) == ("Completed", USERS)
+    assert task_progress(database_url) == ("Completed", USERS)
     duplicates = sum(count - 1 for count in received.values())
     print(f"{KILLS} kills: {USERS} users, {duplicates} duplicate events, max copies {max(received.values())}")

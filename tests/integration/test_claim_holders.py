@@ -26,17 +26,11 @@ from pin_identity.config import Settings
 from pin_identity.domain.errors import LeaseLostError
 from pin_identity.domain.fanout_policy import FanOutPolicy
 from tests.support import seed
+from tests.support.fanout import task_progress
 from tests.support.waiting import wait_until
 
 USERS = 20_000
 TAKEN_OVER_WITHIN_S = 30
-
-
-def _task(database_url: str) -> tuple[str, int]:
-    with psycopg.connect(database_url) as conn:
-        row = conn.execute("SELECT status, processed_count FROM identity.access_fanout_tasks").fetchone()
-    assert row is not None
-    return row[0], row[1]
 
 
 def _events_per_user(database_url: str, role_id: uuid.UUID) -> Counter[str]:
@@ -87,15 +81,17 @@ def test_a_worker_killed_mid_task_has_its_task_taken_over_at_once_with_the_defau
 
     first = subprocess.Popen(command, env=env, stderr=subprocess.DEVNULL)
     try:
-        wait_until(lambda: _task(database_url)[1] >= USERS // 4, "the first worker is a quarter through")
+        wait_until(
+            lambda: task_progress(database_url)[1] >= USERS // 4, "the first worker is a quarter through"
+        )
     finally:
         first.send_signal(signal.SIGKILL)  # an OOM kill: no stop, no release
         first.wait()
-    killed_at, processed_at_kill = time.monotonic(), _task(database_url)[1]
+    killed_at, processed_at_kill = time.monotonic(), task_progress(database_url)[1]
     second = subprocess.Popen(command, env=env, stderr=subprocess.DEVNULL)
     try:
         wait_until(
-            lambda: _task(database_url)[0] == "Completed",
+            lambda: task_progress(database_url)[0] == "Completed",
             "another worker takes the task over and completes it",
             timeout_s=TAKEN_OVER_WITHIN_S,
         )

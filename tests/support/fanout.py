@@ -5,6 +5,8 @@ from __future__ import annotations
 import threading
 import time
 
+import psycopg
+
 from pin_identity.composition import Container
 from pin_identity.config import FanOutSettings
 from pin_identity.jobs.access_fanout import AccessFanOutJob
@@ -43,3 +45,11 @@ def fanout_job(
 
 def run_until_idle(job: AccessFanOutJob) -> None:
     job.run(threading.Event(), once=True)
+
+
+def task_progress(database_url: str) -> tuple[str, int]:
+    """The one fan-out task's status and processed count."""
+    with psycopg.connect(database_url) as conn:
+        row = conn.execute("SELECT status, processed_count FROM identity.access_fanout_tasks").fetchone()
+    assert row is not None
+    return row[0], row[1]

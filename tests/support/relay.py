@@ -56,14 +56,17 @@ def change_permissions_inline(container: Container, role: uuid.UUID, holders: in
     )
 
 
-def users_told_of_the_change(bootstrap: str, role: uuid.UUID) -> set[str]:
-    """The users with an event of the role's permission change on the access topic, read whole."""
+def users_told_of_the_change(
+    bootstrap: str, role: uuid.UUID, reason: str | None = "RolePermissionsChanged"
+) -> set[str]:
+    """The users with an event of the role's change (`reason`: of this kind only; None: any) on the access
+    topic, read whole."""
     tap = EventTap(bootstrap, [ACCESS_TOPIC], from_beginning=True)
     try:
         events = tap.read_to_end(lambda e: e.payload["changedRoleId"] == str(role))
     finally:
         tap.close()
-    return {e.key for e in events if e.payload["changeReason"] == "RolePermissionsChanged"}
+    return {e.key for e in events if reason is None or e.payload["changeReason"] == reason}
 
 
 def read_rows(queue: OutboxQueue, limit: int, after: int) -> list[PendingEvent]:

@@ -38,6 +38,8 @@ def test_transaction_timeout_is_asked_only_of_a_server_that_has_it() -> None:
 def test_a_session_idle_by_design_is_watched_on_its_path_only() -> None:
     server = _options(SilenceLimit(20, idle_allowed=True).server_options(170_000))
     assert "idle_session_timeout" not in server and "transaction_timeout" not in server
-    assert int(server["tcp_keepalives_idle"]) + int(server["tcp_keepalives_interval"]) * int(
-        server["tcp_keepalives_count"]
-    ) <= 20
+    assert (
+        int(server["tcp_keepalives_idle"])
+        + int(server["tcp_keepalives_interval"]) * int(server["tcp_keepalives_count"])
+        <= 20
+    )
