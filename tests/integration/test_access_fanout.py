@@ -17,6 +17,8 @@ from uuid import UUID
 import psycopg
 import pytest
 
+from pin_identity.adapters.kafka.embedded_kafka import free_port
+from pin_identity.adapters.postgres.database import Database
 from pin_identity.adapters.postgres.fanout_queue import (
     PostgresFanOutBatch,
     PostgresFanOutQueue,
@@ -37,6 +39,7 @@ from pin_identity.operations import identity_changes
 from pin_identity.operations.ports.fanout_tasks import FanOutTask, PageWritten
 from tests.support import seed
 from tests.support.clocks import ManualClock
+from tests.support.databases import through_port
 from tests.support.fanout import fanout_job, run_until_idle
 from tests.support.kafka_tap import ConsumedEvent, EventTap
 from tests.support.relay import outbox_count, publish_outbox
@@ -487,33 +490,67 @@ def _listening(conn: psycopg.Connection) -> bool:
     return bool(row and row[0])
 
 
-def test_a_new_task_wakes_an_idle_worker_long_before_its_polling_interval(
-    container: Container, connections: Connections, stores: Stores, database_url: str
-) -> None:
-    _, role_id, _ = seed.bulk_held_role(stores.transactions, database_url, 20)
+@contextmanager
+def _idle_worker(stores: Stores, connections: Connections) -> Iterator[None]:
+    """The fan-out job on a thread, with real wake-ups and a polling interval no test waits out (60 s)."""
     settings = FanOutSettings(polling_interval_s=60, batch_size=50)
     job = AccessFanOutJob(
-        stores.fanout_queue,
-        PostgresTaskWakeups(connections.database),
-        settings,
-        SYSTEM_CLOCK,
+        stores.fanout_queue, PostgresTaskWakeups(connections.database), settings, SYSTEM_CLOCK
     )
     stop = threading.Event()
     worker = threading.Thread(target=job.run, args=(stop,), daemon=True)
     worker.start()
     try:
-        _wait_for_listener(database_url)  # the worker found nothing and is now waiting on LISTEN
-        enqueued = time.monotonic()
-        task_id = _change_permissions(container, role_id)
-        wait_until(
-            lambda: _task_row(database_url, task_id)["status"] == "Completed",
-            "the NOTIFY woke the worker and it completed the task",
-            timeout_s=10,
-        )
+        yield
     finally:
         stop.set()
         worker.join(10)
+
+
+def _completes_within_10_s(database_url: str, task_id: UUID, why: str) -> None:
+    enqueued = time.monotonic()
+    wait_until(lambda: _task_row(database_url, task_id)["status"] == "Completed", why, timeout_s=10)
     assert time.monotonic() - enqueued < 10
+
+
+def test_a_new_task_wakes_an_idle_worker_long_before_its_polling_interval(
+    container: Container, connections: Connections, stores: Stores, database_url: str
+) -> None:
+    _, role_id, _ = seed.bulk_held_role(stores.transactions, database_url, 20)
+    with _idle_worker(stores, connections):
+        _wait_for_listener(database_url)  # the worker found nothing and is now waiting on LISTEN
+        task_id = _change_permissions(container, role_id)
+        _completes_within_10_s(database_url, task_id, "the NOTIFY woke the worker and it completed the task")
+
+
+def test_a_task_announced_while_the_listening_session_was_gone_is_found_once_it_reconnects(
+    container: Container, connections: Connections, stores: Stores, database_url: str
+) -> None:
+    """A NOTIFY sent while nobody listened is lost (the server ended the session: a failover, a restart):
+    the worker looks for a task as soon as it listens again, not at its next polling interval."""
+    _, role_id, _ = seed.bulk_held_role(stores.transactions, database_url, 20)
+    with _idle_worker(stores, connections), psycopg.connect(database_url, autocommit=True) as conn:
+        _wait_for_listener(database_url)
+        conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE application_name = 'pin-identity-fanout-listen' AND datname = current_database()"
+        )
+        task_id = _change_permissions(container, role_id)  # announced to nobody: the listener is gone
+        _completes_within_10_s(database_url, task_id, "the worker looked once it listened again")
+
+
+def test_a_listen_connection_refused_waits_out_its_timeout_rather_than_asking_again_at_once(
+    connections: Connections, database_url: str
+) -> None:
+    """While the server refuses connections (a failover), the worker's idle loop asks for a wake-up every
+    half second: each failed LISTEN waits its timeout out, or the worker would reconnect in a busy loop."""
+    away = Database(through_port(database_url, free_port()), limits=connections.database.limits)
+    wakeups = PostgresTaskWakeups(away)
+    started, tries = time.monotonic(), 0
+    while time.monotonic() - started < 1.0:
+        assert wakeups.wait(0.25) is False
+        tries += 1
+    assert tries <= 5, f"{tries} connection attempts in 1 s"
 
 
 def test_the_page_writes_events_exactly_as_the_domain_renders_them(

@@ -48,6 +48,9 @@ class RecordingImportObserver(ImportObserver):
     def handover_failed(self, run: ImportRun, exc: Exception) -> None:
         self.calls.append(f"handover failed: {exc}")
 
+    def step_failed(self, run: ImportRun | None, exc: Exception) -> None:
+        self.calls.append(f"step failed: {exc}")
+
     def cancelled(self, run: ImportRun) -> None:
         self.calls.append("cancelled")
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from pin_identity.adapters.kafka.embedded_kafka import HOST
@@ -50,9 +50,11 @@ class _Link:
 
 
 class TcpProxy:
-    def __init__(self, listen_port: int, target: int | str):
-        """`target`: the server's port on loopback, or the path of its Unix socket."""
+    def __init__(self, listen_port: int, target: int | str, *, accepted: Callable[[int], None] | None = None):
+        """`target`: the server's port on loopback, or the path of its Unix socket. `accepted` is told each
+        connection's client port (on a thread of its own: it may look the port's process up)."""
         self.listen_port, self._target = listen_port, target
+        self._accepted = accepted
         self._loop = asyncio.new_event_loop()
         self._links: set[_Link] = set()
         self._stall_new = False
@@ -80,6 +82,11 @@ class TcpProxy:
     def restore(self) -> None:
         self._call(self._restore())
 
+    def move_to(self, target: int | str) -> None:
+        """The endpoint now leads to another server (a moved virtual address, a proxy's new backend): open
+        connections are cut, as a moved address's are, and new ones reach `target`."""
+        self._call(self._move_to(target))
+
     def held_bytes(self) -> int:
         """Bytes the stalled connections hold (a signal that a client sent something into the stall)."""
         return sum(link.held_bytes for link in list(self._links))
@@ -99,6 +106,11 @@ class TcpProxy:
         self._stall_new = self._closes_held = False
         for link in self._links:
             link.release()
+
+    async def _move_to(self, target: int | str) -> None:
+        self._target = target
+        for link in self._links:
+            link.abort()
 
     async def _listen(self) -> None:
         self._server = await asyncio.start_server(self._accept, HOST, self.listen_port, reuse_address=True)
@@ -122,6 +134,9 @@ class TcpProxy:
         except OSError:
             client_writer.transport.abort()
             return
+        if self._accepted is not None:
+            client_port = client_writer.get_extra_info("peername")[1]
+            self._loop.run_in_executor(None, self._accepted, client_port)
         link = _Link(held=self._stall_new, closes_held=self._closes_held)
         link.writers = [client_writer, server_writer]
         self._links.add(link)

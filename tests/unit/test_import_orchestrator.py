@@ -6,11 +6,14 @@ from __future__ import annotations
 import threading
 import uuid
 from datetime import UTC, datetime
+from typing import Any
 
 from pin_identity.config import ImportSettings
 from pin_identity.domain.errors import SourceNotConfiguredError
 from pin_identity.domain.import_run import (
     ImportMode,
+    ImportPage,
+    ImportRun,
     PageStatus,
     RunStatus,
 )
@@ -146,6 +149,37 @@ def test_the_job_drives_a_run_to_its_end_on_its_pages() -> None:
 
     assert (ended.status, ended.companies.applied, ended.users.applied) == (RunStatus.COMPLETED, 3, 6)
     assert set(store.statuses()) == {PageStatus.DONE} and job.orchestrating is False
+
+
+class DatabaseAway(MemoryImportStore):
+    """The store's reads of the run and its claims fail `failures` times (a failover), then answer."""
+
+    failures = 0
+
+    def _away(self) -> None:
+        if self.failures:
+            self.failures -= 1
+            raise ConnectionError("server closed the connection unexpectedly")
+
+    def load_run(self, run_id: uuid.UUID) -> ImportRun | None:
+        self._away()
+        return super().load_run(run_id)
+
+    def claim_page(self, *args: Any) -> ImportPage | None:
+        self._away()
+        return super().claim_page(*args)
+
+
+def test_a_database_away_for_a_while_fails_steps_not_the_run() -> None:
+    store, source, observer = DatabaseAway(), _source(3, 2), RecordingImportObserver()
+    job = TalentImportJob(store, MemoryRunLock(), lambda mode: source, SETTINGS, ManualClock(NOW), observer)
+    run = store.start(page_size=2)
+    store.failures = 4
+
+    ended = job.drive(run, threading.Event())
+
+    assert (ended.status, ended.companies.applied, ended.users.applied) == (RunStatus.COMPLETED, 3, 6)
+    assert observer.calls.count("step failed: server closed the connection unexpectedly") == 4
 
 
 def test_a_job_that_cannot_read_the_source_leaves_the_run_to_others() -> None:

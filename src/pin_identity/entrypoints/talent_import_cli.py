@@ -165,16 +165,22 @@ def _drive(
     """The job works in a thread; this one shows progress."""
     job = container.jobs.talent_import(lock=lock)
     outcome: list[ImportRun] = []
+    crashed: list[Exception] = []
 
     def drive() -> None:
-        outcome.append(job.drive(run, signals.stop, cancel=signals.cancel))
+        try:
+            outcome.append(job.drive(run, signals.stop, cancel=signals.cancel))
+        except Exception as exc:  # raised again below: the command fails with it, never "stopped (SIGTERM)"
+            crashed.append(exc)
 
     worker = threading.Thread(target=drive, name="talent-import")
     worker.start()
     if show_progress:
         _show_progress(container, run, worker)
     worker.join()
-    return outcome[0] if outcome else container.use_cases.imports.existing_run(run.run_id)
+    if crashed:
+        raise crashed[0]
+    return outcome[0]
 
 
 def _show_progress(container: Container, run: ImportRun, worker: threading.Thread) -> None:

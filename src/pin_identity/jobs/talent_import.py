@@ -62,7 +62,12 @@ class TalentImportJob:
         """`worker --jobs talent-import`: help any Running run; orchestrate it when nobody else does."""
         try:
             while not stop.is_set():
-                run = self.store.running_run()
+                try:
+                    run = self.store.running_run()
+                except Exception as exc:  # the database is away (a failover): asked again after a wait
+                    self.observer.step_failed(None, exc)
+                    stop.wait(self.settings.idle_wait_s)
+                    continue
                 if run is None:
                     self._orchestrator.step_down()
                     if once:
@@ -81,8 +86,9 @@ class TalentImportJob:
         run is left Running, its lock released and no page held, for the next process to resume. `cancel`
         (SIGINT, Ctrl-C at a terminal; set with `stop`) cancels the run after the current page instead."""
         self._orchestrator.take(run)
+        current: ImportRun | None = run
         try:
-            while (current := self.store.load_run(run.run_id)) and current.status is RunStatus.RUNNING:
+            while (current := self._reload(current or run)) and current.status is RunStatus.RUNNING:
                 if cancel is not None and cancel.is_set():
                     self._orchestrator.cancel(current)
                 elif stop.is_set():
@@ -90,13 +96,31 @@ class TalentImportJob:
                     return current
                 elif not self.step(current):
                     stop.wait(self.settings.idle_wait_s)
-            return self.store.load_run(run.run_id) or run
+            return current or run
         finally:
             self._orchestrator.step_down()
             self.close()
 
+    def _reload(self, run: ImportRun) -> ImportRun | None:
+        """The run as stored (None once it is gone), or as last seen while the database is away."""
+        try:
+            return self.store.load_run(run.run_id)
+        except Exception as exc:
+            self.observer.step_failed(run, exc)
+            return run
+
     def step(self, run: ImportRun) -> bool:
-        """Plan a little and apply one page; True when anything moved."""
+        """Plan a little and apply one page; True when anything moved. A database that is away (a failover,
+        a restart) fails the step, not the process: the caller waits and steps again, and the lock and the
+        page this process held are back in play with the session they lived in (the orchestrator takes the
+        lock again, the page is claimed again, by whichever process is first)."""
+        try:
+            return self._step(run)
+        except Exception as exc:
+            self.observer.step_failed(run, exc)
+            return False
+
+    def _step(self, run: ImportRun) -> bool:
         source = self._source(run.mode)
         if source is None:
             return False  # neither orchestrate nor take pages: other processes can, this one cannot

@@ -60,6 +60,11 @@ class ImportObserver:
     def handover_failed(self, run: ImportRun, exc: Exception) -> None:
         log.warning("import-handover-failed", run_id=str(run.run_id), error=describe_error(exc))
 
+    def step_failed(self, run: ImportRun | None, exc: Exception) -> None:
+        """A step failed on the database (or on anything else unforeseen): the job waits and steps again."""
+        run_id = str(run.run_id) if run is not None else None
+        log.warning("import-step-failed", run_id=run_id, error=describe_error(exc))
+
     def left_running(self, run: ImportRun) -> None:
         log.info("import-stopped", run_id=str(run.run_id), correlation_id=str(run.correlation_id))
 

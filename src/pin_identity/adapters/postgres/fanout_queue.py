@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
@@ -165,10 +166,16 @@ class PostgresTaskWakeups:
             if self._conn is None or self._conn.closed:
                 self._conn = self._database.dedicated(autocommit=True, name="pin-identity-fanout-listen")
                 self._conn.execute(query("listen_fanout_tasks"))
+                # What was announced while no session listened (a failover, a restart of the server) was
+                # lost with it: the job looks for a task once now rather than at its next polling interval.
+                return True
             return any(True for _ in self._conn.notifies(timeout=timeout_s, stop_after=1))
         except psycopg.Error:
+            # Polling carries on without wake-ups until a later try reconnects. The timeout is waited out
+            # here: a server that refuses connections at once would otherwise be asked again in a busy loop.
             self.close()
-            return False  # polling carries on without wake-ups until the next try reconnects
+            time.sleep(timeout_s)
+            return False
 
     def close(self) -> None:
         if self._conn is not None:
