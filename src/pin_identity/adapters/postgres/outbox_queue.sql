@@ -5,7 +5,8 @@
 -- A custom plan per statement: under a generic plan an id array (once the 20,000 ids in flight, now the ids
 -- removed at once) was searched row by row, and a fetch with 18,000 in flight held up the relay's loop (and
 -- its session checks; BENCHMARKS.md has the figures). Planning the relay's few statements each time costs
--- little.
+-- little. fetch_ready_outbox_events counts on it too: a condition it is given null for drops out of a custom
+-- plan only.
 SET synchronous_commit = off; SET plan_cache_mode = force_custom_plan;
 
 -- name: try_lock_outbox_relay
@@ -59,34 +60,21 @@ FROM identity.outbox_events_id_seq s;
 -- The next rows after the last one the relay read, never past the id up to which every row is final, so a
 -- row that commits late is never stepped over, and rows of one aggregate leave in the order their
 -- transactions wrote them. The relay itself holds back the later rows of a key that has one in flight.
--- Rows of the topics it holds (`skip`: a topic the broker does not have) are left where they are. At most
--- `max_bytes` of values (the first row whatever its size): the sizes are read first, the values of the rows
--- that fit only. PendingEvent's fields in order, then the event id the row is removed by
+-- Rows of the topics it holds (`skip`: a topic the broker does not have) are left where they are; a topic it
+-- held is read again on its own (`topic`, `skip` null) from where it was left up to `upto` (where the other
+-- topics stand). One statement for both reads, each planned as it was as a statement of its own: the relay's
+-- session plans every run with its values (relay_session_settings), so a condition whose parameter is null
+-- drops out of the plan. (`upto` stays null for the main read: a bound more or less on the id, even one
+-- equal to `final`, weighs in the plan's costs; one fewer moved a held topic's read to another plan.)
+-- At most `max_bytes` of values (the first row whatever its size): the sizes are read first, the values of
+-- the rows that fit only. PendingEvent's fields in order, then the event id the row is removed by
 -- (delete_outbox_events), then how many rows the page had before the cut (the relay's read position).
 WITH page AS (
     SELECT id, octet_length(value) AS size
     FROM identity.outbox_events
-    WHERE id > %(after)s AND id <= %(final)s AND topic <> ALL(%(skip)s::text[])
-    ORDER BY id
-    LIMIT %(limit)s
-),
-fits AS (
-    SELECT id FROM (SELECT id, size, sum(size) OVER (ORDER BY id) AS running FROM page) AS sized
-    WHERE running - size < %(max_bytes)s
-)
-SELECT e.id AS outbox_id, e.topic, e.message_key AS key, convert_to(e.value, 'UTF8') AS value, e.event_type,
-       e.correlation_id::text AS correlation_id, e.traceparent, e.event_id::text AS event_id,
-       (SELECT count(*) FROM page) AS page_rows
-FROM identity.outbox_events e JOIN fits USING (id)
-ORDER BY e.id;
-
--- name: fetch_topic_outbox_events
--- A topic the relay held, read again on its own from where it was left up to `upto` (where the other topics
--- stand), as fetch_ready_outbox_events reads (same columns).
-WITH page AS (
-    SELECT id, octet_length(value) AS size
-    FROM identity.outbox_events
-    WHERE id > %(after)s AND id <= %(upto)s AND id <= %(final)s AND topic = %(topic)s
+    WHERE id > %(after)s AND (%(upto)s::bigint IS NULL OR id <= %(upto)s) AND id <= %(final)s
+      AND (%(topic)s::text IS NULL OR topic = %(topic)s)
+      AND (%(skip)s::text[] IS NULL OR topic <> ALL(%(skip)s::text[]))
     ORDER BY id
     LIMIT %(limit)s
 ),
