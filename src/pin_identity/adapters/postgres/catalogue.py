@@ -1,9 +1,9 @@
 """All SQL of the application lives in named blocks of this folder's `.sql` files, read once at import.
 
-Each store's statements sit beside its module, in a file of its name (`fanout_queue.sql` beside
-`fanout_queue.py`); a block that stores of different concerns all run has a file of its own
-(`access_rendering.sql`). The files make one namespace: a caller names a block alone, never its file, so a
-name given twice, in one file or two, is refused at load.
+Each module's statements sit beside it, in a file of its name (`fanout_queue.sql` beside `fanout_queue.py`);
+a block that several stores run, none of them its owner, has a file of its own (`access_rendering.sql`). The
+files make one namespace: a caller names a block alone, never its file, so a name given twice, in one file or
+two, is refused at load.
 
 A block may hold another, from any file, as a subquery with a line `-- include: <name>`, so a statement that
 builds on a query (the fan-out's page writes the snapshots `rendered_access_snapshots` renders) never repeats
