@@ -219,7 +219,7 @@ def test_the_page_needs_no_token_and_each_data_call_sends_it(console: Console, p
     assert served.status_code == 200 and served.headers["content-type"].startswith("text/html")
     assert "script-src 'self'" in served.headers["content-security-policy"]
     assert httpx.get(f"{console.base}/ui/console.js").status_code == 200
-    assert httpx.get(f"{console.base}/ui/queries.sql").status_code == 404
+    assert httpx.get(f"{console.base}/ui/fanout_queue.sql").status_code == 404
     assert httpx.get(f"{console.base}/admin/v1/talent-import/runs").status_code == 401
     paths = set(httpx.get(f"{console.base}/openapi.json").json()["paths"])
     assert {

@@ -22,7 +22,6 @@ POSITIONAL_READS: dict[str, tuple[str, ...]] = {
     # outbox_queue._pending_events: each row's first columns become a PendingEvent; the queue removes the row
     # by its outbox id and the event id after them.
     "fetch_ready_outbox_events": (*PendingEvent._fields, "event_id", "page_rows"),
-    "fetch_topic_outbox_events": (*PendingEvent._fields, "event_id", "page_rows"),
     # fanout_queue._locked_page
     "lock_fanout_page": ("page_size", "last_user_id", "user_ids"),
     # replica_store._companies_by_tenant, _users_by_talent_id, _access_changes, phone_owners, deleted_versions

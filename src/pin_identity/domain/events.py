@@ -5,7 +5,9 @@ envelope with its payload (userId, companyId, changeReason, version, changedRole
 encoded once per operation or page with slots for what differs per user (`EnvelopeSlot`); `_assignments` is
 one entry of activeAssignments (assignmentId, roleId, roleCode, scopeType, scopeOrganizationId,
 scopeProjectGroupId, scopeProjectId, expiresAt: ids as lowercase text or null, expiresAt in UTC with
-microseconds and `Z`), sorted by assignmentId. The sites (blocks are those of adapters/postgres/queries.sql):
+microseconds and `Z`), sorted by assignmentId. The sites (blocks of the SQL files in adapters/postgres/:
+`access_snapshots` in identity_store.sql, `rendered_access_snapshots` in access_rendering.sql,
+`write_access_changes` in fanout_queue.sql):
 
 1. `user_access_changed`: point changes, inline announcements (operations/identity_changes.py) and the
    managers of a company blocked or restored by Talent (operations/talent_tenants.py) fill the template in

@@ -1,42 +1,77 @@
-"""All SQL of the application lives in named blocks of `queries.sql`, read once at import.
+"""All SQL of the application lives in named blocks of this folder's `.sql` files, read once at import.
 
-A block may hold another as a subquery with a line `-- include: <name>`, so a statement that builds on a
-query (the fan-out's page writes the snapshots `rendered_access_snapshots` renders) never repeats its text.
+Each module's statements sit beside it, in a file of its name (`fanout_queue.sql` beside `fanout_queue.py`);
+a block that several stores run, none of them its owner, has a file of its own (`access_rendering.sql`). The
+files make one namespace: a caller names a block alone, never its file, so a name given twice, in one file or
+two, is refused at load.
+
+A block may hold another, from any file, as a subquery with a line `-- include: <name>`, so a statement that
+builds on a query (the fan-out's page writes the snapshots `rendered_access_snapshots` renders) never repeats
+its text.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from pathlib import Path
-from typing import LiteralString
+from typing import LiteralString, NamedTuple
 
 _BLOCK_HEADER = re.compile(r"^-- name: ([a-z0-9_]+)\s*$", re.MULTILINE)
 _INCLUDE = re.compile(r"^\s*-- include: ([a-z0-9_]+)\s*$", re.MULTILINE)
 
 
-def _load(path: Path) -> dict[str, LiteralString]:
-    text = path.read_text(encoding="utf-8")
+class Block(NamedTuple):
+    file: str  # the name of the file that holds it: what a refusal names, and where a reader finds it
+    text: str  # as written, its includes not written out
+
+
+def read_blocks(folder: Path) -> dict[str, Block]:
+    """Every named block of the folder's `*.sql` files, read in name order (a refusal reads the same on any
+    machine)."""
+    paths = sorted(folder.glob("*.sql"))
+    if not paths:
+        # A package built without its SQL fails at import, not at its first statement.
+        raise RuntimeError(f"no .sql file in {folder}")
+    blocks: dict[str, Block] = {}
+    for path in paths:
+        for name, text in _named_blocks(path.read_text(encoding="utf-8")):
+            if name in blocks:
+                files = " and in ".join(dict.fromkeys((blocks[name].file, path.name)))
+                raise RuntimeError(f"query {name} is named twice: in {files}")
+            blocks[name] = Block(path.name, text)
+    return blocks
+
+
+def _named_blocks(text: str) -> Iterator[tuple[str, str]]:
     names = _BLOCK_HEADER.findall(text)
     bodies = _BLOCK_HEADER.split(text)[2::2]
-    if len(set(names)) != len(names):
-        raise RuntimeError(f"duplicate query names in {path.name}")
-    blocks = {name: body.strip().rstrip(";") for name, body in zip(names, bodies, strict=True)}
+    for name, body in zip(names, bodies, strict=True):
+        yield name, body.strip().rstrip(";")
+
+
+def load(folder: Path) -> dict[str, LiteralString]:
+    """The folder's blocks by name, each ready to run: its includes written out."""
+    blocks = {name: block.text for name, block in read_blocks(folder).items()}
     return {name: _with_includes(body, blocks) for name, body in blocks.items()}
 
 
 def _with_includes(body: str, blocks: dict[str, str]) -> LiteralString:
     def included(match: re.Match[str]) -> str:
         name = match.group(1)
+        if name not in blocks:
+            raise RuntimeError(f"query {name} is included but no file names it")
         if _INCLUDE.search(blocks[name]):
             raise RuntimeError(f"query {name} is included and includes another: keep includes one level deep")
         return blocks[name]
 
-    # The file is part of the package, never user input: its text is as literal as a constant (mypy reads
+    # The files are part of the package, never user input: their text is as literal as a constant (mypy reads
     # LiteralString as str, so this return needs no cast).
     return _INCLUDE.sub(included, body)
 
 
-QUERIES = _load(Path(__file__).with_name("queries.sql"))
+FOLDER = Path(__file__).parent
+QUERIES = load(FOLDER)
 
 
 def query(name: str) -> LiteralString:

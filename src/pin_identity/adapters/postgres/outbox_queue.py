@@ -201,13 +201,10 @@ class PostgresOutboxQueue:
         if final <= after:
             return Fetched([], after)
         params = {
-            "after": after,
-            "final": final,
-            "limit": limit,
-            "max_bytes": max_bytes,
-            "skip": list(skip_topics),
-        }
-        fetched = self._fetch("fetch_ready_outbox_events", params, after, final)
+            "after": after, "upto": None, "final": final, "topic": None, "skip": list(skip_topics),
+            "limit": limit, "max_bytes": max_bytes,
+        }  # fmt: skip
+        fetched = self._fetch(params, after, final)
         if fetched.upto == final and not skip_topics:
             self._read_to_final = final
         return fetched
@@ -218,13 +215,13 @@ class PostgresOutboxQueue:
         if end <= after:
             return Fetched([], after)
         params = {
-            "topic": topic, "after": after, "upto": end, "final": self._horizon.final,
+            "after": after, "upto": end, "final": self._horizon.final, "topic": topic, "skip": None,
             "limit": limit, "max_bytes": max_bytes,
         }  # fmt: skip
-        return self._fetch("fetch_topic_outbox_events", params, after, end)
+        return self._fetch(params, after, end)
 
-    def _fetch(self, name: str, params: Mapping[str, Any], after: int, end: int) -> Fetched:
-        """Rows of one of the fetch statements; how far they read: `end` when the page held every row up to it
+    def _fetch(self, params: Mapping[str, Any], after: int, end: int) -> Fetched:
+        """Rows of fetch_ready_outbox_events; how far they read: `end` when the page held every row up to it
         (short of its limit, nothing cut for size), else its last row."""
         conn = self._session()
         if self._acknowledged and max(map(_outbox_id, self._acknowledged)) > after:
@@ -233,7 +230,7 @@ class PostgresOutboxQueue:
             self._send_removals()
         # Binary transfer: the batch is megabytes of event values, and text parsing is the slow part.
         with conn.cursor(binary=True) as cursor:
-            cursor.execute(query(name), params)
+            cursor.execute(query("fetch_ready_outbox_events"), params)
             self._sync()
             # Not waited for: the server removes these rows while the relay hands the batch to the producer.
             # The next statement's sync commits the removal (and raises its error).
