@@ -22,6 +22,7 @@ import httpx
 import psycopg
 import pytest
 import schemathesis
+import yaml
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
@@ -913,23 +914,35 @@ SCRAPES = 500
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _probe_healthz(kubelet: httpx.Client, number: int) -> float:
-    """Seconds /healthz took to answer 200; fails the test past 1 s."""
+def _probe_timeout_s() -> float:
+    """What the kubelet waits for serve's /healthz (deploy/kubernetes/serve.yaml, livenessProbe): a probe
+    slower than that counts as failed."""
+    documents = yaml.safe_load_all((ROOT / "deploy" / "kubernetes" / "serve.yaml").read_text())
+    [deployment] = [d for d in documents if d and d["kind"] == "Deployment"]
+    [container] = deployment["spec"]["template"]["spec"]["containers"]
+    return float(container["livenessProbe"]["timeoutSeconds"])
+
+
+def _probe_healthz(kubelet: httpx.Client, number: int, timeout_s: float) -> float:
+    """Seconds /healthz took to answer 200; fails the test past the probe's timeout."""
     asked = time.monotonic()
     try:
         answer = kubelet.get("/healthz")
     except httpx.TimeoutException:
-        pytest.fail(f"/healthz did not answer within 1 s (probe {number})")
+        pytest.fail(f"/healthz did not answer within {timeout_s} s (probe {number})")
     took_s = time.monotonic() - asked
-    assert answer.status_code == 200 and took_s < 1.0, f"/healthz took {took_s:.2f} s (probe {number})"
+    assert answer.status_code == 200 and took_s < timeout_s, f"/healthz took {took_s:.2f} s (probe {number})"
     return took_s
 
 
 @pytest.mark.slow
-def test_a_flood_of_scrapes_leaves_healthz_answering_within_1_s(served: Served) -> None:
+def test_a_flood_of_scrapes_leaves_healthz_answering_within_the_probes_timeout(served: Served) -> None:
     """/metrics cannot be used to starve the liveness probe (nor to load the database: gauges): while 500
     scrapes are in flight, /healthz, asked again and again on a fresh connection as a kubelet does, answers
-    within 1 s each time."""
+    each time within the timeout the deployment gives the probe (2 s; one probe failing is not yet a restart,
+    which takes three in a row: this asks more). On this 2-core machine the slowest of ~3,000 probes takes
+    0.2-0.35 s; the suite's other processes on the same cores once made one take over 1 s."""
+    timeout_s = _probe_timeout_s()
     # The load generator gives way to serve and to the probe on a busy 2-core machine: what is measured is
     # serve's answer, not how the scheduler shares the cores with 500 clients.
     flood = subprocess.Popen(
@@ -942,12 +955,12 @@ def test_a_flood_of_scrapes_leaves_healthz_answering_within_1_s(served: Served) 
     fresh_connections = httpx.Limits(max_keepalive_connections=0)
     try:
         assert flood.stdout is not None and flood.stdout.readline() == "started\n"
-        with httpx.Client(base_url=served.base, timeout=1.0, limits=fresh_connections) as kubelet:
+        with httpx.Client(base_url=served.base, timeout=timeout_s, limits=fresh_connections) as kubelet:
 
             def scrapes_ended() -> bool:
                 if flood.poll() is not None:
                     return True
-                took_s.append(_probe_healthz(kubelet, len(took_s) + 1))
+                took_s.append(_probe_healthz(kubelet, len(took_s) + 1, timeout_s))
                 return False
 
             wait_until(scrapes_ended, "the scrapes ended", timeout_s=180, every_s=0)
