@@ -11,7 +11,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
 from uuid import UUID
@@ -32,7 +31,7 @@ from pin_identity.simulation.simulated_talent import SimulatedTalentApi, generat
 from tests.support import seed
 from tests.support.brokers import RestartableBroker
 from tests.support.health import wait_for_healthz
-from tests.support.kafka_tap import ConsumedEvent, EventTap
+from tests.support.kafka_tap import ConsumedEvent, EventTap, assert_versions_never_go_back
 from tests.support.relay import outbox_count
 from tests.support.talent_import import import_container, run_to_end
 from tests.support.waiting import wait_until
@@ -156,15 +155,12 @@ def test_a_broker_killed_half_way_through_a_200000_user_fanout_loses_nothing(
         wait_until(lambda: _published(database_url), "version 3 is published", timeout_s=300)
     finally:
         worker.stop()
-    versions: dict[str, list[int]] = defaultdict(list)
-    for event in _whole_topic(crashable.bootstrap, ACCESS_TOPIC):
-        if event.payload["changedRoleId"] == str(role):
-            versions[event.key].append(event.payload["version"])
-    assert versions.keys() == {str(user) for user in users}, "a user's events were lost"
-    went_back = {user: seen for user, seen in versions.items() if seen != sorted(seen)}
-    assert went_back == {}, (
-        f"{len(went_back)} users' events went back, e.g. {next(iter(went_back.items()), None)}"
+    versions = assert_versions_never_go_back(
+        (event.key, event.payload["version"])
+        for event in _whole_topic(crashable.bootstrap, ACCESS_TOPIC)
+        if event.payload["changedRoleId"] == str(role)
     )
+    assert versions.keys() == {str(user) for user in users}, "a user's events were lost"
     assert all(seen[-1] == 3 and 2 in seen for seen in versions.values())
     audit = _audit(env)
     assert (audit["drifted"], audit["missing"], audit["users"]) == (0, 0, USERS)
@@ -209,10 +205,10 @@ def test_a_broker_killed_half_way_through_publishing_a_bootstrap_loses_nothing(
         wait_until(lambda: outbox_count(database_url) == 0, "the rest is published", timeout_s=180)
     finally:
         worker.stop()
-    upserted: dict[str, list[int]] = defaultdict(list)
-    for event in _whole_topic(crashable.bootstrap, USERS_TOPIC):
-        upserted[event.payload["externalTalentUserId"]].append(event.payload["replicaVersion"])
+    upserted = assert_versions_never_go_back(
+        (event.payload["externalTalentUserId"], event.payload["replicaVersion"])
+        for event in _whole_topic(crashable.bootstrap, USERS_TOPIC)
+    )
     assert upserted.keys() == {user["userId"] for user in dataset.users}, "UserUpserted events were lost"
-    assert all(seen == sorted(seen) for seen in upserted.values())
     audit = _audit(env)
     assert (audit["drifted"], audit["missing"], audit["users"]) == (0, 0, len(dataset.users))

@@ -30,7 +30,7 @@ from pin_identity.operations.ports.outbox import RelayRole
 from tests.support.brokers import ProxiedBroker
 from tests.support.brokers import proxied_broker as broker_behind_a_proxy
 from tests.support.databases import through_port, unix_socket
-from tests.support.kafka_tap import ConsumedEvent, EventTap
+from tests.support.kafka_tap import ConsumedEvent, EventTap, assert_versions_never_go_back
 from tests.support.relay import RelaySignals, access_message, outbox_count, read_rows
 from tests.support.tcp_proxy import TcpProxy
 from tests.support.waiting import holds_within, wait_until
@@ -58,12 +58,8 @@ def _write_versions(database_url: str, keys: list[uuid.UUID], version: int) -> N
 
 
 def _assert_versions_only_grow(events: list[ConsumedEvent], keys: list[uuid.UUID], *, last: int) -> None:
-    """Per key, in topic order: versions never go back (a repeat is at-least-once), and the last is `last`."""
-    versions: dict[str, list[int]] = {}
-    for event in events:
-        versions.setdefault(event.key, []).append(event.payload["version"])
-    reordered = {key: seen for key, seen in versions.items() if seen != sorted(seen)}
-    assert reordered == {}, f"{len(reordered)} keys went back, e.g. {next(iter(reordered.items()), None)}"
+    """Per key, in topic order: versions never go back, and the last is `last`."""
+    versions = assert_versions_never_go_back((event.key, event.payload["version"]) for event in events)
     assert {key: seen[-1] for key, seen in versions.items()} == {str(key): last for key in keys}
 
 
