@@ -10,7 +10,6 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -28,7 +27,6 @@ from pin_identity.domain.events import ACCESS_TOPIC, PUBLISHED_TOPICS
 from pin_identity.observability import metrics
 from pin_identity.operations.ports.outbox import RelayRole
 from tests.support.brokers import ProxiedBroker
-from tests.support.brokers import proxied_broker as broker_behind_a_proxy
 from tests.support.databases import through_port, unix_socket
 from tests.support.kafka_tap import ConsumedEvent, EventTap, assert_versions_never_go_back
 from tests.support.relay import RelaySignals, access_message, outbox_count, read_rows
@@ -46,10 +44,10 @@ FAST_TIMEOUTS = (
 
 
 @pytest.fixture
-def proxied_broker(tmp_path: Path) -> Iterator[ProxiedBroker]:
-    with broker_behind_a_proxy(tmp_path / "broker") as stand:
-        ensure_topics({"bootstrap.servers": stand.bootstrap}, PUBLISHED_TOPICS, TopicLayout(3, 1))
-        yield stand
+def proxied_broker(proxied_broker: ProxiedBroker) -> ProxiedBroker:
+    """The test's own broker behind a proxy (conftest's), with the topics the relay publishes to."""
+    ensure_topics({"bootstrap.servers": proxied_broker.bootstrap}, PUBLISHED_TOPICS, TopicLayout(3, 1))
+    return proxied_broker
 
 
 def _write_versions(database_url: str, keys: list[uuid.UUID], version: int) -> None:
