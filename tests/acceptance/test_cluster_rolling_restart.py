@@ -25,11 +25,11 @@ from pin_identity.config import Settings
 from pin_identity.domain.events import ACCESS_TOPIC
 from pin_identity.domain.fanout_policy import FanOutPolicy
 from tests.support import seed
-from tests.support.cli import run_cli
+from tests.support.cli import WorkerProcess, run_cli
 from tests.support.cluster import NODES, KafkaCluster
 from tests.support.health import metric
 from tests.support.kafka_tap import EventTap, assert_versions_never_go_back
-from tests.support.relay import RelayWorker, outbox_count, relay_worker
+from tests.support.relay import outbox_count, relay_worker
 from tests.support.waiting import wait_until
 
 USERS = 200_000
@@ -56,7 +56,7 @@ class Publishing:
     """Watches the worker from beside it: the moments its count of published events grew (read from its
     /metrics every SAMPLE_EVERY_S), and whether the process ever exited."""
 
-    def __init__(self, worker: RelayWorker):
+    def __init__(self, worker: WorkerProcess):
         self._worker = worker
         self._stop = threading.Event()
         self.grew_at: list[float] = []
