@@ -59,7 +59,6 @@ from pin_identity.composition import Container
 from pin_identity.config import ConfigurationError, Settings, load_settings
 from pin_identity.domain.import_run import ImportMode, ImportRequest, ImportRun, PlanStep, RunStatus
 from pin_identity.domain.talent import ImportStage, TalentItem
-from pin_identity.jobs.talent_import import TalentImportJob
 from pin_identity.operations.import_admin import start_run
 from pin_identity.operations.ports.talent_sources import TalentSource
 from pin_identity.operations.read_models import ImportResult
@@ -262,11 +261,10 @@ def run_once(bench: Bench, mode: ImportMode, run: int) -> RunResult:
         def sources(source_mode: ImportMode) -> TalentSource:
             return TimedSource(container.jobs.talent_source(source_mode), timings)
 
-        lock = container.stores.run_lock()
-        job = TalentImportJob(store, lock, sources, container.settings.imports, SYSTEM_CLOCK)
+        job = container.jobs.talent_import(sources=sources)
         started = time.perf_counter()
         begun = start_run(
-            store, lock, sources, ImportRequest(mode, page_size=bench.page_size), SYSTEM_CLOCK.now()
+            store, job.lock, sources, ImportRequest(mode, page_size=bench.page_size), job.clock.now()
         )
         final = job.drive(begun, threading.Event())
         seconds = time.perf_counter() - started

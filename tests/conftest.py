@@ -22,8 +22,8 @@ from pin_identity.config import FanOutSettings, Settings
 from pin_identity.domain.events import PUBLISHED_TOPICS
 from pin_identity.domain.import_run import ImportMode
 from pin_identity.simulation.simulated_talent import SimulatedTalentApi, TalentDataset, create_talent_topics
-from tests.support import session_dirs
-from tests.support.brokers import start_transaction_coordinator
+from tests.support import brokers, session_dirs
+from tests.support.brokers import ProxiedBroker, start_transaction_coordinator
 from tests.support.cli import unconfigured_environment
 from tests.support.cluster import KafkaCluster, kafka_cluster
 from tests.support.databases import create_template, scratch_database
@@ -106,6 +106,13 @@ def own_broker(tmp_path: Path) -> Iterator[str]:
     start_transaction_coordinator(process.bootstrap_servers)
     yield process.bootstrap_servers
     stop_broker(process.pid)
+
+
+@pytest.fixture
+def proxied_broker(tmp_path: Path) -> Iterator[ProxiedBroker]:
+    """A broker of the test's own behind a proxy that the test stalls and restores, and may restart."""
+    with brokers.proxied_broker(tmp_path / "broker") as started:
+        yield started
 
 
 @pytest.fixture

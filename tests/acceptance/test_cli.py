@@ -5,16 +5,15 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
+from pathlib import Path
 
 import httpx
 import pytest
 
 from pin_identity import __version__
-from pin_identity.adapters.kafka.embedded_kafka import free_port
 from pin_identity.composition.stores import Stores
 from tests.support import seed
-from tests.support.cli import CLI, run_cli
-from tests.support.health import wait_for_healthz
+from tests.support.cli import CLI, launch_worker, run_cli
 from tests.support.kafka_tap import EventTap
 
 
@@ -102,15 +101,13 @@ def test_sigterm_stops_the_worker_gracefully(subprocess_env: dict[str, str], sto
     assert {"event": "worker-stopped", "graceful": True}.items() <= logged[-1].items()
 
 
-def test_worker_serves_metrics_health_and_readiness(subprocess_env: dict[str, str], stores: Stores) -> None:
-    port = free_port()
-    env = {**subprocess_env, "PIN_IDENTITY_WORKER_HTTP_PORT": str(port)}
-    worker = subprocess.Popen(
-        [*CLI, "worker", "--jobs", "outbox-relay,access-fanout"], env=env, stderr=subprocess.DEVNULL
-    )
+def test_worker_serves_metrics_health_and_readiness(
+    subprocess_env: dict[str, str], stores: Stores, tmp_path: Path
+) -> None:
+    worker = launch_worker(subprocess_env, "outbox-relay,access-fanout", tmp_path / "worker.log")
     try:
-        base = f"http://127.0.0.1:{port}"
-        health = wait_for_healthz(base, "the worker")
+        base = worker.base
+        health = httpx.get(f"{base}/healthz", timeout=5)
         assert (health.status_code, health.json()) == (200, {"status": "ok"})
         ready = httpx.get(f"{base}/readyz", timeout=10)
         assert (ready.status_code, ready.json()) == (
@@ -128,8 +125,7 @@ def test_worker_serves_metrics_health_and_readiness(subprocess_env: dict[str, st
             assert name in metrics
         assert httpx.get(f"{base}/nope", timeout=5).status_code == 404
     finally:
-        worker.send_signal(signal.SIGTERM)
-        assert worker.wait(timeout=30) == 0
+        assert worker.stop(timeout_s=30) == 0
 
 
 def test_version(subprocess_env: dict[str, str]) -> None:

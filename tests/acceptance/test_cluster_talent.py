@@ -30,7 +30,6 @@ import httpx
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from pin_identity.adapters.kafka.embedded_kafka import free_port
 from pin_identity.adapters.kafka.group_lag import consumer_group_lag
 from pin_identity.composition import Container
 from pin_identity.config import Settings
@@ -42,9 +41,9 @@ from pin_identity.simulation.simulated_talent import (
     produce_to_topics,
 )
 from tests.support import talent
-from tests.support.cli import CLI, unconfigured_environment
+from tests.support.cli import CLI, launch_worker, unconfigured_environment
 from tests.support.cluster import KafkaCluster
-from tests.support.health import metric, wait_for_healthz
+from tests.support.health import metric
 from tests.support.talent import TalentTopics
 from tests.support.waiting import wait_until
 
@@ -315,17 +314,8 @@ def at_most_every(seconds: float, condition: Callable[[], bool]) -> Callable[[],
 
 
 def start_worker(scene: Scene, name: str) -> SyncWorker:
-    port = free_port()
-    log = scene.tmp_path / f"{name}.log"
-    with log.open("wb") as stderr:
-        process = subprocess.Popen(
-            [*CLI, "worker", "--jobs", "talent-sync"],
-            env={**scene.env, "PIN_IDENTITY_WORKER_HTTP_PORT": str(port)},
-            stderr=stderr,
-        )
-    worker = SyncWorker(name, f"http://127.0.0.1:{port}", process, log)
-    wait_for_healthz(worker.base, f"talent-sync {name}", timeout_s=60)
-    return worker
+    launched = launch_worker(scene.env, "talent-sync", scene.tmp_path / f"{name}.log", timeout_s=60)
+    return SyncWorker(name, launched.base, launched.process, launched.log)
 
 
 def stop_worker(worker: SyncWorker) -> int | None:

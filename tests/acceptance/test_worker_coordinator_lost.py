@@ -29,7 +29,7 @@ from pin_identity.jobs.outbox_relay_observer import SILENT_AFTER_S
 from tests.support import seed
 from tests.support.cluster import KafkaCluster
 from tests.support.health import metric
-from tests.support.kafka_tap import EventTap
+from tests.support.kafka_tap import EventTap, assert_versions_never_go_back
 from tests.support.relay import outbox_count, readiness_warnings, relay_worker
 from tests.support.waiting import wait_until
 
@@ -96,17 +96,6 @@ def _change(container: Container, role: UUID, version: int) -> None:
     )
 
 
-def _versions_in_order(events: list[tuple[str, int]]) -> list[str]:
-    """The users whose versions went back, in the order read (one key's events are in one partition)."""
-    last: dict[str, int] = {}
-    back = []
-    for key, version in events:
-        if version < last.get(key, 0):
-            back.append(key)
-        last[key] = version
-    return back
-
-
 @pytest.mark.slow  # a three-node cluster, one node killed and started again: about 60 s on 2 cores
 def test_killing_the_transaction_coordinator_node_mid_transaction_loses_nothing_and_publishing_resumes(
     cluster_env: dict[str, str], settings: Settings, cluster: KafkaCluster, database_url: str, tmp_path: Path
@@ -158,7 +147,7 @@ def test_killing_the_transaction_coordinator_node_mid_transaction_loses_nothing_
     assert len(read) == len(set(read)) == expected, (
         f"{len(read)} read, {len(set(read))} distinct, of {expected}"
     )
-    assert _versions_in_order(read) == []
+    assert_versions_never_go_back(read)
     cluster.start(victim)
     cluster.wait_in_sync()
     container.close()

@@ -8,19 +8,14 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
-import sys
 import time
-from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
 from uuid import UUID
 
-import httpx
 import psycopg
 import pytest
 
-from pin_identity.adapters.kafka.embedded_kafka import free_port
 from pin_identity.adapters.system_clock import SYSTEM_CLOCK
 from pin_identity.composition import Container
 from pin_identity.composition.stores import Stores
@@ -31,8 +26,8 @@ from pin_identity.operations import identity_changes
 from pin_identity.simulation.simulated_talent import SimulatedTalentApi, generate_dataset
 from tests.support import seed
 from tests.support.brokers import RestartableBroker
-from tests.support.health import wait_for_healthz
-from tests.support.kafka_tap import ConsumedEvent, EventTap
+from tests.support.cli import WorkerProcess, launch_worker, run_cli
+from tests.support.kafka_tap import ConsumedEvent, EventTap, assert_versions_never_go_back
 from tests.support.relay import outbox_count
 from tests.support.talent_import import import_container, run_to_end
 from tests.support.waiting import wait_until
@@ -47,7 +42,6 @@ SHORT_DELIVERY = json.dumps(
         "reconnect.backoff.max.ms": "200",
     }
 )
-CLI = [sys.executable, "-m", "pin_identity.entrypoints.cli"]
 
 
 @pytest.fixture
@@ -65,29 +59,6 @@ def env(subprocess_env: dict[str, str], crashable: RestartableBroker) -> dict[st
         "PIN_IDENTITY_KAFKA_CONFIG": SHORT_DELIVERY,
         "PIN_IDENTITY_FANOUT_BATCH_SIZE": "2000",
     }
-
-
-class Worker:
-    """`pin-identity worker` as a process of its own, with its HTTP endpoints."""
-
-    def __init__(self, env: dict[str, str], jobs: str, log: Path):
-        port = free_port()
-        self.base = f"http://127.0.0.1:{port}"
-        with log.open("wb") as stderr:
-            self.process = subprocess.Popen(
-                [*CLI, "worker", "--jobs", jobs],
-                env={**env, "PIN_IDENTITY_WORKER_HTTP_PORT": str(port)},
-                stderr=stderr,
-            )
-        wait_for_healthz(self.base, f"worker --jobs {jobs}")
-
-    def ready(self) -> int:
-        return httpx.get(f"{self.base}/readyz", timeout=5).status_code
-
-    def stop(self) -> None:
-        self.process.send_signal(signal.SIGCONT)
-        self.process.terminate()
-        assert self.process.wait(60) == 0
 
 
 def _task(database_url: str) -> tuple[str, int]:
@@ -113,15 +84,13 @@ def _whole_topic(bootstrap: str, topic: str) -> list[ConsumedEvent]:
 
 
 def _audit(env: dict[str, str]) -> dict[str, object]:
-    done = subprocess.run(
-        [*CLI, "access", "audit", "--json"], env=env, capture_output=True, timeout=300, check=False
-    )
-    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    done = run_cli(env, "access", "audit", "--json", timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
     report: dict[str, object] = json.loads(done.stdout)
     return report
 
 
-def _outage_felt(worker: Worker, database_url: str, killed_at: float) -> None:
+def _outage_felt(worker: WorkerProcess, database_url: str, killed_at: float) -> None:
     """Down longer than the delivery timeout: /readyz says so, and the events wait in the outbox."""
     wait_until(lambda: worker.ready() == 503, "the worker's /readyz reports the broker", timeout_s=30)
     outlasted = killed_at + DELIVERY_TIMEOUT_S + 2
@@ -141,7 +110,7 @@ def test_a_broker_killed_half_way_through_a_200000_user_fanout_loses_nothing(
     tmp_path: Path,
 ) -> None:
     _, role, users = seed.bulk_held_role(stores.transactions, database_url, USERS)
-    worker = Worker(env, "access-fanout,outbox-relay", tmp_path / "worker.log")
+    worker = launch_worker(env, "access-fanout,outbox-relay", tmp_path / "worker.log")
     try:
         _set_permissions(container, role, ["deals.read"])  # version 2
         wait_until(
@@ -155,16 +124,13 @@ def test_a_broker_killed_half_way_through_a_200000_user_fanout_loses_nothing(
         _set_permissions(container, role, ["deals.read", "deals.approve"])  # version 3
         wait_until(lambda: _published(database_url), "version 3 is published", timeout_s=300)
     finally:
-        worker.stop()
-    versions: dict[str, list[int]] = defaultdict(list)
-    for event in _whole_topic(crashable.bootstrap, ACCESS_TOPIC):
-        if event.payload["changedRoleId"] == str(role):
-            versions[event.key].append(event.payload["version"])
-    assert versions.keys() == {str(user) for user in users}, "a user's events were lost"
-    went_back = {user: seen for user, seen in versions.items() if seen != sorted(seen)}
-    assert went_back == {}, (
-        f"{len(went_back)} users' events went back, e.g. {next(iter(went_back.items()), None)}"
+        assert worker.stop() == 0
+    versions = assert_versions_never_go_back(
+        (event.key, event.payload["version"])
+        for event in _whole_topic(crashable.bootstrap, ACCESS_TOPIC)
+        if event.payload["changedRoleId"] == str(role)
     )
+    assert versions.keys() == {str(user) for user in users}, "a user's events were lost"
     assert all(seen[-1] == 3 and 2 in seen for seen in versions.values())
     audit = _audit(env)
     assert (audit["drifted"], audit["missing"], audit["users"]) == (0, 0, USERS)
@@ -195,7 +161,7 @@ def test_a_broker_killed_half_way_through_publishing_a_bootstrap_loses_nothing(
         run = run_to_end(importer, ImportRequest(ImportMode.API_PULL, page_size=1000))
     assert run.status is RunStatus.COMPLETED
     waiting = outbox_count(database_url)  # every UserUpserted, CompanyUpserted and UserAccessChanged
-    worker = Worker(env, "outbox-relay", tmp_path / "relay.log")
+    worker = launch_worker(env, "outbox-relay", tmp_path / "relay.log")
     try:
         # Frozen once a part is published, the relay is mid-way when the broker dies under it.
         wait_until(lambda: outbox_count(database_url) < waiting * 0.8, "a part is published", timeout_s=60)
@@ -208,11 +174,11 @@ def test_a_broker_killed_half_way_through_publishing_a_bootstrap_loses_nothing(
         crashable.start()
         wait_until(lambda: outbox_count(database_url) == 0, "the rest is published", timeout_s=180)
     finally:
-        worker.stop()
-    upserted: dict[str, list[int]] = defaultdict(list)
-    for event in _whole_topic(crashable.bootstrap, USERS_TOPIC):
-        upserted[event.payload["externalTalentUserId"]].append(event.payload["replicaVersion"])
+        assert worker.stop() == 0
+    upserted = assert_versions_never_go_back(
+        (event.payload["externalTalentUserId"], event.payload["replicaVersion"])
+        for event in _whole_topic(crashable.bootstrap, USERS_TOPIC)
+    )
     assert upserted.keys() == {user["userId"] for user in dataset.users}, "UserUpserted events were lost"
-    assert all(seen == sorted(seen) for seen in upserted.values())
     audit = _audit(env)
     assert (audit["drifted"], audit["missing"], audit["users"]) == (0, 0, len(dataset.users))

@@ -5,14 +5,12 @@ from __future__ import annotations
 import threading
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import psycopg
 import pytest
 from confluent_kafka import Consumer
 
-from pin_identity.adapters.kafka.embedded_kafka import free_port, start_broker, stop_broker
 from pin_identity.adapters.kafka.reader import TopicReader
 from pin_identity.adapters.postgres.outbox_queue import PostgresOutboxQueue
 from pin_identity.adapters.postgres.outbox_writer import write_outbox
@@ -21,11 +19,10 @@ from pin_identity.composition.connections import Connections
 from pin_identity.config import Settings
 from pin_identity.domain.events import ACCESS_TOPIC, OutboxMessage
 from pin_identity.operations.ports.outbox import PendingEvent, RelayRole
-from tests.support.brokers import RestartableBroker
+from tests.support.brokers import ProxiedBroker, RestartableBroker
 from tests.support.databases import scratch_database
 from tests.support.kafka_tap import EventTap
 from tests.support.relay import RelaySignals, access_message, outbox_count, read_rows
-from tests.support.tcp_proxy import TcpProxy
 from tests.support.waiting import first_answer, holds_within, wait_until
 
 # An event no broker of ours takes: over the 8 MiB every pin.identity topic allows (and the producer with it).
@@ -370,37 +367,6 @@ def test_no_event_is_lost_while_the_broker_is_stopped_and_restarted(
         container.close()
     assert set(written) <= live.seen, f"lost {len(set(written) - live.seen)} events"
     assert outbox_count(database_url) == 0
-
-
-@dataclass
-class ProxiedBroker:
-    """A broker behind a TCP proxy on a fixed port: clients keep one address across restarts, and the
-    broker its log directory."""
-
-    proxy: TcpProxy
-    broker_port: int
-    pid: int
-    home: Path
-
-    @property
-    def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.proxy.listen_port}"
-
-    def stop(self) -> None:
-        stop_broker(self.pid)
-
-    def restart(self) -> None:
-        self.pid = start_broker(self.home, self.broker_port, advertised_port=self.proxy.listen_port).pid
-
-
-@pytest.fixture
-def proxied_broker(tmp_path: Path) -> Iterator[ProxiedBroker]:
-    proxy_port, broker_port = free_port(), free_port()
-    pid = start_broker(tmp_path / "broker", broker_port, advertised_port=proxy_port).pid
-    broker = ProxiedBroker(TcpProxy(proxy_port, broker_port), broker_port, pid, tmp_path / "broker")
-    yield broker
-    broker.proxy.close()
-    broker.stop()
 
 
 def _event_ids_in_log(bootstrap: str) -> set[str]:

@@ -10,7 +10,6 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -28,9 +27,8 @@ from pin_identity.domain.events import ACCESS_TOPIC, PUBLISHED_TOPICS
 from pin_identity.observability import metrics
 from pin_identity.operations.ports.outbox import RelayRole
 from tests.support.brokers import ProxiedBroker
-from tests.support.brokers import proxied_broker as broker_behind_a_proxy
 from tests.support.databases import through_port, unix_socket
-from tests.support.kafka_tap import ConsumedEvent, EventTap
+from tests.support.kafka_tap import ConsumedEvent, EventTap, assert_versions_never_go_back
 from tests.support.relay import RelaySignals, access_message, outbox_count, read_rows
 from tests.support.tcp_proxy import TcpProxy
 from tests.support.waiting import holds_within, wait_until
@@ -46,10 +44,10 @@ FAST_TIMEOUTS = (
 
 
 @pytest.fixture
-def proxied_broker(tmp_path: Path) -> Iterator[ProxiedBroker]:
-    with broker_behind_a_proxy(tmp_path / "broker") as stand:
-        ensure_topics({"bootstrap.servers": stand.bootstrap}, PUBLISHED_TOPICS, TopicLayout(3, 1))
-        yield stand
+def proxied_broker(proxied_broker: ProxiedBroker) -> ProxiedBroker:
+    """The test's own broker behind a proxy (conftest's), with the topics the relay publishes to."""
+    ensure_topics({"bootstrap.servers": proxied_broker.bootstrap}, PUBLISHED_TOPICS, TopicLayout(3, 1))
+    return proxied_broker
 
 
 def _write_versions(database_url: str, keys: list[uuid.UUID], version: int) -> None:
@@ -58,12 +56,8 @@ def _write_versions(database_url: str, keys: list[uuid.UUID], version: int) -> N
 
 
 def _assert_versions_only_grow(events: list[ConsumedEvent], keys: list[uuid.UUID], *, last: int) -> None:
-    """Per key, in topic order: versions never go back (a repeat is at-least-once), and the last is `last`."""
-    versions: dict[str, list[int]] = {}
-    for event in events:
-        versions.setdefault(event.key, []).append(event.payload["version"])
-    reordered = {key: seen for key, seen in versions.items() if seen != sorted(seen)}
-    assert reordered == {}, f"{len(reordered)} keys went back, e.g. {next(iter(reordered.items()), None)}"
+    """Per key, in topic order: versions never go back, and the last is `last`."""
+    versions = assert_versions_never_go_back((event.key, event.payload["version"]) for event in events)
     assert {key: seen[-1] for key, seen in versions.items()} == {str(key): last for key in keys}
 
 

@@ -5,12 +5,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator
-from pathlib import Path
 
-import pytest
-
-from pin_identity.adapters.kafka.embedded_kafka import free_port, start_broker, stop_broker
 from pin_identity.adapters.kafka.replay_source import TopicReplaySource
 from pin_identity.domain.import_run import PlannedPage
 from pin_identity.domain.talent import ImportStage
@@ -20,8 +15,8 @@ from pin_identity.simulation.simulated_talent import (
     generate_dataset,
     produce_to_topics,
 )
+from tests.support.brokers import ProxiedBroker
 from tests.support.talent import TalentTopics
-from tests.support.tcp_proxy import TcpProxy
 
 
 def _serve_users(bootstrap: str, topics: TalentTopics, users: int) -> None:
@@ -67,20 +62,10 @@ def test_pages_read_in_any_order_hold_exactly_their_ranges(broker: str, talent_t
         assert users == in_order[page_no], f"page {page_no} read out of order differs"
 
 
-@pytest.fixture
-def proxied_broker(tmp_path: Path) -> Iterator[tuple[str, TcpProxy]]:
-    proxy_port, broker_port = free_port(), free_port()
-    broker = start_broker(tmp_path / "broker", broker_port, advertised_port=proxy_port)
-    proxy = TcpProxy(proxy_port, broker_port)
-    yield f"127.0.0.1:{proxy_port}", proxy
-    proxy.close()
-    stop_broker(broker.pid)
-
-
 def test_the_next_page_of_a_partition_comes_from_what_the_reader_fetched_meanwhile(
-    proxied_broker: tuple[str, TcpProxy],
+    proxied_broker: ProxiedBroker,
 ) -> None:
-    bootstrap, proxy = proxied_broker
+    bootstrap, proxy = proxied_broker.bootstrap, proxied_broker.proxy
     topics = TalentTopics("talent.tenants.reader", "talent.users.reader", "talent-sync-reader")
     create_talent_topics(
         {"bootstrap.servers": bootstrap}, 1, tenants_topic=topics.tenants, users_topic=topics.users

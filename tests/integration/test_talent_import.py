@@ -432,10 +432,12 @@ def test_a_user_written_during_a_replay_is_left_to_the_consumer_not_lost(replay_
     world.publish(generate_dataset(3, 9, seed=18))
     late_company = talent.tenant()
     late_manager = talent.user(late_company["tenantId"])
-    runner = job(world.container)
-    runner.sources = lambda mode: _TalentWritesDuringTheReplay(
-        world.container.jobs.talent_source(mode),
-        lambda: world.publish(TalentDataset([late_company], [late_manager])),
+    runner = job(
+        world.container,
+        sources=lambda mode: _TalentWritesDuringTheReplay(
+            world.container.jobs.talent_source(mode),
+            lambda: world.publish(TalentDataset([late_company], [late_manager])),
+        ),
     )
     run = world.start(runner)
 

@@ -6,15 +6,12 @@ from its committed offsets returns to 0, and so does each live worker's lag gaug
 from __future__ import annotations
 
 import signal
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from pin_identity.adapters.kafka.embedded_kafka import free_port
 from pin_identity.composition import Container
 from pin_identity.config import Settings
 from pin_identity.simulation.simulated_talent import (
@@ -24,36 +21,20 @@ from pin_identity.simulation.simulated_talent import (
     produce_to_topics,
 )
 from tests.support import talent
-from tests.support.health import wait_for_healthz
+from tests.support.cli import WorkerProcess, launch_worker
 from tests.support.talent import TalentTopics
 from tests.support.waiting import wait_until
 
 PARTITIONS = 6
-CLI = [sys.executable, "-m", "pin_identity.entrypoints.cli", "worker", "--jobs", "talent-sync"]
 
 
-class SyncWorker:
-    def __init__(self, env: dict[str, str], log: Path):
-        port = free_port()
-        self.base = f"http://127.0.0.1:{port}"
-        with log.open("wb") as stderr:
-            self.process = subprocess.Popen(
-                CLI, env={**env, "PIN_IDENTITY_WORKER_HTTP_PORT": str(port)}, stderr=stderr
-            )
-        wait_for_healthz(self.base, "a talent-sync worker")
-
-    def lag_gauge(self) -> float:
-        text = httpx.get(f"{self.base}/metrics", timeout=5).text
-        return sum(
-            float(line.rsplit(" ", 1)[1])
-            for line in text.splitlines()
-            if line.startswith("talent_sync_consumer_lag{")
-        )
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            assert self.process.wait(60) == 0
+def _lag_gauge(worker: WorkerProcess) -> float:
+    text = httpx.get(f"{worker.base}/metrics", timeout=5).text
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("talent_sync_consumer_lag{")
+    )
 
 
 def _renamed(dataset: TalentDataset) -> TalentDataset:
@@ -98,7 +79,7 @@ def test_a_group_of_workers_applies_every_record_though_one_is_killed_and_anothe
     def group_lag() -> int | None:
         return container.use_cases.health.consumer_lag().total
 
-    workers = [SyncWorker(env, tmp_path / f"worker-{n}.log") for n in range(3)]
+    workers = [launch_worker(env, "talent-sync", tmp_path / f"worker-{n}.log") for n in range(3)]
     try:
         # Killed once the group committed a part and has more to apply: mid-way, with a batch in hand.
         wait_until(
@@ -109,10 +90,10 @@ def test_a_group_of_workers_applies_every_record_though_one_is_killed_and_anothe
         assert (group_lag() or 0) > 0, "the kill must land before the end"
         workers[0].process.send_signal(signal.SIGKILL)
         workers[0].process.wait(10)
-        workers.append(SyncWorker(env, tmp_path / "worker-3.log"))
+        workers.append(launch_worker(env, "talent-sync", tmp_path / "worker-3.log"))
         wait_until(lambda: group_lag() == 0, "the group's committed offsets reach the end", timeout_s=240)
         wait_until(
-            lambda: sum(worker.lag_gauge() for worker in workers[1:]) == 0,
+            lambda: sum(_lag_gauge(worker) for worker in workers[1:]) == 0,
             "each live worker's lag gauge reads 0",
             timeout_s=30,
         )
@@ -127,7 +108,8 @@ def test_a_group_of_workers_applies_every_record_though_one_is_killed_and_anothe
         )
     finally:
         for worker in workers:
-            worker.stop()
+            if worker.process.poll() is None:  # all but the one killed
+                assert worker.stop() == 0
     users = talent.replica_state(container)["users"]
     container.close()
     assert len(users) == len(newest), "a record was never applied"

@@ -23,21 +23,36 @@ from tests.support.waiting import wait_until
 
 @dataclass
 class ProxiedBroker:
+    """A broker behind a TCP proxy: clients keep one address across the broker's restarts, and the broker its
+    log directory."""
+
     proxy: TcpProxy
-    bootstrap: str  # the proxy's address: the broker advertises it, so that every connection goes through it
+    home: Path
+    port: int  # the broker's own; it advertises the proxy's, so that every connection goes through the proxy
+    pid: int
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.proxy.listen_port}"
+
+    def stop(self) -> None:
+        stop_broker(self.pid)
+
+    def restart(self) -> None:
+        self.pid = start_broker(self.home, self.port, advertised_port=self.proxy.listen_port).pid
 
 
 @contextmanager
 def proxied_broker(home: Path) -> Iterator[ProxiedBroker]:
     """A broker of the block's own behind a proxy that the test stalls and restores."""
     proxy_port, broker_port = free_port(), free_port()
-    broker = start_broker(home, broker_port, advertised_port=proxy_port)
-    proxy = TcpProxy(proxy_port, broker_port)
+    pid = start_broker(home, broker_port, advertised_port=proxy_port).pid
+    broker = ProxiedBroker(TcpProxy(proxy_port, broker_port), home, broker_port, pid)
     try:
-        yield ProxiedBroker(proxy, f"127.0.0.1:{proxy_port}")
+        yield broker
     finally:
-        proxy.close()
-        stop_broker(broker.pid)
+        broker.proxy.close()
+        broker.stop()
 
 
 @dataclass

@@ -4,12 +4,25 @@ beginning."""
 from __future__ import annotations
 
 import time
+from collections import defaultdict
 from collections.abc import Callable, Iterable
 
 from pin_identity.adapters.kafka.reader import ReadEvent, TopicReader
 from tests.support.waiting import holds_within
 
 ConsumedEvent = ReadEvent
+
+
+def assert_versions_never_go_back(read: Iterable[tuple[str, int]]) -> dict[str, list[int]]:
+    """Each key's versions in the order read (key, version), asserted never to go back: one aggregate's events
+    keep their order on the topic (CONTRACTS section 4), a repeat being at-least-once delivery. Returns them
+    by key for the test's own checks."""
+    versions: dict[str, list[int]] = defaultdict(list)
+    for key, version in read:
+        versions[key].append(version)
+    went_back = {key: seen for key, seen in versions.items() if seen != sorted(seen)}
+    assert went_back == {}, f"{len(went_back)} keys' versions went back, e.g. {min(went_back.items())}"
+    return dict(versions)
 
 
 class EventTap:

@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
-import signal
-import subprocess
 import threading
 import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import httpx
 import psycopg
 
-from pin_identity.adapters.kafka.embedded_kafka import free_port
 from pin_identity.adapters.system_clock import SYSTEM_CLOCK
 from pin_identity.composition import Container
 from pin_identity.domain.events import ACCESS_TOPIC, OutboxMessage, envelope
@@ -23,8 +20,7 @@ from pin_identity.domain.fanout_policy import FanOutPolicy
 from pin_identity.jobs.outbox_relay_observer import HELD_AFTER_S, RelayObserver
 from pin_identity.operations import identity_changes
 from pin_identity.operations.ports.outbox import OutboxQueue, PendingEvent
-from tests.support.cli import CLI
-from tests.support.health import wait_for_healthz
+from tests.support.cli import WorkerProcess, launch_worker
 from tests.support.kafka_tap import EventTap
 
 
@@ -114,30 +110,15 @@ class RelaySignals(RelayObserver):
         self.id_shared.set()
 
 
-class RelayWorker(NamedTuple):
-    base: str  # its HTTP port's URL: /healthz, /readyz, /metrics
-    process: subprocess.Popen[bytes]
-    log: Path  # its stderr: one JSON object a line
-
-
 @contextmanager
-def relay_worker(env: dict[str, str], tmp_path: Path, jobs: str = "outbox-relay") -> Iterator[RelayWorker]:
+def relay_worker(env: dict[str, str], tmp_path: Path, jobs: str = "outbox-relay") -> Iterator[WorkerProcess]:
     """`worker --jobs outbox-relay` (or the `jobs` given) with its HTTP port, stopped with SIGTERM (and exit
     0) at the end."""
-    port, log = free_port(), tmp_path / "worker.log"
-    with log.open("wb") as stderr:
-        process = subprocess.Popen(
-            [*CLI, "worker", "--jobs", jobs],
-            env={**env, "PIN_IDENTITY_WORKER_HTTP_PORT": str(port)},
-            stderr=stderr,
-        )
-    base = f"http://127.0.0.1:{port}"
+    worker = launch_worker(env, jobs, tmp_path / "worker.log")
     try:
-        wait_for_healthz(base, f"worker --jobs {jobs}")
-        yield RelayWorker(base, process, log)
+        yield worker
     finally:
-        process.send_signal(signal.SIGTERM)
-        assert process.wait(60) == 0
+        assert worker.stop() == 0
 
 
 def readiness_warnings(base: str) -> list[str]:

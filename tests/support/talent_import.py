@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from pin_identity.adapters.system_clock import SYSTEM_CLOCK
 from pin_identity.composition import Container
 from pin_identity.config import ImportSettings, Settings
 from pin_identity.domain.import_run import (
@@ -18,6 +17,7 @@ from pin_identity.domain.import_run import (
 )
 from pin_identity.jobs.talent_import import TalentImportJob
 from pin_identity.operations.import_admin import start_run
+from pin_identity.operations.ports.talent_sources import TalentSource
 from pin_identity.simulation.simulated_talent import SimulatedTalentApi, TalentDataset, produce_to_topics
 from tests.support.talent import TalentTopics
 
@@ -36,23 +36,26 @@ def import_container(settings: Settings, **overrides: Any) -> Iterator[Container
         container.close()
 
 
-def job(container: Container, settings: ImportSettings = FAST) -> TalentImportJob:
-    return TalentImportJob(
-        container.stores.import_store,
-        container.stores.run_lock(),
-        container.jobs.talent_source,
-        settings,
-        SYSTEM_CLOCK,
-    )
+def job(
+    container: Container,
+    settings: ImportSettings = FAST,
+    sources: Callable[[ImportMode], TalentSource] | None = None,
+) -> TalentImportJob:
+    """The container's import job as a worker has it, with the test's settings (and Talent, if given)."""
+    return container.jobs.talent_import(settings=settings, sources=sources)
+
+
+def start_under(container: Container, runner: TalentImportJob, request: ImportRequest) -> ImportRun:
+    """Start (or resume) a run under `runner`'s lock, which it keeps; Talent and the time read as it reads
+    them."""
+    store = container.stores.import_store
+    return start_run(store, runner.lock, runner.sources, request, runner.clock.now())
 
 
 def run_to_end(container: Container, request: ImportRequest, settings: ImportSettings = FAST) -> ImportRun:
     """What `talent-import run` does: start or resume under the lock, then drive the run to its end."""
     runner = job(container, settings)
-    run = start_run(
-        container.stores.import_store, runner.lock, container.jobs.talent_source, request, SYSTEM_CLOCK.now()
-    )
-    return runner.drive(run, threading.Event())
+    return runner.drive(start_under(container, runner, request), threading.Event())
 
 
 @dataclass
@@ -101,8 +104,7 @@ class TalentWorld:
 
     def start(self, runner: TalentImportJob, **fields: Any) -> ImportRun:
         """Start (or resume) a run under `runner`'s lock, which it keeps: the test drives the run."""
-        store, sources = self.container.stores.import_store, self.container.jobs.talent_source
-        return start_run(store, runner.lock, sources, self.request(**fields), SYSTEM_CLOCK.now())
+        return start_under(self.container, runner, self.request(**fields))
 
     def close(self) -> None:
         for container in self.containers:

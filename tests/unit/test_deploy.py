@@ -297,6 +297,7 @@ def test_secrets_are_referenced_never_included_and_every_variable_is_a_setting()
 
 
 def test_each_pod_that_reaches_kafka_logs_in_as_its_own_jobs_principal_from_files() -> None:
+    mounted: set[str] = set()
     for name, spec in _pod_specs():
         (container,) = spec["containers"]
         variables = {variable["name"]: variable for variable in container["env"]}
@@ -310,9 +311,13 @@ def test_each_pod_that_reaches_kafka_logs_in_as_its_own_jobs_principal_from_file
         job = "topic-admin" if component == "ensure-topics" else component
         assert KAFKA_LOGINS[volume["secret"]["secretName"]] == job, name
         assert volume["secret"]["defaultMode"] == 0o440 and spec["securityContext"]["fsGroup"] == 10001
+        mounted.add(volume["secret"]["secretName"])
+    # Each login was checked on a pod: were the variable looked for renamed, every pod would be skipped.
+    assert mounted == set(KAFKA_LOGINS)
 
 
 def test_each_pod_connects_to_the_database_as_its_own_jobs_role_with_the_password_from_a_file() -> None:
+    logged_in: set[str] = set()
     for name, spec in _pod_specs():
         for container in _containers(spec):
             variables = {variable["name"]: variable for variable in container["env"]}
@@ -327,6 +332,8 @@ def test_each_pod_connects_to_the_database_as_its_own_jobs_role_with_the_passwor
             assert volume["secret"]["secretName"] == login, name
             assert volume["secret"]["items"] == [{"key": "password", "path": password.name}], name
             assert volume["secret"]["defaultMode"] == 0o440 and spec["securityContext"]["fsGroup"] == 10001
+            logged_in.add(login)
+    assert logged_in == set(DATABASE_LOGINS)  # each checked on a pod, none skipped for a renamed variable
 
 
 def test_the_schema_owners_job_applies_the_grants_after_the_migrations() -> None:

@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pin_identity.domain import events
+from pin_identity.domain.errors import InvalidInputError
 from pin_identity.domain.fanout_policy import FanOutPath, FanOutPolicy
 from pin_identity.domain.model import (
     AccessChangeReason,
@@ -16,6 +17,7 @@ from pin_identity.domain.model import (
     Scope,
     ScopeType,
     UserAccessSnapshot,
+    permission_set,
 )
 from pin_identity.domain.phone import InvalidPhoneError, mask_phone, normalize_phone
 from tests.support.schemas import validate_event
@@ -81,6 +83,39 @@ def test_user_access_changed_matches_the_contract_and_sorts_assignments() -> Non
 def test_a_scope_without_its_id_is_refused() -> None:
     with pytest.raises(ValueError, match="needs its id"):
         Scope(ScopeType.ORGANIZATION)
+
+
+def test_a_permission_code_of_200_characters_is_taken_and_one_of_201_refused() -> None:
+    assert permission_set(["p" * 200]) == ["p" * 200]
+    with pytest.raises(InvalidInputError, match="at most 200 characters, not 201"):
+        permission_set(["p" * 201])
+
+
+@pytest.mark.parametrize("codes", [[""], [" "], ["deals.read", "  "]])
+def test_an_empty_permission_code_is_refused(codes: list[str]) -> None:
+    with pytest.raises(InvalidInputError, match="cannot be empty"):
+        permission_set(codes)
+
+
+@pytest.mark.parametrize("code", ["a\x00b", "deals\tread", "deals.read\n", "\x1f", "a\x7f"])
+def test_a_permission_code_with_a_control_character_is_refused(code: str) -> None:
+    with pytest.raises(InvalidInputError, match="control character"):
+        permission_set([code])
+
+
+def test_a_role_holds_1000_permission_codes_and_not_1001() -> None:
+    assert len(permission_set([f"p{n}" for n in range(1000)])) == 1000
+    with pytest.raises(InvalidInputError, match="at most 1000 permission codes, not 1001"):
+        permission_set([f"p{n}" for n in range(1001)])
+
+
+def test_a_permission_set_is_trimmed_deduplicated_and_sorted_and_may_be_empty() -> None:
+    assert permission_set([" deals.write", "deals.read ", "deals.read", "élan ✓"]) == [
+        "deals.read",
+        "deals.write",
+        "élan ✓",
+    ]
+    assert permission_set([]) == []
 
 
 @pytest.mark.parametrize("company_id", [None, uuid.UUID("6a0c1c1e-2f1b-4a55-9d5e-1f2a3b4c5d6e")])

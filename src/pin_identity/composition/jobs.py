@@ -3,6 +3,7 @@ fan-out, talent-sync and the initial import (with its sources)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -17,7 +18,13 @@ from pin_identity.adapters.talent_http.client import TalentApiClient
 from pin_identity.adapters.talent_http.source import ApiPullSource
 from pin_identity.composition.connections import Connections
 from pin_identity.composition.stores import Stores
-from pin_identity.config import ConfigurationError, RelaySettings, Settings, TalentSyncSettings
+from pin_identity.config import (
+    ConfigurationError,
+    ImportSettings,
+    RelaySettings,
+    Settings,
+    TalentSyncSettings,
+)
 from pin_identity.domain.clock import Clock
 from pin_identity.domain.errors import SourceNotConfiguredError
 from pin_identity.domain.events import PUBLISHED_TOPICS
@@ -99,10 +106,21 @@ class Jobs:
         replica = self.stores.replica_transactions
         return TalentSyncJob(stream, replica, chosen, clock=self.clock, observer=observer)
 
-    def talent_import(self, lock: RunLock | None = None) -> TalentImportJob:
-        lock = lock or self.stores.run_lock()
+    def talent_import(
+        self,
+        lock: RunLock | None = None,
+        *,
+        settings: ImportSettings | None = None,
+        sources: Callable[[ImportMode], TalentSource] | None = None,
+    ) -> TalentImportJob:
+        """The import job on this process's stores and clock. A test tunes its settings or reads Talent its
+        own way (`sources`) and keeps the rest of the wiring."""
         return TalentImportJob(
-            self.stores.import_store, lock, self.import_source, self.settings.imports, self.clock
+            self.stores.import_store,
+            lock or self.stores.run_lock(),
+            sources or self.import_source,
+            settings or self.settings.imports,
+            self.clock,
         )
 
     def talent_source(self, mode: ImportMode) -> TalentSource:

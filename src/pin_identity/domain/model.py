@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 from typing import NamedTuple
 from uuid import UUID
+
+from pin_identity.domain.errors import InvalidInputError
 
 # The system role a Talent manager holds in its own organization (its row comes with the first migration).
 DEVELOPER_MANAGER_ROLE_CODE = "developer-manager"
@@ -121,3 +125,43 @@ class UserAccessSnapshot:
     user_id: UUID
     company_id: UUID | None
     assignments: tuple[ActiveAssignment, ...]
+
+
+# ---------------------------------------------------------------- what a role's permission set may hold
+
+# One rule for every surface: the use case refuses a set against it, and the HTTP API's request document
+# states the same numbers in its schema (so a client sees them in /openapi.json).
+PERMISSION_CODE_MAX_LENGTH = 200  # short enough for the primary key's index
+PERMISSIONS_PER_ROLE_MAX = 1000
+# No control characters: PostgreSQL text refuses NUL, and a code is printed on one line.
+PERMISSION_CODE_PATTERN = r"^[^\x00-\x1f\x7f]+$"
+_PERMISSION_CODE = re.compile(PERMISSION_CODE_PATTERN)
+
+
+def permission_set(codes: Sequence[str]) -> list[str]:
+    """A role's new permission set from the codes given: each as the rule allows (not empty, no longer than
+    PERMISSION_CODE_MAX_LENGTH, no control character), at most PERMISSIONS_PER_ROLE_MAX of them; then trimmed,
+    each once, sorted. InvalidInputError says what is refused."""
+    if len(codes) > PERMISSIONS_PER_ROLE_MAX:
+        raise InvalidInputError(
+            f"a role holds at most {PERMISSIONS_PER_ROLE_MAX} permission codes, not {len(codes)}"
+        )
+    for code in codes:
+        _check_permission_code(code)
+    trimmed = sorted({code.strip() for code in codes})
+    if "" in trimmed:
+        raise InvalidInputError("a permission code cannot be empty")
+    return trimmed
+
+
+def _check_permission_code(code: str) -> None:
+    if not code:
+        raise InvalidInputError("a permission code cannot be empty")
+    if len(code) > PERMISSION_CODE_MAX_LENGTH:
+        raise InvalidInputError(
+            f"a permission code is at most {PERMISSION_CODE_MAX_LENGTH} characters, not {len(code)}"
+            f" ({code[:20]!r}...)"
+        )
+    # fullmatch: `$` alone also matches before a final newline.
+    if _PERMISSION_CODE.fullmatch(code) is None:
+        raise InvalidInputError(f"a permission code cannot hold a control character: {code!r}")

@@ -21,7 +21,12 @@ from pin_identity.domain.import_run import (
     ImportRequest,
     RunStatus,
 )
-from pin_identity.domain.model import FanOutTaskStatus
+from pin_identity.domain.model import (
+    PERMISSION_CODE_MAX_LENGTH,
+    PERMISSION_CODE_PATTERN,
+    PERMISSIONS_PER_ROLE_MAX,
+    FanOutTaskStatus,
+)
 from pin_identity.operations.fanout_admin import PastCursor, TaskDiscard
 
 # ---------------------------------------------------------------- talent import
@@ -111,15 +116,16 @@ class TaskDiscarded(ApiModel):
         )
 
 
-# No control characters (PostgreSQL text refuses NUL) and short enough for the primary key's index.
+# The domain's rule, stated in the schema: pydantic refuses a code before the use case would.
 PermissionCode = Annotated[
-    str, StringConstraints(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f\x7f]+$")
+    str,
+    StringConstraints(min_length=1, max_length=PERMISSION_CODE_MAX_LENGTH, pattern=PERMISSION_CODE_PATTERN),
 ]
 
 
 class SetRolePermissions(ApiModel):
     permissions: list[PermissionCode] = Field(
-        max_length=1000, description="The complete new permission set (may be empty)."
+        max_length=PERMISSIONS_PER_ROLE_MAX, description="The complete new permission set (may be empty)."
     )
 
 

@@ -23,6 +23,7 @@ from pin_identity.domain.model import (
     SyncSource,
     UserStatus,
     UserType,
+    permission_set,
 )
 from pin_identity.domain.phone import InvalidPhoneError, normalize_phone
 from pin_identity.observability import metrics
@@ -140,7 +141,7 @@ def create_role(
     role_id = uuid.uuid4()
     with transactions() as tx:
         tx.insert_role(role_id, code, name, company_id)
-        tx.replace_role_permissions(role_id, _permission_set(permissions), 1)
+        tx.replace_role_permissions(role_id, permission_set(permissions), 1)
         tx.commit()
     return role_id
 
@@ -250,7 +251,7 @@ def set_role_permissions(
     policy: FanOutPolicy,
 ) -> PermissionsChanged:
     """Replace the permission set, bump the role's version, then notify inline or enqueue the fan-out."""
-    codes = _permission_set(permissions)
+    codes = permission_set(permissions)
     with transactions() as tx:
         role = _active_role(tx, role_id)
         version = role.version + 1
@@ -278,10 +279,3 @@ def set_role_permissions(
     return PermissionsChanged(
         role_id=role_id, role_version=version, path=path, users_notified_inline=notified, task_id=task_id
     )
-
-
-def _permission_set(permissions: Sequence[str]) -> list[str]:
-    codes = sorted({code.strip() for code in permissions})
-    if any(not code for code in codes):
-        raise InvalidInputError("a permission code cannot be empty")
-    return codes
