@@ -7,11 +7,9 @@ consumer), the work in progress goes on, and nothing acknowledged is lost."""
 from __future__ import annotations
 
 import json
-import signal
 import subprocess
 import threading
 import time
-from collections import defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -21,7 +19,6 @@ from uuid import UUID
 import psycopg
 import pytest
 
-from pin_identity.adapters.kafka.embedded_kafka import free_port
 from pin_identity.adapters.kafka.topics import TopicLayout, ensure_topics
 from pin_identity.composition import Container
 from pin_identity.config import Settings
@@ -35,10 +32,9 @@ from pin_identity.simulation.simulated_talent import (
     produce_to_topics,
 )
 from tests.support import seed, talent
-from tests.support.cli import CLI, run_cli
+from tests.support.cli import CLI, launch_worker, run_cli
 from tests.support.fanout import task_progress
-from tests.support.health import wait_for_healthz
-from tests.support.kafka_tap import ConsumedEvent, EventTap
+from tests.support.kafka_tap import ConsumedEvent, EventTap, assert_versions_never_go_back
 from tests.support.relay import outbox_count
 from tests.support.replicated_postgres import ReplicatedPostgres, replicated_postgres
 from tests.support.talent import TalentTopics
@@ -89,19 +85,12 @@ class Arrivals:
 
 @contextmanager
 def _worker(env: dict[str, str], jobs: str, log: Path) -> Iterator[subprocess.Popen[bytes]]:
-    port = free_port()
-    with log.open("wb") as stderr:
-        process = subprocess.Popen(
-            [*CLI, "worker", "--jobs", jobs],
-            env={**env, "PIN_IDENTITY_WORKER_HTTP_PORT": str(port)},
-            stderr=stderr,
-        )
+    """The worker process, stopped with SIGTERM (and exit 0) at the end."""
+    worker = launch_worker(env, jobs, log)
     try:
-        wait_for_healthz(f"http://127.0.0.1:{port}", f"worker --jobs {jobs}")
-        yield process
+        yield worker.process
     finally:
-        process.send_signal(signal.SIGTERM)
-        assert process.wait(60) == 0
+        assert worker.stop() == 0
 
 
 def _sessions_on(url: str) -> set[str]:
@@ -116,23 +105,17 @@ def _sessions_on(url: str) -> set[str]:
     return names | ({"LISTEN"} if listening else set())
 
 
-def _versions_told(bootstrap: str, role_id: UUID) -> dict[str, list[int]]:
-    """Each user's versions of the role's change, in topic order, read from the whole access topic."""
+def _versions_told(bootstrap: str, role_id: UUID, users: list[UUID]) -> dict[str, list[int]]:
+    """Each user's versions of the role's change, read from the whole access topic: every user told, and
+    none told an older version after a newer."""
     tap = EventTap(bootstrap, [ACCESS_TOPIC], from_beginning=True)
     try:
         events = tap.read_to_end(lambda event: event.payload["changedRoleId"] == str(role_id), timeout_s=120)
     finally:
         tap.close()
-    versions: dict[str, list[int]] = defaultdict(list)
-    for event in events:
-        versions[event.key].append(event.payload["version"])
-    return versions
-
-
-def _assert_every_user_told_in_order(versions: dict[str, list[int]], users: list[UUID]) -> None:
+    versions = assert_versions_never_go_back((event.key, event.payload["version"]) for event in events)
     assert versions.keys() == {str(user) for user in users}, "a user's event was lost"
-    went_back = {user: seen for user, seen in versions.items() if seen != sorted(seen)}
-    assert went_back == {}, f"{len(went_back)} users' versions went back, e.g. {min(went_back.items())}"
+    return versions
 
 
 @pytest.mark.slow
@@ -219,7 +202,7 @@ def test_a_fanout_goes_on_through_a_failover_and_every_job_reconnects_by_itself(
         f" after the failover: fan-out worker {reconnects.get(fanout.pid)},"
         f" talent-sync {reconnects.get(sync.pid)}"
     )
-    _assert_every_user_told_in_order(_versions_told(own_broker, role_id), users)
+    _versions_told(own_broker, role_id, users)
     assert later_published_s < 5, "a task announced after the failover waited for the polling interval"
     assert sessions >= SESSIONS, f"sessions on the new primary: {sessions}"
     assert reconnects.get(fanout.pid, 0) > 0 and reconnects.get(sync.pid, 0) > 0
@@ -374,7 +357,7 @@ def test_an_asynchronous_standby_promoted_without_the_last_commits_repeats_pages
         finally:
             arrivals.close()
             container.close()
-    versions = _versions_told(own_broker, role_id)
+    versions = _versions_told(own_broker, role_id, users)
     told_twice = sum(1 for seen in versions.values() if seen.count(seen[0]) > 1)
     print(
         f"killed at {processed_at_kill} users told, resumed from {resumed_at}; ids handed out up to"
@@ -382,7 +365,6 @@ def test_an_asynchronous_standby_promoted_without_the_last_commits_repeats_pages
         f" {told_twice}"
     )
     assert resumed_at < processed_at_kill and ids_resumed_from < ids_handed_out, "the loss the test is about"
-    _assert_every_user_told_in_order(versions, users)
     assert len({seen[-1] for seen in versions.values()}) == 1, "every user's last event is the later version"
     assert told_twice >= LOST_USERS  # the lost pages were told again
 
@@ -422,4 +404,4 @@ def test_a_multi_host_url_finds_the_promoted_standby_by_itself(
     finally:
         container.close()
     print(f"completed and published {settled_s:.1f} s after the kill")
-    _assert_every_user_told_in_order(_versions_told(own_broker, role_id), users)
+    _versions_told(own_broker, role_id, users)
