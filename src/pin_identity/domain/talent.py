@@ -298,7 +298,7 @@ def _behind_a_waiting_snapshot(snapshot: UserSnapshot, context: UserContext) -> 
     """A versioned deletion of an absent user whose older snapshot waits for its tenant waits too: applied
     now it would find nobody to block and make the older one stale, so the user would never exist, where
     the same snapshots in version order create the user and then block it. A tombstone does not wait: it
-    is the key's last record and drops what waits (talent_users._forget_absent)."""
+    is the key's last record and drops what waits (talent_round.settle)."""
     waiting, version = context.waiting_version, snapshot.version
     return context.current is None and waiting is not None and version is not None and waiting < version
 
