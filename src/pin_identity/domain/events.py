@@ -10,7 +10,7 @@ microseconds and `Z`), sorted by assignmentId. The sites (blocks of the SQL file
 `write_access_changes` in fanout_queue.sql):
 
 1. `user_access_changed`: point changes, inline announcements (operations/identity_changes.py) and the
-   managers of a company blocked or restored by Talent (operations/talent_tenants.py) fill the template in
+   managers of a company blocked or restored by Talent (operations/talent_writes.py) fill the template in
    Python from a typed snapshot (block `access_snapshots`). Not a measured path: the readable reference,
    and what unit tests and benchmarks build events with.
 2. `rendered_access_changed` over block `rendered_access_snapshots`: the import's apply

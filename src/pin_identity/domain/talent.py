@@ -1,7 +1,9 @@
 """Talent Identity snapshots and the rules that turn them into replica changes (CONTRACTS section 5).
 
 Pure: the replica's current state goes in, a decision comes out. The continuous consumer and the initial
-import both decide through these functions, so they cannot disagree.
+import both decide through these functions, so they cannot disagree. Every reason an item is quarantined for
+is decided here, each a `Quarantine(code, reason)`: snapshot_of (no snapshot of its stage: the edge could not
+read it), decide_tenant, decide_user, and conflicted (a write that met a unique constraint).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from enum import StrEnum
 from typing import Any, TypeVar
 from uuid import UUID
 
+from pin_identity.domain.errors import StoreConflictError
 from pin_identity.domain.events import CompanyState, UserState
 from pin_identity.domain.model import (
     CompanyStatus,
@@ -134,10 +137,29 @@ class UserChange:
 
 TenantDecision = CompanyChange | Skip | Quarantine
 UserDecision = UserChange | Skip | Quarantine
+Decision = TenantDecision | UserDecision
+
+_Snapshot = TypeVar("_Snapshot", TenantSnapshot, UserSnapshot)
 
 _COMPANY_TYPES = {member.value for member in CompanyType}
 # What a deletion blocks: the replica's company or user.
 _Replicated = TypeVar("_Replicated", CompanyState, UserState)
+
+
+def snapshot_of(item: TalentItem, kind: type[_Snapshot]) -> _Snapshot | Quarantine:
+    """The item's snapshot of its stage's kind, or why it has none (the reason the edge gave, reading it)."""
+    snapshot = item.snapshot
+    if isinstance(snapshot, kind):
+        return snapshot
+    reason = snapshot.reason if isinstance(snapshot, InvalidSnapshot) else f"not a {item.stage} snapshot"
+    return Quarantine(SyncErrorCode.INVALID_PAYLOAD, reason)
+
+
+def conflicted(conflict: StoreConflictError) -> Quarantine:
+    """An item whose write met a unique constraint no read foresaw (another writer took the phone meanwhile),
+    alone in its round: the phone's conflict, or a value the schema refuses."""
+    code = SyncErrorCode.PHONE_CONFLICT if conflict.field == "phone" else SyncErrorCode.INVALID_PAYLOAD
+    return Quarantine(code, str(conflict))
 
 
 def _stale(version: int | None, replica_version: int | None) -> bool:
@@ -276,7 +298,7 @@ def _behind_a_waiting_snapshot(snapshot: UserSnapshot, context: UserContext) -> 
     """A versioned deletion of an absent user whose older snapshot waits for its tenant waits too: applied
     now it would find nobody to block and make the older one stale, so the user would never exist, where
     the same snapshots in version order create the user and then block it. A tombstone does not wait: it
-    is the key's last record and drops what waits (talent_users._forget_absent)."""
+    is the key's last record and drops what waits (talent_round.settle)."""
     waiting, version = context.waiting_version, snapshot.version
     return context.current is None and waiting is not None and version is not None and waiting < version
 

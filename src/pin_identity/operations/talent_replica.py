@@ -5,8 +5,22 @@ item. Tenants go first, so that a user and its tenant in one batch apply in the 
 occurs several times in a batch is applied in rounds (its first occurrence in round one, its second in round
 two, ...) so that each round touches an entity once and every rule sees the state its predecessors left. A
 unique conflict the reads could not foresee (a concurrent writer took the phone) rolls the round back to its
-savepoint and replays it item by item, so a poison item never fails its batch. The rules of each stage live
-in talent_tenants and talent_users.
+savepoint and replays it item by item, so a poison item never fails its batch.
+
+The path of an item, in the order it runs (each step calls only the ones below it, none calls back):
+- adapters/talent_wire.py read it once where it came in (a topic record, an API page, a quarantine row read
+  back), into a TalentItem: its typed snapshot, or an InvalidSnapshot naming what is wrong with it.
+- here: apply_snapshots splits the batch into stages and rounds, each round in a savepoint.
+- talent_decisions.py reads what the replica holds around the round (port ReplicaReads) and has the domain
+  decide each item, in order. domain/talent.py decides, and is where every quarantine reason is given:
+  snapshot_of (no snapshot: IDENTITY_SYNC_INVALID_PAYLOAD, with the edge's reason), decide_tenant (an unknown
+  or changed company type), decide_user (no tenant yet, the phone another user's); and conflicted (a write
+  that met a unique constraint), which _apply_round below asks when an item alone in its round fails.
+- talent_writes.py writes what the decisions changed: companies, users, default roles, events (ReplicaWrites).
+- talent_round.py turns each decision into the item's outcome and writes the quarantine (QuarantineRows): a
+  row per Quarantine decision with its code and reason, and when an item without its tenant is tried again
+  (ApplyOptions.retry_at: the consumer's back-off, jobs/talent_sync.py).
+- adapters/postgres/replica_store.py (its statements in replica_store.sql) implements the ports.
 """
 
 from __future__ import annotations
@@ -17,13 +31,13 @@ from dataclasses import dataclass
 from uuid import UUID
 
 from pin_identity.domain.errors import NotFoundError, StoreConflictError
-from pin_identity.domain.talent import ImportStage, ItemResult, Quarantine, SyncErrorCode, newest_snapshots
+from pin_identity.domain.talent import Decision, ImportStage, ItemResult, conflicted, newest_snapshots
 from pin_identity.observability.logging import get_logger
 from pin_identity.operations.identity_changes import Context
 from pin_identity.operations.ports.replica import ReplicaTransaction, ReplicaTransactions, SourceItem
-from pin_identity.operations.talent_round import ApplyOptions, BatchOutcome, ItemOutcome, Round
-from pin_identity.operations.talent_tenants import apply_tenants
-from pin_identity.operations.talent_users import apply_users
+from pin_identity.operations.talent_decisions import decide_tenants, decide_users
+from pin_identity.operations.talent_round import ApplyOptions, BatchOutcome, ItemOutcome, settle
+from pin_identity.operations.talent_writes import write_tenants, write_users
 
 __all__ = [
     "ApplyOptions",
@@ -36,8 +50,6 @@ __all__ = [
 ]
 
 log = get_logger("talent-replica")
-
-_RULES = {ImportStage.TENANTS: apply_tenants, ImportStage.USERS: apply_users}
 
 
 def apply_snapshots(
@@ -56,7 +68,7 @@ def apply_snapshots(
             ids = sorted({entity for item in staged if (entity := item.item.talent_id) is not None})
             tx.lock_talent_ids(stage, ids)
         for round_items in _rounds(staged):
-            batch.outcomes.extend(_apply_round(Round(tx, stage, ctx, options), round_items))
+            batch.outcomes.extend(_apply_round(_Round(tx, stage, ctx, options), round_items))
     return batch
 
 
@@ -73,20 +85,40 @@ def _rounds(items: Sequence[SourceItem]) -> list[list[SourceItem]]:
     return rounds
 
 
-def _apply_round(this_round: Round, items: list[SourceItem]) -> list[ItemOutcome]:
+@dataclass(frozen=True)
+class _Round:
+    """The transaction, the stage and the options a round is applied with."""
+
+    tx: ReplicaTransaction
+    stage: ImportStage
+    ctx: Context
+    options: ApplyOptions
+
+
+def _apply_round(this_round: _Round, items: list[SourceItem]) -> list[ItemOutcome]:
+    """The round decided, written and settled in a savepoint; after a conflict, item by item."""
+    tx, stage, options = this_round.tx, this_round.stage, this_round.options
     try:
-        with this_round.tx.savepoint():
-            outcomes = _RULES[this_round.stage](this_round, items)
-            this_round.flush_quarantine()
-            return outcomes
+        with tx.savepoint():
+            decisions = _decide_and_write(this_round, items)
+            return settle(tx, stage, options, list(zip(items, decisions, strict=True)))
     except StoreConflictError as conflict:
         if len(items) > 1:
-            return [out for item in items for out in _apply_round(this_round.fresh(), [item])]
-        code = SyncErrorCode.PHONE_CONFLICT if conflict.field == "phone" else SyncErrorCode.INVALID_PAYLOAD
-        alone = this_round.fresh()
-        outcome = alone.failed(items[0], Quarantine(code, str(conflict)))
-        alone.flush_quarantine()
-        return [outcome]
+            return [out for item in items for out in _apply_round(this_round, [item])]
+        # Alone in its round, the item's write is what the constraint refused: the round is rolled back.
+        return settle(tx, stage, options, [(items[0], conflicted(conflict))])
+
+
+def _decide_and_write(this_round: _Round, items: list[SourceItem]) -> Sequence[Decision]:
+    """Each item's decision, in order, once the round's changes are written."""
+    tx, ctx, options = this_round.tx, this_round.ctx, this_round.options
+    if this_round.stage is ImportStage.TENANTS:
+        tenants = decide_tenants(tx, options, items)
+        write_tenants(tx, ctx, options, tenants)
+        return tenants.decisions
+    users = decide_users(tx, options, items)
+    write_users(tx, ctx, options, users)
+    return users.decisions
 
 
 @dataclass(frozen=True)

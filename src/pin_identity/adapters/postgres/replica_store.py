@@ -1,4 +1,6 @@
-"""ReplicaTransaction on PostgreSQL: the Talent replica read and written in batches (one statement each)."""
+"""ReplicaTransaction on PostgreSQL: the Talent replica read and written in batches (one statement each). One
+class implements every port of operations/ports/replica.py (the reads, the rows, the default roles, the
+events, the quarantine); each step of the apply sees only the one it takes."""
 
 from __future__ import annotations
 

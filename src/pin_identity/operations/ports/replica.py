@@ -1,4 +1,6 @@
-"""The Talent replica, read and written in batches by the continuous consumer and the initial import."""
+"""The Talent replica, read and written in batches by the continuous consumer and the initial import: one
+port a step of the apply takes (its reads, its rows, the default roles, the events, the quarantine), and the
+transaction that holds them all."""
 
 from __future__ import annotations
 
@@ -86,41 +88,29 @@ class DryRunMemory(Protocol):
         ...
 
 
-class ReplicaTransaction(AccessEventWriter, Transaction, Protocol):
-    """One transaction over the Talent replica; batch-shaped, so a page costs a handful of statements."""
+class ReplicaReads(Protocol):
+    """What deciding a round's items reads of the replica (operations/talent_decisions.py)."""
 
-    def savepoint(self) -> AbstractContextManager[None]:
-        """A nested block; a unique violation inside it rolls it back and raises StoreConflictError."""
-        ...
-
-    def pipelined(self) -> AbstractContextManager[None]:
-        """A block whose statements are sent without waiting for each one's answer (the caller's work goes on
-        while the database writes); a statement's failure surfaces by the end of the block at the latest."""
-        ...
-
-    def lock_talent_ids(self, stage: str, talent_ids: Sequence[UUID]) -> None: ...
     def companies_by_tenant(
         self, tenant_ids: Sequence[UUID], *, shared: bool = False
     ) -> dict[UUID, CompanyState]: ...
-    def lock_managers(self, company_ids: Sequence[UUID]) -> dict[UUID, UUID]:
-        """The companies' live Talent managers (user id -> company id), locked as their writers lock them."""
-
-    def managers_without_default_role(
-        self, user_ids: Sequence[UUID], role_id: UUID
-    ) -> list[tuple[UUID, UUID]]:
-        """(user id, company id) of those of the users without an Active default role in their company."""
-
     def users_by_talent_id(self, talent_ids: Sequence[UUID], *, lock: bool) -> dict[UUID, UserState]: ...
     def phone_owners(self, phones: Sequence[str]) -> dict[str, UUID]: ...
-    def default_role(self) -> RoleRecord: ...
     def deleted_versions(self, stage: str, talent_ids: Sequence[UUID]) -> dict[UUID, int]:
         """Versions of deletions seen while these entities were absent from the replica."""
         ...
 
-    def remember_deletions(self, stage: str, versions: Mapping[UUID, int]) -> None: ...
-
     def waiting_versions(self, stage: str, talent_ids: Sequence[UUID]) -> dict[UUID, int]:
         """The oldest version of each entity's snapshots the consumer deferred until their tenant arrives."""
+        ...
+
+
+class ReplicaRows(Protocol):
+    """The replica's companies and users written as a round decided them (operations/talent_writes.py)."""
+
+    def pipelined(self) -> AbstractContextManager[None]:
+        """A block whose statements are sent without waiting for each one's answer (the caller's work goes on
+        while the database writes); a statement's failure surfaces by the end of the block at the latest."""
         ...
 
     def save_companies(
@@ -129,19 +119,57 @@ class ReplicaTransaction(AccessEventWriter, Transaction, Protocol):
     def save_users(
         self, created: Sequence[UserState], updated: Sequence[UserState], synced_at: datetime
     ) -> None: ...
+    def remember_deletions(self, stage: str, versions: Mapping[UUID, int]) -> None: ...
+    def wake_deferred(self, tenant_ids: Sequence[UUID], now: datetime) -> None:
+        """Make the consumer's users deferred until one of these tenants arrived due at `now`."""
+        ...
+
+
+class DefaultRoles(Protocol):
+    """A Talent manager's default role, following its user and its company (operations/talent_writes.py)."""
+
+    def default_role(self) -> RoleRecord: ...
+    def lock_managers(self, company_ids: Sequence[UUID]) -> dict[UUID, UUID]:
+        """The companies' live Talent managers (user id -> company id), locked as their writers lock them."""
+
+    def managers_without_default_role(
+        self, user_ids: Sequence[UUID], role_id: UUID
+    ) -> list[tuple[UUID, UUID]]:
+        """(user id, company id) of those of the users without an Active default role in their company."""
+
     def revoke_user_assignments(
         self, user_ids: Sequence[UUID], role_id: UUID | None
     ) -> list[tuple[UUID, UUID]]:
         """Revokes the users' Active assignments (of one role, or all); returns (user, role) pairs revoked."""
         ...
 
+    def grant_default_role(self, role: RoleRecord, grants: Sequence[DefaultGrant]) -> None: ...
+
+
+class ReplicaEvents(AccessEventWriter, Protocol):
+    """The events of a round's writes: UserAccessChanged rendered in bulk, beside the writer every access
+    change shares."""
+
     def access_changes(self, user_ids: Sequence[UUID]) -> dict[UUID, tuple[RenderedAccessSnapshot, int]]:
         """Each user's access snapshot (activeAssignments rendered) and point version, read in one go."""
         ...
 
-    def grant_default_role(self, role: RoleRecord, grants: Sequence[DefaultGrant]) -> None: ...
+
+class ReplicaWrites(ReplicaRows, DefaultRoles, ReplicaEvents, Protocol):
+    """Everything a round's writes take: its rows, its managers' default roles, their events."""
+
+
+class QuarantineRows(Protocol):
+    """talent_import_failed_items: written as a round's items came to (operations/talent_round.py), read back
+    for the consumer's retries and the operator's replays (operations/talent_replica.py)."""
 
     def quarantine(self, entries: Sequence[QuarantineEntry]) -> None: ...
+    def release_quarantined(self, entry_ids: Sequence[UUID]) -> None: ...
+    def discard_quarantined(self, stage: str, talent_ids: Sequence[UUID]) -> None:
+        """Drop every quarantined snapshot of these entities, from every quarantine (a tombstone deleted
+        them)."""
+        ...
+
     def due_quarantined(self, now: datetime, limit: int) -> list[SourceItem]:
         """Every deferred item of the consumer's (at most `limit`) entities with one due, each entity's in
         version order, locked for this transaction."""
@@ -151,15 +179,17 @@ class ReplicaTransaction(AccessEventWriter, Transaction, Protocol):
         """A run's quarantine rows (the chosen ones, or all), locked for this transaction."""
         ...
 
-    def release_quarantined(self, entry_ids: Sequence[UUID]) -> None: ...
-    def wake_deferred(self, tenant_ids: Sequence[UUID], now: datetime) -> None:
-        """Make the consumer's users deferred until one of these tenants arrived due at `now`."""
+
+class ReplicaTransaction(ReplicaReads, ReplicaWrites, QuarantineRows, Transaction, Protocol):
+    """One transaction over the Talent replica, as the use case (operations/talent_replica.py) holds it;
+    batch-shaped, so a page costs a handful of statements. Each step below the use case takes the narrow
+    port it uses."""
+
+    def savepoint(self) -> AbstractContextManager[None]:
+        """A nested block; a unique violation inside it rolls it back and raises StoreConflictError."""
         ...
 
-    def discard_quarantined(self, stage: str, talent_ids: Sequence[UUID]) -> None:
-        """Drop every quarantined snapshot of these entities, from every quarantine (a tombstone deleted
-        them)."""
-        ...
+    def lock_talent_ids(self, stage: str, talent_ids: Sequence[UUID]) -> None: ...
 
 
 ReplicaTransactions: TypeAlias = Transactions[ReplicaTransaction]
