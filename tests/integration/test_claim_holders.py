@@ -152,13 +152,13 @@ def test_an_import_page_holder_whose_session_ended_is_taken_over_and_fenced(
     run_id = _running_import_page(database_url)
     now = SYSTEM_CLOCK.now()
     lease_until = now + timedelta(seconds=600)
-    page = stores.import_store.claim_page(uuid.uuid4(), now, lease_until, 5, run_id)
+    page = stores.import_store.claim(uuid.uuid4(), now, lease_until, run_id)
     assert page is not None
     other = second_worker.stores.import_store
-    assert other.claim_page(uuid.uuid4(), now, lease_until, 5, run_id) is None  # a live holder keeps it
+    assert other.claim(uuid.uuid4(), now, lease_until, run_id) is None  # a live holder keeps it
 
     _end_holder_session(database_url, container.connections.database.holder_key())
-    taken = other.claim_page(uuid.uuid4(), now, lease_until, 5, run_id)
+    taken = other.claim(uuid.uuid4(), now, lease_until, run_id)
 
     assert taken is not None and taken.page_id == page.page_id
     with pytest.raises(LeaseLostError), stores.import_store.page_transaction(page, now, lease_until):
