@@ -18,6 +18,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from pin_identity.domain.backoff import Backoff
 from pin_identity.domain.errors import ServiceError
+from pin_identity.domain.lease import LeaseRules
 from pin_identity.domain.talent import TENANTS_TOPIC, USERS_TOPIC
 
 ENV_PREFIX = "PIN_IDENTITY_"
@@ -56,12 +57,11 @@ class FanOutSettings(Section):
     outbox_wait_max_s: Seconds = 5.0
 
     @property
-    def lease(self) -> timedelta:
-        return timedelta(seconds=self.max_lease_s)
-
-    def retry_delay(self, attempt: int) -> timedelta:
-        """After a failed attempt the task waits a little (2 s, doubling), never longer than a lease."""
-        return timedelta(seconds=Backoff(base_s=2.0, cap_s=self.max_lease_s).delay(attempt))
+    def lease_rules(self) -> LeaseRules:
+        """MaxLeaseDuration and MaxAttempts; after a failed attempt the task waits a little (2 s, doubling),
+        never longer than a lease."""
+        backoff = Backoff(base_s=2.0, cap_s=self.max_lease_s)
+        return LeaseRules(timedelta(seconds=self.max_lease_s), self.max_attempts, backoff)
 
 
 # The longest the relay's producer waits on the transaction coordinator in one call (a commit, an abort, the
@@ -173,6 +173,11 @@ class ImportSettings(Section):
     def backoff(self) -> Backoff:
         """The wait after a failed page attempt or planning step."""
         return Backoff(base_s=self.backoff_base_s, cap_s=self.backoff_max_s)
+
+    @property
+    def lease_rules(self) -> LeaseRules:
+        """A page's lease, its attempts, and its back-off after a failed attempt."""
+        return LeaseRules(timedelta(seconds=self.page_lease_s), self.max_page_attempts, self.backoff)
 
 
 class Settings(BaseSettings):

@@ -426,8 +426,8 @@ def test_imports_start_a_run_follow_its_progress_reset_leases_and_cancel_it(
 
         # A page whose worker died mid-way: reset leases makes it claimable at once.
         now = SYSTEM_CLOCK.now()
-        assert console.container.stores.import_store.claim_page(
-            uuid.uuid4(), now, now + timedelta(hours=1), 5, run_id
+        assert console.container.stores.import_store.claim(
+            uuid.uuid4(), now, now + timedelta(hours=1), run_id
         )
         detail.get_by_role("button", name="Reset leases").click()
         expect(page.locator("#imports-outcome")).to_contain_text("200 OK 1 InProgress pages claimable again")

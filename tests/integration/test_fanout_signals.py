@@ -11,7 +11,7 @@ from prometheus_client import REGISTRY
 
 from pin_identity.composition.stores import Stores
 from pin_identity.domain.fanout_policy import FanOutPath, FanOutPolicy
-from pin_identity.operations.ports.fanout_tasks import Release
+from pin_identity.domain.lease import Release
 from tests.support import seed
 
 

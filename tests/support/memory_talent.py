@@ -34,6 +34,7 @@ from pin_identity.domain.import_run import (
     RunStatus,
     StageCounters,
 )
+from pin_identity.domain.lease import Release
 from pin_identity.domain.model import RenderedAccessSnapshot, RoleStatus, UserAccessSnapshot
 from pin_identity.domain.talent import ImportStage, TalentItem
 from pin_identity.operations.ports.identity_records import RoleRecord
@@ -434,17 +435,27 @@ class MemoryImportStore:
         )
         return True
 
-    def claim_page(
-        self, claim_id: UUID, now: datetime, lease_until: datetime, max_attempts: int, run_id: UUID | None
-    ) -> ImportPage | None:
-        running = [
+    def _running(self, run_id: UUID | None) -> list[PageRow]:
+        return [
             r
             for r in self.pages
             if self.runs[r.page.run_id].status is RunStatus.RUNNING and run_id in (None, r.page.run_id)
         ]
-        for row in running:
-            if row.status is PageStatus.PENDING and row.page.attempt >= max_attempts:
-                row.status = PageStatus.FAILED
+
+    def fail_exhausted(self, now: datetime, max_attempts: int) -> int:
+        spent = [
+            r
+            for r in self._running(None)
+            if r.status is PageStatus.PENDING and r.page.attempt >= max_attempts
+        ]
+        for row in spent:
+            row.status = PageStatus.FAILED
+        return len(spent)
+
+    def claim(
+        self, claim_id: UUID, now: datetime, lease_until: datetime, run_id: UUID | None
+    ) -> ImportPage | None:
+        running = self._running(run_id)
         free = [
             r
             for r in running
@@ -465,12 +476,15 @@ class MemoryImportStore:
         self.check_claim(page)
         yield MemoryPageTransaction(self)
 
-    def release_page(
-        self, page: ImportPage, now: datetime, *, available_at: datetime, max_attempts: int, error: str
+    def release(
+        self, page: ImportPage, now: datetime, release: Release, max_attempts: int
     ) -> PageStatus | None:
         row = self.row(page)
-        row.status = PageStatus.FAILED if page.attempt >= max_attempts else PageStatus.PENDING
-        row.available_at, row.error = available_at, error
+        spent = release.count_attempt and page.attempt >= max_attempts
+        row.status = PageStatus.FAILED if spent else PageStatus.PENDING
+        if not release.count_attempt:
+            row.page = replace(row.page, attempt=max(row.page.attempt - 1, 0))
+        row.available_at, row.error = release.available_at, release.error or row.error
         return row.status
 
     # ---------------------------------------------------------------- for the fake's own use and the tests

@@ -17,6 +17,7 @@ from structlog.testing import capture_logs
 from pin_identity.config import FanOutSettings
 from pin_identity.domain.errors import LeaseLostError
 from pin_identity.domain.events import AccessChangeTemplate, OutboxMessage
+from pin_identity.domain.lease import Release
 from pin_identity.jobs.access_fanout import AccessFanOutJob, TaskOutcome
 from pin_identity.jobs.access_fanout_observer import FanOutObserver
 from pin_identity.operations.ports.fanout_tasks import (
@@ -24,7 +25,6 @@ from pin_identity.operations.ports.fanout_tasks import (
     PageWritten,
     PoisonedTask,
     QueueStats,
-    Release,
 )
 from tests.support.clocks import ClockedStop, ManualClock
 from tests.support.fanout import NoWakeups
@@ -170,11 +170,6 @@ def test_a_page_waits_for_the_relay_at_most_a_while_and_not_past_a_stop() -> Non
     stopped.outbox_backlog = [50_000] * 10
     assert _job(stopped, ManualClock()).process(_task(), stop) == TaskOutcome.STOPPED
     assert stopped.events == []
-
-
-def test_retry_delay_doubles_and_never_exceeds_a_lease() -> None:
-    settings = FanOutSettings(max_lease_s=300)
-    assert [settings.retry_delay(n).total_seconds() for n in (1, 2, 3, 8, 9, 30)] == [2, 4, 8, 256, 300, 300]
 
 
 def test_a_span_per_task_and_per_batch() -> None:

@@ -165,9 +165,9 @@ class DatabaseAway(MemoryImportStore):
         self._away()
         return super().load_run(run_id)
 
-    def claim_page(self, *args: Any) -> ImportPage | None:
+    def claim(self, *args: Any) -> ImportPage | None:
         self._away()
-        return super().claim_page(*args)
+        return super().claim(*args)
 
 
 def test_a_database_away_for_a_while_fails_steps_not_the_run() -> None:

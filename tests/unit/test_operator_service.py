@@ -81,7 +81,7 @@ class MemoryRuns(MemoryImportStore):
         run = self.runs.get(run_id)
         return run is not None and run.status is RunStatus.RUNNING
 
-    def reset_leases(self, run_id: UUID) -> int:
+    def reset_leases(self, run_id: UUID, now: datetime) -> int:
         return 2
 
     def failed_items(self, run_id: UUID | None) -> list[FailedItem]:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from pin_identity.adapters.postgres.catalogue import FOLDER, QUERIES, Block, load, read_blocks
+from pin_identity.adapters.postgres.catalogue import FOLDER, QUERIES, Block, included_names, load, read_blocks
 from pin_identity.adapters.postgres.outbox_writer import template_params
 from pin_identity.domain.events import AccessChangeTemplate, EnvelopeSlot
 
@@ -28,18 +28,27 @@ def _string_literals(paths: Iterable[Path]) -> set[str]:
     return literals
 
 
-def _unused(names: Iterable[str], package: Path) -> list[str]:
-    return sorted(set(names) - _string_literals(package.rglob("*.py")))
+def _unused(blocks: dict[str, Block], package: Path) -> list[str]:
+    """Blocks no module names, nor includes in a block a module names."""
+    named = _string_literals(package.rglob("*.py"))
+    included = {inner for name in named & set(blocks) for inner in included_names(blocks[name].text)}
+    return sorted(set(blocks) - named - included)
+
+
+def _runners(name: str, blocks: dict[str, Block], modules: dict[str, set[str]]) -> list[str]:
+    """The modules that run a block: that name it, or name a block that includes it."""
+    outer = {name} | {other for other, block in blocks.items() if name in included_names(block.text)}
+    return [module for module, literals in modules.items() if outer & literals]
 
 
 def _misplaced(blocks: dict[str, Block], folder: Path) -> list[str]:
     """Blocks not where a reader looks for them: one of `x.sql` that `x.py` does not name, or one of a file
-    named after no module (a shared file) that fewer than two of the folder's modules name."""
+    named after no module (a shared file) that fewer than two of the folder's modules run."""
     modules = {path.stem: _string_literals([path]) for path in folder.glob("*.py")}
     misplaced = []
     for name, block in blocks.items():
         stem = Path(block.file).stem
-        runners = [module for module, literals in modules.items() if name in literals]
+        runners = _runners(name, blocks, modules)
         if (stem in modules and stem not in runners) or (stem not in modules and len(runners) < 2):
             misplaced.append(f"{block.file}: {name} (named by {', '.join(runners) or 'no module'})")
     return sorted(misplaced)
@@ -54,7 +63,7 @@ def _write(folder: Path, name: str, text: str) -> None:
 
 def test_every_named_query_is_used_in_the_package() -> None:
     assert len(QUERIES) > 50  # the blocks as the loader reads them
-    assert _unused(QUERIES, PACKAGE) == []
+    assert _unused(read_blocks(FOLDER), PACKAGE) == []
 
 
 def test_every_block_sits_beside_the_module_that_runs_it_or_in_a_file_several_share() -> None:
@@ -107,6 +116,28 @@ def test_an_include_of_no_block_or_two_levels_deep_is_refused(tmp_path: Path) ->
         load(tmp_path)
 
 
+def test_an_include_names_the_columns_its_block_is_written_with(tmp_path: Path) -> None:
+    _write(tmp_path, "a.sql", "-- name: mine\n{owner} = %(claim_id)s AND {status} = 'InProgress';\n")
+    include = "-- include: mine (owner = t.lease_owner, status = t.status)"
+    outer = f"-- name: fence\nUPDATE t SET n = 1 WHERE id = 1 AND (\n{include}\n);\n"
+    _write(tmp_path, "b.sql", outer)
+    assert load(tmp_path)["fence"] == (
+        "UPDATE t SET n = 1 WHERE id = 1 AND (\nt.lease_owner = %(claim_id)s AND t.status = 'InProgress'\n)"
+    )
+
+
+@pytest.mark.parametrize(
+    "given", ["", "(owner = lease_owner)", "(owner = lease_owner, status = status, lease = x)", "(owner)"]
+)
+def test_an_include_whose_columns_are_left_out_unknown_or_unsaid_is_refused(
+    tmp_path: Path, given: str
+) -> None:
+    _write(tmp_path, "a.sql", "-- name: mine\n{owner} = %(claim_id)s AND {status} = 'InProgress';\n")
+    _write(tmp_path, "b.sql", f"-- name: fence\nSELECT 1 WHERE\n-- include: mine {given}\n;\n")
+    with pytest.raises(RuntimeError, match=r"^query mine is included with "):
+        load(tmp_path)
+
+
 def test_a_folder_without_sql_is_refused(tmp_path: Path) -> None:
     with pytest.raises(RuntimeError, match=r"^no \.sql file in "):
         load(tmp_path)
@@ -115,7 +146,15 @@ def test_a_folder_without_sql_is_refused(tmp_path: Path) -> None:
 def test_a_block_no_module_names_is_found(tmp_path: Path) -> None:
     _write(tmp_path, "store.sql", "-- name: run\nSELECT 1;\n-- name: left\nSELECT 2;\n")
     _write(tmp_path, "store.py", 'STATEMENT = "run"\n')
-    assert _unused(load(tmp_path), tmp_path) == ["left"]
+    assert _unused(read_blocks(tmp_path), tmp_path) == ["left"]
+
+
+def test_a_block_only_included_is_used_while_a_block_some_module_names_includes_it(tmp_path: Path) -> None:
+    outer = "-- name: run\nSELECT 1 WHERE\n-- include: part\n;\n"
+    _write(tmp_path, "store.sql", outer + "-- name: gone\nSELECT 2 WHERE\n-- include: lost\n;\n")
+    _write(tmp_path, "shared.sql", "-- name: part\ntrue\n-- name: lost\ntrue\n")
+    _write(tmp_path, "store.py", 'STATEMENT = "run"\n')
+    assert _unused(read_blocks(tmp_path), tmp_path) == ["gone", "lost"]
 
 
 def test_a_block_away_from_its_module_or_a_shared_block_one_module_runs_is_found(tmp_path: Path) -> None:

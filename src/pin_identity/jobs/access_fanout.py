@@ -16,7 +16,7 @@ from pin_identity.domain.errors import LeaseLostError
 from pin_identity.domain.model import AccessChangeReason
 from pin_identity.jobs.access_fanout_observer import FanOutObserver
 from pin_identity.observability.tracing import current_traceparent, traced, tracer
-from pin_identity.operations.ports.fanout_tasks import FanOutQueue, FanOutTask, Release, TaskWakeups
+from pin_identity.operations.ports.fanout_tasks import FanOutQueue, FanOutTask, TaskWakeups
 from pin_identity.operations.ports.job_control import StopSignal
 
 _tracer = tracer("access-fanout")
@@ -45,6 +45,7 @@ class AccessFanOutJob:
         self._wakeups = wakeups
         self._settings = settings
         self._clock = clock
+        self._lease = settings.lease_rules
         self._observer = observer or FanOutObserver()
 
     def run(self, stop: StopSignal, *, once: bool = False) -> None:
@@ -82,10 +83,10 @@ class AccessFanOutJob:
 
     def _claim(self) -> FanOutTask | None:
         now = self._clock.now()
-        for poisoned in self._queue.fail_exhausted(now, self._settings.max_attempts):
+        for poisoned in self._queue.fail_exhausted(now, self._lease.max_attempts):
             self._observer.exhausted(poisoned)
         self._observer.queue_stats(self._queue.stats(now))
-        return self._queue.claim(uuid.uuid4(), now, now + self._settings.lease)
+        return self._queue.claim(uuid.uuid4(), now, self._lease.until(now))
 
     def process(self, task: FanOutTask, stop: StopSignal) -> TaskOutcome:
         """Pages until the role is done, the lease is lost, the worker stops, or a batch fails: one run of
@@ -155,7 +156,7 @@ class AccessFanOutJob:
         now = self._clock.now()
         with (
             traced(_tracer, "access-fanout.batch", {"batchSize": size}) as span,
-            self._queue.batch(task, now, now + self._settings.lease) as batch,
+            self._queue.batch(task, now, self._lease.until(now)) as batch,
         ):
             template = events.access_changed_template(
                 reason=AccessChangeReason.ROLE_PERMISSIONS_CHANGED,
@@ -176,8 +177,8 @@ class AccessFanOutJob:
     def _release(self, task: FanOutTask, *, count_attempt: bool, error: str | None) -> None:
         """Hand the lease back now instead of letting it run out (a failed attempt waits a back-off)."""
         now = self._clock.now()
-        available_at = now + self._settings.retry_delay(task.attempt) if count_attempt else now
+        release = self._lease.release(now, task.attempt, count_attempt=count_attempt, error=error)
         try:
-            self._queue.release(task, now, Release(available_at, count_attempt, error))
+            self._queue.release(task, now, release)
         except Exception as exc:  # the lease will simply expire
             self._observer.release_failed(task, exc)

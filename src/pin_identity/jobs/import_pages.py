@@ -6,7 +6,6 @@ again after a back-off."""
 from __future__ import annotations
 
 import uuid
-from datetime import timedelta
 from uuid import UUID
 
 from pin_identity.config import ImportSettings
@@ -49,6 +48,7 @@ class PageWorker:
         observer: ImportObserver | None = None,
     ):
         self._store, self._settings, self._clock = store, settings, clock
+        self._lease = settings.lease_rules
         self._observer = observer or ImportObserver()
 
     def work(self, run: ImportRun, source: TalentSource) -> bool:
@@ -56,9 +56,8 @@ class PageWorker:
         run's options never change, so the caller's view of it is enough. Talent refusing our credentials
         (SourceRejectedError) fails the run: that is the caller's to do."""
         now = self._clock.now()
-        lease_until = now + timedelta(seconds=self._settings.page_lease_s)
-        attempts = self._settings.max_page_attempts
-        page = self._store.claim_page(uuid.uuid4(), now, lease_until, attempts, run.run_id)
+        self._store.fail_exhausted(now, self._lease.max_attempts)
+        page = self._store.claim(uuid.uuid4(), now, self._lease.until(now), run.run_id)
         if page is None:
             return False
         self._observer.page_claimed(run, page)
@@ -95,11 +94,10 @@ class PageWorker:
         self, run: ImportRun, page: ImportPage, items: list[TalentItem]
     ) -> tuple[BatchOutcome, StageCounters]:
         now = self._clock.now()
-        lease_until = now + timedelta(seconds=self._settings.page_lease_s)
         # The page's replica writes and events: the events carry this span's traceparent.
         with (
             traced(_tracer, "talent-import.write", {"items": len(items)}),
-            self._store.page_transaction(page, now, lease_until) as tx,
+            self._store.page_transaction(page, now, self._lease.until(now)) as tx,
         ):
             items = in_scope(tx, run, page.stage, items)
             memory = tx.dry_run_memory(run.run_id) if run.dry_run else None
@@ -113,17 +111,10 @@ class PageWorker:
 
     def _release(self, run: ImportRun, page: ImportPage, exc: Exception) -> None:
         """Back to Pending after a back-off, or Failed once its attempts are spent."""
-        now = self._clock.now()
-        delay = self._settings.backoff.delay(page.attempt)
-        error = describe_error(exc)
-        status = self._store.release_page(
-            page,
-            now,
-            available_at=now + timedelta(seconds=delay),
-            max_attempts=self._settings.max_page_attempts,
-            error=error,
-        )
-        self._observer.page_released(run, page, status, delay, error)
+        now, error = self._clock.now(), describe_error(exc)
+        release = self._lease.release(now, page.attempt, count_attempt=True, error=error)
+        status = self._store.release(page, now, release, self._lease.max_attempts)
+        self._observer.page_released(run, page, status, self._lease.backoff.delay(page.attempt), error)
 
 
 def in_scope(

@@ -230,7 +230,7 @@ class ImportOperations:
     def reset_leases(self, run_id: UUID, *, who: Actor) -> int:
         """The runbook's "stuck" case: every InProgress page of the run becomes claimable now."""
         self.existing_run(run_id)
-        pages = self._runs.reset_leases(run_id)
+        pages = self._runs.reset_leases(run_id, self._clock.now())
         admin_action("talent-import-reset-leases", who, run_id=str(run_id), pages=pages)
         return pages
 

@@ -7,7 +7,10 @@ two, is refused at load.
 
 A block may hold another, from any file, as a subquery with a line `-- include: <name>`, so a statement that
 builds on a query (the fan-out's page writes the snapshots `rendered_access_snapshots` renders) never repeats
-its text.
+its text. A block written for tables whose columns are named apart (the lease conditions of `leases.sql`,
+which two queues share) names them `{column}`, and each line that includes it says which column each is:
+`-- include: lease_still_mine (owner = lease_owner, status = status)`; a name left out, or one the block does
+not have, is refused at load.
 """
 
 from __future__ import annotations
@@ -18,7 +21,8 @@ from pathlib import Path
 from typing import LiteralString, NamedTuple
 
 _BLOCK_HEADER = re.compile(r"^-- name: ([a-z0-9_]+)\s*$", re.MULTILINE)
-_INCLUDE = re.compile(r"^\s*-- include: ([a-z0-9_]+)\s*$", re.MULTILINE)
+_INCLUDE = re.compile(r"^\s*-- include: ([a-z0-9_]+)(?: \(([^)]*)\))?\s*$", re.MULTILINE)
+_COLUMN = re.compile(r"\{([a-z_]+)\}")
 
 
 class Block(NamedTuple):
@@ -56,6 +60,11 @@ def load(folder: Path) -> dict[str, LiteralString]:
     return {name: _with_includes(body, blocks) for name, body in blocks.items()}
 
 
+def included_names(text: str) -> list[str]:
+    """The blocks a block's text includes, by name."""
+    return [match.group(1) for match in _INCLUDE.finditer(text)]
+
+
 def _with_includes(body: str, blocks: dict[str, str]) -> LiteralString:
     def included(match: re.Match[str]) -> str:
         name = match.group(1)
@@ -63,11 +72,31 @@ def _with_includes(body: str, blocks: dict[str, str]) -> LiteralString:
             raise RuntimeError(f"query {name} is included but no file names it")
         if _INCLUDE.search(blocks[name]):
             raise RuntimeError(f"query {name} is included and includes another: keep includes one level deep")
-        return blocks[name]
+        return _with_columns(name, blocks[name], match.group(2) or "")
 
     # The files are part of the package, never user input: their text is as literal as a constant (mypy reads
     # LiteralString as str, so this return needs no cast).
     return _INCLUDE.sub(included, body)
+
+
+def _with_columns(name: str, text: str, given: str) -> str:
+    """An included block's `{column}` names written out as the include line gives them (`a = t.b, ...`)."""
+    columns = dict(_column_pair(name, pair) for pair in given.split(",") if pair.strip())
+    wanted = set(_COLUMN.findall(text))
+    if wanted != set(columns):
+        raise RuntimeError(
+            f"query {name} is included with columns {sorted(columns)}, but it names {sorted(wanted)}"
+        )
+    return _COLUMN.sub(lambda match: columns[match.group(1)], text)
+
+
+def _column_pair(name: str, pair: str) -> tuple[str, str]:
+    placeholder, _, column = (part.strip() for part in pair.partition("="))
+    if not placeholder or not column:
+        raise RuntimeError(
+            f"query {name} is included with '{pair.strip()}': a column is given as `name = column`"
+        )
+    return placeholder, column
 
 
 FOLDER = Path(__file__).parent

@@ -17,6 +17,7 @@ from pin_identity.adapters.postgres.database import NIL_UUID, Database, Fence
 from pin_identity.adapters.postgres.outbox_writer import template_params
 from pin_identity.domain.errors import LeaseLostError
 from pin_identity.domain.events import AccessChangeTemplate
+from pin_identity.domain.lease import Release
 from pin_identity.domain.model import FanOutTaskStatus
 from pin_identity.operations import read_models
 from pin_identity.operations.ports.fanout_tasks import (
@@ -25,7 +26,6 @@ from pin_identity.operations.ports.fanout_tasks import (
     PageWritten,
     PoisonedTask,
     QueueStats,
-    Release,
     TaskReplay,
 )
 
@@ -81,6 +81,9 @@ class PostgresFanOutBatch:
 
 
 class PostgresFanOutQueue:
+    """The tasks' leases (pin_identity.domain.lease has the rules; leases.sql the conditions the statements
+    share with the import's pages)."""
+
     def __init__(self, database: Database):
         self._database = database
 

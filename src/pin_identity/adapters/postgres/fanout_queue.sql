@@ -5,21 +5,28 @@
 LISTEN pin_identity_fanout;
 
 -- name: fail_exhausted_fanout_tasks
--- Poison: MaxAttempts consecutive leases ended without committing a batch (run out, or their holder gone).
+-- Poison: MaxAttempts consecutive leases ended without committing a batch (run out, or their holder gone): the
+-- attempts are spent and no one holds the task (a Pending one, never claimed, has spent none).
 UPDATE identity.access_fanout_tasks
 SET status = 'Failed', lease_expires_at = NULL, lease_owner = NULL, updated_at = %(now)s
-WHERE status = 'InProgress' AND attempt_count >= %(max_attempts)s
-  AND (lease_expires_at <= %(now)s OR (lease_owner IS NOT NULL AND identity.claim_holder_gone(holder_key)))
+WHERE (
+-- include: lease_spent
+) AND (status = 'Pending' OR (
+-- include: lease_over (status = status, lease_until = lease_expires_at, owner = lease_owner, holder_key = holder_key)
+))
 RETURNING id AS task_id, role_id, attempt_count AS attempts, last_error;
 
 -- name: claim_fanout_task
 -- The oldest Pending task, or InProgress one whose lease expired or whose holder's session is gone; tasks
--- other workers hold are skipped. The claim names this process's holder session.
+-- other workers hold are skipped. The claim names this process's holder session. A Pending task is available
+-- at once: a released one waits out its back-off InProgress, until its lease's end.
 WITH next AS (
     SELECT id FROM identity.access_fanout_tasks
-    WHERE status = 'Pending'
-       OR (status = 'InProgress' AND (lease_expires_at <= %(now)s
-                                      OR (lease_owner IS NOT NULL AND identity.claim_holder_gone(holder_key))))
+    WHERE (
+-- include: lease_available (status = status, available_at = NULL)
+    ) OR (
+-- include: lease_over (status = status, lease_until = lease_expires_at, owner = lease_owner, holder_key = holder_key)
+    )
     ORDER BY created_at, id
     LIMIT 1
     FOR UPDATE SKIP LOCKED
@@ -41,7 +48,9 @@ RETURNING t.id AS task_id, t.role_id, t.company_id, t.role_version, t.cursor, t.
 -- Fencing: only the claim that holds the lease may write; the row stays locked for the batch.
 UPDATE identity.access_fanout_tasks
 SET lease_expires_at = %(lease_until)s, updated_at = %(now)s
-WHERE id = %(task_id)s AND lease_owner = %(claim_id)s AND status = 'InProgress'
+WHERE id = %(task_id)s AND (
+-- include: lease_still_mine (owner = lease_owner, status = status)
+)
 RETURNING id;
 
 -- name: fanout_page_commits_without_flush
@@ -100,7 +109,8 @@ FROM (SELECT gen_random_uuid() AS event_id, snapshot.user_id, snapshot.company_i
      ) AS event;
 
 -- name: advance_fanout_task
--- A committed batch renews the lease and resets the attempts: only leases without progress count.
+-- A committed batch renews the lease and resets the attempts: only leases without progress count. Its
+-- transaction opened under the fence (renew_fanout_lease), which holds the row: this checks again for free.
 UPDATE identity.access_fanout_tasks
 SET cursor = %(cursor)s,
     processed_count = processed_count + %(processed)s,
@@ -111,7 +121,9 @@ SET cursor = %(cursor)s,
     lease_owner = CASE WHEN %(completed)s THEN NULL ELSE lease_owner END,
     last_error = NULL,
     updated_at = %(now)s
-WHERE id = %(task_id)s AND lease_owner = %(claim_id)s
+WHERE id = %(task_id)s AND (
+-- include: lease_still_mine (owner = lease_owner, status = status)
+)
 RETURNING processed_count;
 
 -- name: release_fanout_task
@@ -122,7 +134,9 @@ SET lease_expires_at = %(available_at)s,
     attempt_count = CASE WHEN %(count_attempt)s THEN attempt_count ELSE GREATEST(attempt_count - 1, 0) END,
     last_error = COALESCE(%(error)s, last_error),
     updated_at = %(now)s
-WHERE id = %(task_id)s AND lease_owner = %(claim_id)s AND status = 'InProgress';
+WHERE id = %(task_id)s AND (
+-- include: lease_still_mine (owner = lease_owner, status = status)
+);
 
 -- name: fanout_queue_stats
 -- The backlog: every task no worker is on, Pending, InProgress with an expired lease or a holder gone, or handed back after a

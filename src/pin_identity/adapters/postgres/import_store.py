@@ -35,6 +35,7 @@ from pin_identity.domain.import_run import (
     RunStatus,
     StageCounters,
 )
+from pin_identity.domain.lease import Release
 from pin_identity.domain.talent import ImportStage
 from pin_identity.operations.read_models import FailedItem
 
@@ -120,8 +121,8 @@ class PostgresImportPageTransaction:
     """An import page's transaction: the replica transaction and the page's own statements share its
     connection, so one commit ends both."""
 
-    def __init__(self, conn: psycopg.Connection):
-        self._conn = conn
+    def __init__(self, conn: psycopg.Connection, now: datetime):
+        self._conn, self._now = conn, now
         self.replica = PostgresReplicaTransaction(conn)
 
     def commit(self) -> None:
@@ -136,6 +137,7 @@ class PostgresImportPageTransaction:
             "skipped": counters.skipped,
             "failed": counters.failed,
             "count_planned": count_planned,
+            "now": self._now,
         }
         if self._conn.execute(query("complete_import_page"), params).fetchone() is None:
             raise LeaseLostError(str(page.page_id))
@@ -149,6 +151,9 @@ class PostgresImportPageTransaction:
 
 
 class PostgresImportStore:
+    """The runs and their pages; the pages' leases follow pin_identity.domain.lease (leases.sql has the
+    conditions the statements share with the fan-out's tasks)."""
+
     def __init__(self, database: Database):
         self._database = database
 
@@ -235,10 +240,13 @@ class PostgresImportStore:
         }
         return bool(self._database.execute("finish_import_run", params))
 
-    def claim_page(
-        self, claim_id: UUID, now: datetime, lease_until: datetime, max_attempts: int, run_id: UUID | None
+    def fail_exhausted(self, now: datetime, max_attempts: int) -> int:
+        params = {"now": now, "max_attempts": max_attempts}
+        return len(self._database.execute("fail_exhausted_import_pages", params))
+
+    def claim(
+        self, claim_id: UUID, now: datetime, lease_until: datetime, run_id: UUID | None
     ) -> ImportPage | None:
-        self._database.execute("fail_exhausted_import_pages", {"now": now, "max_attempts": max_attempts})
         params = {
             "claim_id": claim_id,
             "now": now,
@@ -259,19 +267,20 @@ class PostgresImportStore:
         self, page: ImportPage, now: datetime, lease_until: datetime
     ) -> Iterator[PostgresImportPageTransaction]:
         params = {"page_id": page.page_id, "claim_id": page.claim_id, "now": now, "lease_until": lease_until}
-        with self._database.transaction(Fence("fence_import_page", params, page.page_id)) as conn:
-            yield PostgresImportPageTransaction(conn)
+        with self._database.transaction(Fence("renew_import_page_lease", params, page.page_id)) as conn:
+            yield PostgresImportPageTransaction(conn, now)
 
-    def release_page(
-        self, page: ImportPage, now: datetime, *, available_at: datetime, max_attempts: int, error: str
+    def release(
+        self, page: ImportPage, now: datetime, release: Release, max_attempts: int
     ) -> PageStatus | None:
         params = {
             "page_id": page.page_id,
             "claim_id": page.claim_id,
             "now": now,
-            "available_at": available_at,
+            "available_at": release.available_at,
+            "count_attempt": release.count_attempt,
             "max_attempts": max_attempts,
-            "error": error,
+            "error": release.error,
         }
         status = self._database.fetch_one("release_import_page", params, scalar_row)
         return PageStatus(status) if status is not None else None
@@ -282,8 +291,8 @@ class PostgresImportStore:
         """Running -> Cancelled; pages already claimed still finish (their claims stay valid)."""
         return bool(self._database.execute("request_import_cancel", {"run_id": run_id}))
 
-    def reset_leases(self, run_id: UUID) -> int:
-        return len(self._database.execute("reset_import_leases", {"run_id": run_id}))
+    def reset_leases(self, run_id: UUID, now: datetime) -> int:
+        return len(self._database.execute("reset_import_leases", {"run_id": run_id, "now": now}))
 
     def failed_items(self, run_id: UUID | None) -> list[FailedItem]:
         return self._database.fetch("import_failed_items", {"run_id": run_id}, kwargs_row(_failed_item))

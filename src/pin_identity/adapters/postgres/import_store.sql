@@ -75,13 +75,16 @@ WHERE id = %(run_id)s AND status = 'Running'
 RETURNING id;
 
 -- name: fail_exhausted_import_pages
--- A page whose attempts are used up (its last holder died, or it kept failing) is Failed, not claimed again.
+-- A page whose attempts are used up (its last holder died, or it kept failing) and that no one holds (it waits,
+-- available yet or not, or its lease is over) is Failed, not claimed again.
 UPDATE identity.talent_import_pages
 SET status = 'Failed', lease_until = NULL, claim_id = NULL, updated_at = %(now)s,
     error = COALESCE(error, 'lease expired after the last attempt')
-WHERE attempt_count >= %(max_attempts)s
-  AND (status = 'Pending'
-       OR (status = 'InProgress' AND (lease_until <= %(now)s OR identity.claim_holder_gone(holder_key))))
+WHERE (
+-- include: lease_spent
+) AND (status = 'Pending' OR (
+-- include: lease_over (status = status, lease_until = lease_until, owner = claim_id, holder_key = holder_key)
+))
   AND run_id IN (SELECT id FROM identity.talent_import_runs WHERE status = 'Running')
 RETURNING stage;
 
@@ -92,8 +95,11 @@ WITH next AS (
     SELECT p.id FROM identity.talent_import_pages p
     JOIN identity.talent_import_runs r ON r.id = p.run_id AND r.status = 'Running'
     WHERE (%(run_id)s::uuid IS NULL OR p.run_id = %(run_id)s::uuid)
-      AND ((p.status = 'Pending' AND COALESCE(p.available_at, %(now)s) <= %(now)s)
-           OR (p.status = 'InProgress' AND (p.lease_until <= %(now)s OR identity.claim_holder_gone(p.holder_key))))
+      AND ((
+-- include: lease_available (status = p.status, available_at = p.available_at)
+      ) OR (
+-- include: lease_over (status = p.status, lease_until = p.lease_until, owner = p.claim_id, holder_key = p.holder_key)
+      ))
     ORDER BY p.stage = 'Users', p.page_no
     LIMIT 1
     FOR UPDATE OF p SKIP LOCKED
@@ -105,11 +111,13 @@ FROM next
 WHERE p.id = next.id
 RETURNING p.id, p.run_id, p.stage, p.page_no, p.cursor, p.attempt_count;
 
--- name: fence_import_page
--- Only the claim holding the lease may complete the page; the row stays locked until the page commits.
+-- name: renew_import_page_lease
+-- Fencing: only the claim holding the lease may complete the page; the row stays locked until the page commits.
 UPDATE identity.talent_import_pages
 SET lease_until = %(lease_until)s, updated_at = %(now)s
-WHERE id = %(page_id)s AND claim_id = %(claim_id)s AND status = 'InProgress'
+WHERE id = %(page_id)s AND (
+-- include: lease_still_mine (owner = claim_id, status = status)
+)
 RETURNING id;
 
 -- name: complete_import_page
@@ -117,8 +125,10 @@ WITH page AS (
     UPDATE identity.talent_import_pages
     SET status = 'Done', items_applied = %(applied)s, items_skipped = %(skipped)s, items_failed = %(failed)s,
         items_planned = CASE WHEN %(count_planned)s THEN %(planned)s ELSE items_planned END,
-        lease_until = NULL, error = NULL, updated_at = now()
-    WHERE id = %(page_id)s AND claim_id = %(claim_id)s AND status = 'InProgress'
+        lease_until = NULL, error = NULL, updated_at = %(now)s
+    WHERE id = %(page_id)s AND (
+-- include: lease_still_mine (owner = claim_id, status = status)
+    )
     RETURNING run_id, stage
 )
 UPDATE identity.talent_import_runs r
@@ -130,17 +140,24 @@ SET companies_planned = r.companies_planned + CASE WHEN page.stage = 'Tenants' A
     users_applied = r.users_applied + CASE WHEN page.stage = 'Users' THEN %(applied)s ELSE 0 END,
     users_skipped = r.users_skipped + CASE WHEN page.stage = 'Users' THEN %(skipped)s ELSE 0 END,
     users_failed = r.users_failed + CASE WHEN page.stage = 'Users' THEN %(failed)s ELSE 0 END,
-    updated_at = now()
+    updated_at = %(now)s
 FROM page
 WHERE r.id = page.run_id
 RETURNING r.id;
 
 -- name: release_import_page
--- After an infrastructure error: back to Pending with a backoff, or Failed once the attempts are used up.
+-- After an infrastructure error: back to Pending with a backoff, or Failed once the attempts are used up (a
+-- release that does not count gives the attempt back, and the page is never Failed by it).
 UPDATE identity.talent_import_pages
-SET status = CASE WHEN attempt_count >= %(max_attempts)s THEN 'Failed' ELSE 'Pending' END,
-    available_at = %(available_at)s, lease_until = NULL, claim_id = NULL, error = %(error)s, updated_at = %(now)s
-WHERE id = %(page_id)s AND claim_id = %(claim_id)s AND status = 'InProgress'
+SET status = CASE WHEN %(count_attempt)s AND (
+-- include: lease_spent
+    ) THEN 'Failed' ELSE 'Pending' END,
+    attempt_count = CASE WHEN %(count_attempt)s THEN attempt_count ELSE GREATEST(attempt_count - 1, 0) END,
+    available_at = %(available_at)s, lease_until = NULL, claim_id = NULL, error = COALESCE(%(error)s, error),
+    updated_at = %(now)s
+WHERE id = %(page_id)s AND (
+-- include: lease_still_mine (owner = claim_id, status = status)
+)
 RETURNING status;
 
 -- name: dry_run_states
@@ -183,8 +200,9 @@ SELECT pg_advisory_unlock(hashtextextended(%(key)s, 0));
 
 -- name: reset_import_leases
 -- The holder is taken for dead: its attempt is given back, so a page on its last attempt is retried, not Failed.
+-- Its lease ends at the operator's `now`, so a claim at that time or later takes the page.
 UPDATE identity.talent_import_pages
-SET lease_until = now(), attempt_count = GREATEST(attempt_count - 1, 0), updated_at = now()
+SET lease_until = %(now)s, attempt_count = GREATEST(attempt_count - 1, 0), updated_at = %(now)s
 WHERE run_id = %(run_id)s AND status = 'InProgress'
 RETURNING id;
 

@@ -11,6 +11,7 @@ from typing import NamedTuple, Protocol
 from uuid import UUID
 
 from pin_identity.domain.events import AccessChangeTemplate
+from pin_identity.domain.lease import Release
 from pin_identity.domain.model import FanOutTaskStatus
 from pin_identity.operations import read_models
 from pin_identity.operations.ports.transactions import Transaction
@@ -66,17 +67,9 @@ class FanOutBatch(Transaction, Protocol):
     def advance(self, *, cursor: UUID | None, processed: int, completed: bool) -> None: ...
 
 
-@dataclass(frozen=True)
-class Release:
-    """A claim handing its task's lease back before it runs out: available again at `available_at`; a failed
-    attempt counts towards the task's attempts and keeps its error."""
-
-    available_at: datetime
-    count_attempt: bool
-    error: str | None
-
-
 class FanOutQueue(Protocol):
+    """The tasks' leases, under the rules of pin_identity.domain.lease (as ImportStore's pages)."""
+
     def fail_exhausted(self, now: datetime, max_attempts: int) -> list[PoisonedTask]: ...
     def claim(self, claim_id: UUID, now: datetime, lease_until: datetime) -> FanOutTask | None: ...
     def batch(

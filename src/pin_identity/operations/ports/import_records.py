@@ -19,6 +19,7 @@ from pin_identity.domain.import_run import (
     RunEnding,
     StageCounters,
 )
+from pin_identity.domain.lease import Release
 from pin_identity.domain.talent import ImportStage
 from pin_identity.operations.ports.replica import DryRunMemory, ReplicaTransaction
 from pin_identity.operations.ports.transactions import Transaction
@@ -43,8 +44,8 @@ class ImportRuns(ImportRunRecords, Protocol):
         """Running -> Cancelled; False when the run is not Running (or does not exist)."""
         ...
 
-    def reset_leases(self, run_id: UUID) -> int:
-        """Every InProgress page of the run becomes claimable now; returns how many."""
+    def reset_leases(self, run_id: UUID, now: datetime) -> int:
+        """Every InProgress page of the run becomes claimable at `now`; returns how many."""
         ...
 
     def failed_items(self, run_id: UUID | None) -> list[FailedItem]:
@@ -64,7 +65,8 @@ class ImportPageTransaction(Transaction, Protocol):
 
 
 class ImportStore(ImportRunRecords, Protocol):
-    """The import runs as the job plans them into pages, leases the pages and ends the runs."""
+    """The import runs as the job plans them into pages, leases the pages (under the rules of
+    pin_identity.domain.lease, as FanOutQueue's tasks) and ends the runs."""
 
     def add_planned_pages(self, run: ImportRun, stage: ImportStage, step: PlanStep) -> bool:
         """False (nothing written) when the run's listing is no longer where `run` says it is."""
@@ -80,18 +82,28 @@ class ImportStore(ImportRunRecords, Protocol):
         """False (nothing written) when the run is no longer Running."""
         ...
 
-    def claim_page(
-        self, claim_id: UUID, now: datetime, lease_until: datetime, max_attempts: int, run_id: UUID | None
-    ) -> ImportPage | None: ...
+    def fail_exhausted(self, now: datetime, max_attempts: int) -> int:
+        """Fails the pages of Running runs whose attempts are spent and that no one holds; how many."""
+        ...
+
+    def claim(
+        self, claim_id: UUID, now: datetime, lease_until: datetime, run_id: UUID | None
+    ) -> ImportPage | None:
+        """A page of a Running run (of `run_id`'s only, if given), Tenants pages first."""
+        ...
+
     def page_transaction(
         self, page: ImportPage, now: datetime, lease_until: datetime
     ) -> AbstractContextManager[ImportPageTransaction]:
         """Opens the page's transaction; raises LeaseLostError when the page is no longer this claim's."""
         ...
 
-    def release_page(
-        self, page: ImportPage, now: datetime, *, available_at: datetime, max_attempts: int, error: str
-    ) -> PageStatus | None: ...
+    def release(
+        self, page: ImportPage, now: datetime, release: Release, max_attempts: int
+    ) -> PageStatus | None:
+        """Pending again at the release's `available_at`, or Failed when the counted attempt was the last;
+        None when the page is no longer this claim's."""
+        ...
 
 
 class RunLock(Protocol):
