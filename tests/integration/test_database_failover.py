@@ -55,6 +55,22 @@ def replicated(postgres_admin_url: str) -> Iterator[ReplicatedPostgres]:
         yield started
 
 
+@pytest.fixture
+def kafka(own_broker: str) -> str:
+    """A broker of the test's own (the access audit reads its whole topic), with the topics we publish to."""
+    ensure_topics({"bootstrap.servers": own_broker}, PUBLISHED_TOPICS, TopicLayout(3, 1))
+    return own_broker
+
+
+def _on(subprocess_env: dict[str, str], database_url: str, bootstrap: str) -> dict[str, str]:
+    """A process's environment on the replicated database and the test's broker."""
+    return {
+        **subprocess_env,
+        "PIN_IDENTITY_DATABASE_URL": database_url,
+        "PIN_IDENTITY_KAFKA_BOOTSTRAP_SERVERS": bootstrap,
+    }
+
+
 class Arrivals:
     """Every access event as it arrives, with when (a reader of its own on a thread)."""
 
@@ -122,29 +138,24 @@ def _versions_told(bootstrap: str, role_id: UUID, users: list[UUID]) -> dict[str
 @pytest.mark.timeout(900)
 def test_a_fanout_goes_on_through_a_failover_and_every_job_reconnects_by_itself(
     replicated: ReplicatedPostgres,
-    own_broker: str,
+    kafka: str,
     settings: Settings,
     subprocess_env: dict[str, str],
     tmp_path: Path,
 ) -> None:
-    url, kafka = replicated.url(), {"bootstrap.servers": own_broker}
-    ensure_topics(kafka, PUBLISHED_TOPICS, TopicLayout(3, 1))
+    url, config = replicated.url(), {"bootstrap.servers": kafka}
     topics = TalentTopics.fresh()
-    create_talent_topics(kafka, 3, tenants_topic=topics.tenants, users_topic=topics.users)
+    create_talent_topics(config, 3, tenants_topic=topics.tenants, users_topic=topics.users)
     env = {
-        **subprocess_env,
-        "PIN_IDENTITY_DATABASE_URL": url,
-        "PIN_IDENTITY_KAFKA_BOOTSTRAP_SERVERS": own_broker,
+        **_on(subprocess_env, url, kafka),
         "PIN_IDENTITY_TALENT_TENANTS_TOPIC": topics.tenants,
         "PIN_IDENTITY_TALENT_USERS_TOPIC": topics.users,
         "PIN_IDENTITY_TALENT_SYNC_GROUP": topics.group,
         # Longer than anything below waits: what is found, is found by LISTEN or by looking after a reconnect.
         "PIN_IDENTITY_FANOUT_POLLING_INTERVAL_S": "30",
     }
-    container = Container(
-        settings.model_copy(update={"database_url": url, "kafka_bootstrap_servers": own_broker})
-    )
-    arrivals = Arrivals(own_broker)
+    container = Container(settings.model_copy(update={"database_url": url, "kafka_bootstrap_servers": kafka}))
+    arrivals = Arrivals(kafka)
     try:
         _, role_id, users = seed.bulk_held_role(container.stores.transactions, url, USERS)
         with (
@@ -175,7 +186,7 @@ def test_a_fanout_goes_on_through_a_failover_and_every_job_reconnects_by_itself(
             snapshot = talent.user(tenant["tenantId"])
             produced_at = time.monotonic()
             produce_to_topics(
-                kafka,
+                config,
                 TalentDataset([tenant], [snapshot]),
                 tenants_topic=topics.tenants,
                 users_topic=topics.users,
@@ -202,7 +213,7 @@ def test_a_fanout_goes_on_through_a_failover_and_every_job_reconnects_by_itself(
         f" after the failover: fan-out worker {reconnects.get(fanout.pid)},"
         f" talent-sync {reconnects.get(sync.pid)}"
     )
-    _versions_told(own_broker, role_id, users)
+    _versions_told(kafka, role_id, users)
     assert later_published_s < 5, "a task announced after the failover waited for the polling interval"
     assert sessions >= SESSIONS, f"sessions on the new primary: {sessions}"
     assert reconnects.get(fanout.pid, 0) > 0 and reconnects.get(sync.pid, 0) > 0
@@ -310,7 +321,7 @@ def _fanout_settled(url: str) -> bool:
 @pytest.mark.timeout(600)
 def test_an_asynchronous_standby_promoted_without_the_last_commits_repeats_pages_and_keeps_every_event(
     postgres_admin_url: str,
-    own_broker: str,
+    kafka: str,
     settings: Settings,
     subprocess_env: dict[str, str],
     tmp_path: Path,
@@ -320,16 +331,11 @@ def test_an_asynchronous_standby_promoted_without_the_last_commits_repeats_pages
     the task from its older checkpoint (the pages repeat: duplicates, never a reorder), and its id sequence
     steps back below ids the relay already published: rows given those ids again are read and published all
     the same (a new session, a new horizon; removals by id and event id)."""
-    ensure_topics({"bootstrap.servers": own_broker}, PUBLISHED_TOPICS, TopicLayout(3, 1))
     with replicated_postgres(synchronous=False) as replicated:
         url = replicated.url()
-        env = {
-            **subprocess_env,
-            "PIN_IDENTITY_DATABASE_URL": url,
-            "PIN_IDENTITY_KAFKA_BOOTSTRAP_SERVERS": own_broker,
-        }
+        env = _on(subprocess_env, url, kafka)
         container = Container(settings.model_copy(update={"database_url": url}))
-        arrivals = Arrivals(own_broker)
+        arrivals = Arrivals(kafka)
         try:
             _, role_id, users = seed.bulk_held_role(container.stores.transactions, url, ASYNC_USERS)
             with _worker(env, "access-fanout,outbox-relay", tmp_path / "fanout.log"):
@@ -357,7 +363,7 @@ def test_an_asynchronous_standby_promoted_without_the_last_commits_repeats_pages
         finally:
             arrivals.close()
             container.close()
-    versions = _versions_told(own_broker, role_id, users)
+    versions = _versions_told(kafka, role_id, users)
     told_twice = sum(1 for seen in versions.values() if seen.count(seen[0]) > 1)
     print(
         f"killed at {processed_at_kill} users told, resumed from {resumed_at}; ids handed out up to"
@@ -376,20 +382,15 @@ MULTI_HOST_USERS = 20_000
 @pytest.mark.timeout(600)
 def test_a_multi_host_url_finds_the_promoted_standby_by_itself(
     replicated: ReplicatedPostgres,
-    own_broker: str,
+    kafka: str,
     settings: Settings,
     subprocess_env: dict[str, str],
     tmp_path: Path,
 ) -> None:
     """libpq's multi-host form, `target_session_attrs=read-write`, the standby listed first: every session
     of ours lands on the primary, and after the failover on the promoted standby, with no address moved."""
-    ensure_topics({"bootstrap.servers": own_broker}, PUBLISHED_TOPICS, TopicLayout(3, 1))
     url = replicated.multi_host_url()
-    env = {
-        **subprocess_env,
-        "PIN_IDENTITY_DATABASE_URL": url,
-        "PIN_IDENTITY_KAFKA_BOOTSTRAP_SERVERS": own_broker,
-    }
+    env = _on(subprocess_env, url, kafka)
     container = Container(settings.model_copy(update={"database_url": url}))
     try:
         _, role_id, users = seed.bulk_held_role(container.stores.transactions, url, MULTI_HOST_USERS)
@@ -404,4 +405,4 @@ def test_a_multi_host_url_finds_the_promoted_standby_by_itself(
     finally:
         container.close()
     print(f"completed and published {settled_s:.1f} s after the kill")
-    _versions_told(own_broker, role_id, users)
+    _versions_told(kafka, role_id, users)
