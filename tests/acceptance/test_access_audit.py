@@ -13,6 +13,7 @@ from pin_identity.adapters.system_clock import SYSTEM_CLOCK
 from pin_identity.composition import Container
 from pin_identity.config import Settings
 from pin_identity.operations import identity_changes
+from pin_identity.operations.context import Context
 from tests.support import seed
 from tests.support.cli import run_cli
 from tests.support.relay import publish_outbox
@@ -77,7 +78,7 @@ def test_the_audit_finds_matching_drifted_missing_and_pending_users(
     )
     # Through the service, not yet published: pending, whatever the topic says.
     identity_changes.revoke_role_assignment(
-        audited.stores.transactions, identity_changes.Context.fresh(SYSTEM_CLOCK), grants[1]
+        audited.stores.transactions, Context.fresh(SYSTEM_CLOCK), grants[1]
     )
 
     code, report = _audit(subprocess_env, own_broker)

@@ -17,6 +17,7 @@ from pin_identity.adapters.system_clock import SYSTEM_CLOCK
 from pin_identity.composition import Container
 from pin_identity.composition.stores import Stores
 from pin_identity.operations import identity_changes
+from pin_identity.operations.context import Context
 from tests.support import seed
 from tests.support.cli import run_cli
 from tests.support.relay import publish_outbox
@@ -61,9 +62,7 @@ def test_exit_status_follows_the_verdict(
             " VALUES (%s, %s, %s, 'Platform')",
             (uuid.uuid4(), role[0], missing),
         )
-    identity_changes.revoke_role_assignment(
-        stores.transactions, identity_changes.Context.fresh(SYSTEM_CLOCK), pending_grant
-    )
+    identity_changes.revoke_role_assignment(stores.transactions, Context.fresh(SYSTEM_CLOCK), pending_grant)
 
     expected = {
         matching: (0, "matching"),
@@ -93,9 +92,7 @@ def test_the_table_names_the_verdict_the_event_and_what_waits(
     assert "verdict  matching" in stdout and str(grant) in stdout and "RoleAssigned" in stdout
     print(stdout)
 
-    identity_changes.revoke_role_assignment(
-        stores.transactions, identity_changes.Context.fresh(SYSTEM_CLOCK), grant
-    )
+    identity_changes.revoke_role_assignment(stores.transactions, Context.fresh(SYSTEM_CLOCK), grant)
     code, stdout, _ = _show(subprocess_env, user)
     assert code == 0
     assert "verdict  pending" in stdout and "only on the topic" in stdout

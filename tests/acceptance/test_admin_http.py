@@ -36,6 +36,7 @@ from pin_identity.composition import Container
 from pin_identity.config import ConfigurationError, Settings
 from pin_identity.entrypoints.admin_http import create_app
 from pin_identity.operations import identity_changes
+from pin_identity.operations.context import Context
 from pin_identity.simulation.simulated_talent import SimulatedTalentApi, generate_dataset
 from tests.support import seed, talent
 from tests.support.cli import run_cli
@@ -389,9 +390,7 @@ def test_set_role_permissions_errors(client: TestClient, admin_container: Contai
     for body in ({}, {"permissions": "deals.read"}, {"permissions": ["a\x00b"]}):
         bad = client.put(path.format(role_id), json=body, headers=AUTH)
         assert_problem(bad, 422, "IDENTITY_INVALID_REQUEST")
-    identity_changes.archive_role(
-        admin_container.stores.transactions, identity_changes.Context.fresh(SYSTEM_CLOCK), role_id
-    )
+    identity_changes.archive_role(admin_container.stores.transactions, Context.fresh(SYSTEM_CLOCK), role_id)
     archived = client.put(path.format(role_id), json={"permissions": ["a"]}, headers=AUTH)
     assert_problem(archived, 409, "IDENTITY_CONFLICT")
 
@@ -417,7 +416,7 @@ def test_a_users_access_is_the_document_access_show_prints(
     assert json.loads(printed.stdout) == document
 
     identity_changes.revoke_role_assignment(
-        admin_container.stores.transactions, identity_changes.Context.fresh(SYSTEM_CLOCK), grant
+        admin_container.stores.transactions, Context.fresh(SYSTEM_CLOCK), grant
     )
     pending = client.get(f"{ACCESS}/{user}", headers=AUTH).json()
     assert pending["verdict"] == "pending"  # 200 whatever the verdict: the answer is the document

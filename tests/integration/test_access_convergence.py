@@ -14,6 +14,7 @@ from pin_identity.composition import Container
 from pin_identity.composition.stores import Stores
 from pin_identity.domain.fanout_policy import FanOutPath, FanOutPolicy
 from pin_identity.operations import identity_changes
+from pin_identity.operations.context import Context
 from pin_identity.operations.read_models import PermissionsChanged
 from tests.support import seed
 from tests.support.clocks import ManualClock
@@ -42,7 +43,7 @@ def test_a_role_wide_snapshot_never_overtakes_a_point_revoke_that_commits_meanwh
     try:
         revoke = Background(
             lambda: identity_changes.revoke_role_assignment(
-                stores.transactions, identity_changes.Context.fresh(SYSTEM_CLOCK), grants[1]
+                stores.transactions, Context.fresh(SYSTEM_CLOCK), grants[1]
             )
         )
         # The revoke did its work and waits at COMMIT.

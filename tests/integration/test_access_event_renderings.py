@@ -26,6 +26,7 @@ from pin_identity.domain import events
 from pin_identity.domain.events import AccessChange, OutboxMessage
 from pin_identity.domain.model import AccessChangeReason, CompanyType, Scope, ScopeType, UserType
 from pin_identity.operations import identity_changes
+from pin_identity.operations.context import Context
 from tests.support import seed
 from tests.support.schemas import validate_event
 
@@ -39,7 +40,7 @@ def settings(database_url: str, tmp_path: Path) -> Settings:
 def _user_with_every_kind_of_assignment(container: Container) -> tuple[UUID, UUID]:
     """A user of a company holding a global role and company roles in each scope, two of them expiring (one
     on a whole second), one revoked; names and role codes carry Cyrillic, quotes, a backslash and `%`."""
-    ctx = partial(identity_changes.Context.fresh, SYSTEM_CLOCK)
+    ctx = partial(Context.fresh, SYSTEM_CLOCK)
     company_id = identity_changes.create_company(
         container.stores.transactions,
         ctx(),
@@ -93,7 +94,7 @@ def _user_with_every_kind_of_assignment(container: Container) -> tuple[UUID, UUI
 
 def _user_without_company_or_assignments(container: Container) -> UUID:
     """A user of no company whose one assignment was revoked (the import announces revocations too)."""
-    ctx = partial(identity_changes.Context.fresh, SYSTEM_CLOCK)
+    ctx = partial(Context.fresh, SYSTEM_CLOCK)
     user_id = identity_changes.create_user(
         container.stores.transactions,
         ctx(),

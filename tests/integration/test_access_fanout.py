@@ -36,6 +36,7 @@ from pin_identity.domain.fanout_policy import FanOutPolicy
 from pin_identity.domain.model import AccessChangeReason, Scope, ScopeType
 from pin_identity.jobs.access_fanout import AccessFanOutJob, TaskOutcome
 from pin_identity.operations import identity_changes
+from pin_identity.operations.context import Context
 from pin_identity.operations.ports.fanout_tasks import FanOutTask, PageWritten
 from tests.support import seed
 from tests.support.clocks import ManualClock
@@ -99,9 +100,7 @@ def test_empty_role_completes_at_once_without_events(
     user_id = seed.user(stores.transactions, company_id)
     assignment = seed.grant(stores.transactions, user_id, role_id, company_id)
     task_id = _change_permissions(container, role_id)
-    identity_changes.revoke_role_assignment(
-        stores.transactions, identity_changes.Context.fresh(SYSTEM_CLOCK), assignment
-    )
+    identity_changes.revoke_role_assignment(stores.transactions, Context.fresh(SYSTEM_CLOCK), assignment)
 
     run_until_idle(fanout_job(container, ManualClock()))
     publish_outbox(container)
@@ -148,9 +147,7 @@ def test_full_snapshot_holds_every_active_assignment_with_role_codes(
         seed.role(stores.transactions, company_id, "gone"),
         company_id,
     )
-    identity_changes.revoke_role_assignment(
-        stores.transactions, identity_changes.Context.fresh(SYSTEM_CLOCK), revoked
-    )
+    identity_changes.revoke_role_assignment(stores.transactions, Context.fresh(SYSTEM_CLOCK), revoked)
     _change_permissions(container, role_id)
 
     run_until_idle(fanout_job(container, ManualClock()))
@@ -379,7 +376,7 @@ def test_role_archived_between_enqueue_and_processing(
         seed.grant(stores.transactions, user_id, role_id, company_id)
     seed.grant(stores.transactions, users[0], other, company_id)
     task_id = _change_permissions(container, role_id)
-    identity_changes.archive_role(stores.transactions, identity_changes.Context.fresh(SYSTEM_CLOCK), role_id)
+    identity_changes.archive_role(stores.transactions, Context.fresh(SYSTEM_CLOCK), role_id)
 
     run_until_idle(fanout_job(container, ManualClock()))
     publish_outbox(container)

@@ -25,6 +25,7 @@ from pin_identity.domain.errors import NotFoundError
 from pin_identity.domain.events import ACCESS_TOPIC
 from pin_identity.operations import identity_changes
 from pin_identity.operations.access_show import show_access
+from pin_identity.operations.context import Context
 from pin_identity.operations.read_models import UserAccessReport
 from tests.support import seed
 from tests.support.relay import publish_outbox
@@ -76,9 +77,7 @@ def test_a_published_grant_is_matching_and_names_its_event(container: Container)
 
 def test_a_change_still_in_the_outbox_is_pending(container: Container, stores: Stores) -> None:
     user, _, assignment = _granted_user(container)
-    identity_changes.revoke_role_assignment(
-        stores.transactions, identity_changes.Context.fresh(SYSTEM_CLOCK), assignment
-    )
+    identity_changes.revoke_role_assignment(stores.transactions, Context.fresh(SYSTEM_CLOCK), assignment)
     shown = container.use_cases.access_show(user)
     assert shown.verdict is Verdict.PENDING
     assert [(e.change_reason, e.version) for e in shown.outbox] == [("RoleRevoked", 2)]
@@ -164,9 +163,7 @@ def test_a_dead_lettered_access_event_is_shown_beside_the_drift_it_leaves(
     container: Container, stores: Stores, database_url: str
 ) -> None:
     user, _, assignment = _granted_user(container)
-    identity_changes.revoke_role_assignment(
-        stores.transactions, identity_changes.Context.fresh(SYSTEM_CLOCK), assignment
-    )
+    identity_changes.revoke_role_assignment(stores.transactions, Context.fresh(SYSTEM_CLOCK), assignment)
     # What the relay does with an event the broker refuses for good.
     _sql(
         database_url,

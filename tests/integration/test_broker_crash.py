@@ -28,6 +28,7 @@ from pin_identity.domain.events import ACCESS_TOPIC, PUBLISHED_TOPICS, USERS_TOP
 from pin_identity.domain.fanout_policy import FanOutPolicy
 from pin_identity.domain.import_run import ImportMode, ImportRequest, RunStatus
 from pin_identity.operations import identity_changes
+from pin_identity.operations.context import Context
 from pin_identity.simulation.simulated_talent import SimulatedTalentApi, generate_dataset
 from tests.support import seed
 from tests.support.brokers import RestartableBroker
@@ -173,7 +174,7 @@ def test_a_broker_killed_half_way_through_a_200000_user_fanout_loses_nothing(
 def _set_permissions(container: Container, role: UUID, permissions: list[str]) -> None:
     identity_changes.set_role_permissions(
         container.stores.transactions,
-        identity_changes.Context.fresh(SYSTEM_CLOCK),
+        Context.fresh(SYSTEM_CLOCK),
         role_id=role,
         permissions=permissions,
         policy=FanOutPolicy(inline_threshold=0),

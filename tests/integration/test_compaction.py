@@ -19,6 +19,7 @@ from pin_identity.domain.events import ACCESS_TOPIC, COMPANIES_TOPIC, USERS_TOPI
 from pin_identity.domain.fanout_policy import FanOutPolicy
 from pin_identity.domain.import_run import ImportMode, RunStatus
 from pin_identity.operations import identity_changes
+from pin_identity.operations.context import Context
 from pin_identity.simulation.simulated_talent import (
     SimulatedTalentApi,
     TalentDataset,
@@ -80,7 +81,7 @@ def test_a_new_cache_reading_the_compacted_access_topic_from_offset_0_holds_ever
             roll_segments(compacting.bootstrap, [ACCESS_TOPIC], 3)  # each round in segments of its own
         for user in users[::3]:  # the last word for some: a revocation, a grant of another role
             identity_changes.revoke_role_assignment(
-                container.stores.transactions, identity_changes.Context.fresh(SYSTEM_CLOCK), grants[user]
+                container.stores.transactions, Context.fresh(SYSTEM_CLOCK), grants[user]
             )
         for user in users[1::3]:
             seed.grant(container.stores.transactions, user, other, company)

@@ -15,6 +15,7 @@ from pin_identity.domain.errors import ConflictError
 from pin_identity.domain.fanout_policy import FanOutPath, FanOutPolicy
 from pin_identity.domain.model import Scope, ScopeType
 from pin_identity.operations import identity_changes
+from pin_identity.operations.context import Context
 from tests.support import seed
 from tests.support.kafka_tap import ConsumedEvent, EventTap
 from tests.support.relay import publish_outbox
@@ -75,9 +76,7 @@ def test_grant_and_revoke_publish_full_snapshots_with_point_versions(
     viewer = seed.role(stores.transactions, company_id, "viewer")
     first = seed.grant(stores.transactions, user_id, sales, company_id)
     second = seed.grant(stores.transactions, user_id, viewer, company_id)
-    identity_changes.revoke_role_assignment(
-        stores.transactions, identity_changes.Context.fresh(SYSTEM_CLOCK), first
-    )
+    identity_changes.revoke_role_assignment(stores.transactions, Context.fresh(SYSTEM_CLOCK), first)
     publish_outbox(container)
 
     granted_1, granted_2, revoked = tap.wait_for(_for(user_id), 3)
@@ -121,12 +120,8 @@ def test_revoking_twice_announces_once(container: Container, stores: Stores, tap
         seed.role(stores.transactions, company_id),
         company_id,
     )
-    identity_changes.revoke_role_assignment(
-        stores.transactions, identity_changes.Context.fresh(SYSTEM_CLOCK), assignment
-    )
-    identity_changes.revoke_role_assignment(
-        stores.transactions, identity_changes.Context.fresh(SYSTEM_CLOCK), assignment
-    )
+    identity_changes.revoke_role_assignment(stores.transactions, Context.fresh(SYSTEM_CLOCK), assignment)
+    identity_changes.revoke_role_assignment(stores.transactions, Context.fresh(SYSTEM_CLOCK), assignment)
     publish_outbox(container)
     events = tap.read_to_end(_for(user_id))
     assert [e.payload["changeReason"] for e in events] == ["RoleAssigned", "RoleRevoked"]
@@ -145,9 +140,7 @@ def test_archive_role_revokes_its_assignments_and_tells_each_user(
     bystander = seed.user(stores.transactions, company_id)
     seed.grant(stores.transactions, bystander, kept, company_id)
 
-    affected = identity_changes.archive_role(
-        stores.transactions, identity_changes.Context.fresh(SYSTEM_CLOCK), archived
-    )
+    affected = identity_changes.archive_role(stores.transactions, Context.fresh(SYSTEM_CLOCK), archived)
     publish_outbox(container)
 
     assert affected == 3

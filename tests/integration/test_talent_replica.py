@@ -14,7 +14,7 @@ from pin_identity.composition import Container
 from pin_identity.composition.stores import Stores
 from pin_identity.domain.talent import ImportStage, ItemResult, SyncErrorCode
 from pin_identity.operations.action_log import Actor
-from pin_identity.operations.identity_changes import Context
+from pin_identity.operations.context import Context
 from pin_identity.operations.ports.replica import SourceItem
 from pin_identity.operations.talent_replica import ApplyOptions, apply_snapshots, retry_deferred
 from tests.support import seed, talent

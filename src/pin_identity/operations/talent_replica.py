@@ -19,7 +19,7 @@ from uuid import UUID
 from pin_identity.domain.errors import NotFoundError, StoreConflictError
 from pin_identity.domain.talent import ImportStage, ItemResult, Quarantine, SyncErrorCode, newest_snapshots
 from pin_identity.observability.logging import get_logger
-from pin_identity.operations.identity_changes import Context
+from pin_identity.operations.context import Context
 from pin_identity.operations.ports.replica import ReplicaTransaction, ReplicaTransactions, SourceItem
 from pin_identity.operations.talent_round import ApplyOptions, BatchOutcome, ItemOutcome, Round
 from pin_identity.operations.talent_tenants import apply_tenants

@@ -29,7 +29,7 @@ from pin_identity.domain.talent import (
     UserChange,
     UserSnapshot,
 )
-from pin_identity.operations.identity_changes import Context
+from pin_identity.operations.context import Context
 from pin_identity.operations.ports.replica import (
     DryRunMemory,
     QuarantineEntry,

@@ -22,7 +22,7 @@ from pin_identity.domain.talent import (
     UserSnapshot,
     decide_user,
 )
-from pin_identity.operations.identity_changes import Context
+from pin_identity.operations.context import Context
 from pin_identity.operations.ports.identity_records import RoleRecord
 from pin_identity.operations.ports.replica import DefaultGrant, DryRunMemory, ReplicaTransaction, SourceItem
 from pin_identity.operations.talent_round import ItemOutcome, Round, new_id, stand_in
