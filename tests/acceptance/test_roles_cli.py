@@ -10,7 +10,7 @@ from tests.support.cli import run_cli
 
 
 def _holder(container: Container) -> None:
-    seed.held_role(container.stores.transactions, 1)
+    seed.held_role(container.stores.identity_transactions, 1)
 
 
 def test_roles_list_and_show_print_the_consoles_roles(

@@ -53,10 +53,10 @@ def _sql(database_url: str, statement: str, *params: object) -> None:
 
 def _granted_user(container: Container) -> tuple[UUID, UUID, UUID]:
     """A user holding one role, its RoleAssigned published: (user, role, assignment)."""
-    company = seed.company(container.stores.transactions)
-    role = seed.role(container.stores.transactions, company)
-    user = seed.user(container.stores.transactions, company)
-    assignment = seed.grant(container.stores.transactions, user, role, company)
+    company = seed.company(container.stores.identity_transactions)
+    role = seed.role(container.stores.identity_transactions, company)
+    user = seed.user(container.stores.identity_transactions, company)
+    assignment = seed.grant(container.stores.identity_transactions, user, role, company)
     publish_outbox(container)
     return user, role, assignment
 
@@ -77,7 +77,9 @@ def test_a_published_grant_is_matching_and_names_its_event(container: Container)
 
 def test_a_change_still_in_the_outbox_is_pending(container: Container, stores: Stores) -> None:
     user, _, assignment = _granted_user(container)
-    identity_changes.revoke_role_assignment(stores.transactions, Context.fresh(SYSTEM_CLOCK), assignment)
+    identity_changes.revoke_role_assignment(
+        stores.identity_transactions, Context.fresh(SYSTEM_CLOCK), assignment
+    )
     shown = container.use_cases.access_show(user)
     assert shown.verdict is Verdict.PENDING
     assert [(e.change_reason, e.version) for e in shown.outbox] == [("RoleRevoked", 2)]
@@ -121,9 +123,9 @@ def test_a_changed_scope_behind_the_services_back_is_drift_of_that_assignment(
 def test_an_assignment_without_any_event_is_missing(
     container: Container, stores: Stores, database_url: str, broker: str
 ) -> None:
-    company = seed.company(stores.transactions)
-    role = seed.role(stores.transactions, company)
-    user = seed.user(stores.transactions, company)
+    company = seed.company(stores.identity_transactions)
+    role = seed.role(stores.identity_transactions, company)
+    user = seed.user(stores.identity_transactions, company)
     granted = uuid.uuid4()
     _sql(
         database_url,
@@ -149,7 +151,7 @@ def test_an_assignment_without_any_event_is_missing(
 def test_a_user_with_no_assignment_and_no_event_has_nothing_to_carry(
     container: Container, stores: Stores
 ) -> None:
-    user = seed.user(stores.transactions, seed.company(stores.transactions))
+    user = seed.user(stores.identity_transactions, seed.company(stores.identity_transactions))
     publish_outbox(container)
     shown = container.use_cases.access_show(user)
     assert (shown.verdict, shown.last_event, shown.active_assignments) == (
@@ -163,7 +165,9 @@ def test_a_dead_lettered_access_event_is_shown_beside_the_drift_it_leaves(
     container: Container, stores: Stores, database_url: str
 ) -> None:
     user, _, assignment = _granted_user(container)
-    identity_changes.revoke_role_assignment(stores.transactions, Context.fresh(SYSTEM_CLOCK), assignment)
+    identity_changes.revoke_role_assignment(
+        stores.identity_transactions, Context.fresh(SYSTEM_CLOCK), assignment
+    )
     # What the relay does with an event the broker refuses for good.
     _sql(
         database_url,

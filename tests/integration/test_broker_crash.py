@@ -141,7 +141,7 @@ def test_a_broker_killed_half_way_through_a_200000_user_fanout_loses_nothing(
     database_url: str,
     tmp_path: Path,
 ) -> None:
-    _, role, users = seed.bulk_held_role(stores.transactions, database_url, USERS)
+    _, role, users = seed.bulk_held_role(stores.identity_transactions, database_url, USERS)
     worker = Worker(env, "access-fanout,outbox-relay", tmp_path / "worker.log")
     try:
         _set_permissions(container, role, ["deals.read"])  # version 2
@@ -173,7 +173,7 @@ def test_a_broker_killed_half_way_through_a_200000_user_fanout_loses_nothing(
 
 def _set_permissions(container: Container, role: UUID, permissions: list[str]) -> None:
     identity_changes.set_role_permissions(
-        container.stores.transactions,
+        container.stores.identity_transactions,
         Context.fresh(SYSTEM_CLOCK),
         role_id=role,
         permissions=permissions,

@@ -70,8 +70,8 @@ def second_worker(settings: Settings) -> Iterator[Container]:
 def test_a_worker_killed_mid_task_has_its_task_taken_over_at_once_with_the_default_lease(
     stores: Stores, database_url: str, subprocess_env: dict[str, str]
 ) -> None:
-    _, role_id, users = seed.bulk_held_role(stores.transactions, database_url, USERS)
-    seed.change_permissions(stores.transactions, role_id, ["x"], FanOutPolicy(inline_threshold=0))
+    _, role_id, users = seed.bulk_held_role(stores.identity_transactions, database_url, USERS)
+    seed.change_permissions(stores.identity_transactions, role_id, ["x"], FanOutPolicy(inline_threshold=0))
     env = {  # the default lease: 300 s. No relay: the events stay in the outbox, counted there.
         **subprocess_env,
         "PIN_IDENTITY_FANOUT_BATCH_SIZE": "100",
@@ -112,8 +112,8 @@ def test_a_worker_killed_mid_task_has_its_task_taken_over_at_once_with_the_defau
 def test_a_fanout_holder_whose_session_dropped_is_taken_over_and_fenced(
     container: Container, stores: Stores, second_worker: Container, database_url: str
 ) -> None:
-    _, role_id, _ = seed.bulk_held_role(stores.transactions, database_url, 40)
-    seed.change_permissions(stores.transactions, role_id, ["x"], FanOutPolicy(inline_threshold=0))
+    _, role_id, _ = seed.bulk_held_role(stores.identity_transactions, database_url, 40)
+    seed.change_permissions(stores.identity_transactions, role_id, ["x"], FanOutPolicy(inline_threshold=0))
     now = SYSTEM_CLOCK.now()
     lease_until = now + timedelta(seconds=300)
     task = stores.fanout_queue.claim(uuid.uuid4(), now, lease_until)

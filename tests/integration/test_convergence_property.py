@@ -98,7 +98,7 @@ class Cast:
 
 
 def _cast(stand: Stand) -> Cast:
-    transactions = stand.container.stores.transactions
+    transactions = stand.container.stores.identity_transactions
     company = seed.company(transactions)
     roles = [seed.role(transactions, company, code=f"role-{uuid.uuid4().hex[:6]}") for _ in range(2)]
     users = [seed.user(transactions, company) for _ in range(3)]
@@ -131,7 +131,7 @@ STEPS = st.tuples(
 
 def _step(stand: Stand, cast: Cast, relay: Relay, step: Step) -> None:
     kind, a, b = step
-    ctx, transactions = Context.fresh(SYSTEM_CLOCK), stand.container.stores.transactions
+    ctx, transactions = Context.fresh(SYSTEM_CLOCK), stand.container.stores.identity_transactions
     role = cast.roles[a % len(cast.roles)]
     if kind == "grant":
         identity_changes.grant_role_assignment(

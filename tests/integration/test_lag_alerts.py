@@ -93,7 +93,7 @@ def test_the_outbox_age_of_a_stuck_relay_makes_its_alert_fire(container: Contain
     minutes and OutboxOldestEventTooOld fires on it."""
     ctx = Context(uuid.uuid4(), datetime.now(UTC))
     identity_changes.create_company(
-        container.stores.transactions, ctx, name="Stroy Invest", company_type=CompanyType.DEVELOPER
+        container.stores.identity_transactions, ctx, name="Stroy Invest", company_type=CompanyType.DEVELOPER
     )
     with container.connections.database.connection() as conn:
         # Written six minutes ago, and the relay never came.

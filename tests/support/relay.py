@@ -49,7 +49,7 @@ def access_message(key: uuid.UUID, payload: dict[str, Any]) -> OutboxMessage:
 def change_permissions_inline(container: Container, role: uuid.UUID, holders: int) -> None:
     """A permission change of a role of at most `holders` users: their events are written with the change."""
     identity_changes.set_role_permissions(
-        container.stores.transactions,
+        container.stores.identity_transactions,
         Context.fresh(SYSTEM_CLOCK),
         role_id=role,
         permissions=["deals.read", "deals.approve"],

@@ -78,7 +78,9 @@ class UseCases:
 
     @cached_property
     def role_admin(self) -> RoleAdmin:
-        return RoleAdmin(self.stores.transactions, self.fanout_policy, self.stores.admin_reads, self.clock)
+        return RoleAdmin(
+            self.stores.identity_transactions, self.fanout_policy, self.stores.admin_reads, self.clock
+        )
 
     @cached_property
     def retention(self) -> RetentionAdmin:

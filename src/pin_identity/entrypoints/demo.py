@@ -142,13 +142,17 @@ class _Workers:
 
 def _company_with_role(container: Container, code: str) -> tuple[UUID, UUID]:
     company_id = identity_changes.create_company(
-        container.stores.transactions,
+        container.stores.identity_transactions,
         Context.fresh(container.clock),
         name=f"Demo {code}",
         company_type=CompanyType.DEVELOPER,
     )
     role_id = identity_changes.create_role(
-        container.stores.transactions, code=code, name=code, company_id=company_id, permissions=["deals.read"]
+        container.stores.identity_transactions,
+        code=code,
+        name=code,
+        company_id=company_id,
+        permissions=["deals.read"],
     )
     return company_id, role_id
 
@@ -157,7 +161,7 @@ def _inline_change(container: Container, report: DemoReport) -> UUID:
     company_id, role_id = _company_with_role(container, "site-manager")
     for n in range(5):
         user_id = identity_changes.create_user(
-            container.stores.transactions,
+            container.stores.identity_transactions,
             Context.fresh(container.clock),
             identity_changes.NewUser(
                 phone=f"8 999 {secrets.randbelow(10_000_000):07d}",
@@ -168,14 +172,14 @@ def _inline_change(container: Container, report: DemoReport) -> UUID:
             ),
         )
         identity_changes.grant_role_assignment(
-            container.stores.transactions,
+            container.stores.identity_transactions,
             Context.fresh(container.clock),
             user_id=user_id,
             role_id=role_id,
             scope=Scope.organization(company_id),
         )
     change = identity_changes.set_role_permissions(
-        container.stores.transactions,
+        container.stores.identity_transactions,
         Context.fresh(container.clock),
         role_id=role_id,
         permissions=["deals.read", "deals.approve"],
@@ -197,7 +201,7 @@ def _developer_manager_change(
     holders = container.stores.demo_reads.active_holders(role.role_id)
     console.print(f"changing the permissions of developer-manager, held by {holders:,} users")
     change = identity_changes.set_role_permissions(
-        container.stores.transactions,
+        container.stores.identity_transactions,
         Context.fresh(container.clock),
         role_id=role.role_id,
         permissions=["deals.read", "deals.approve", "chessboard.view", f"demo.{secrets.token_hex(3)}"],
