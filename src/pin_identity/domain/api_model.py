@@ -5,6 +5,8 @@ once (and to the SQL that reads it)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
 
@@ -17,3 +19,13 @@ class ApiModel(BaseModel):
         serialize_by_alias=True,
         frozen=True,
     )
+
+    def __init_subclass__(cls, *, schema_name: str | None = None, **kwargs: Any) -> None:
+        """`schema_name`: the document's name in the admin API's OpenAPI document where it is not the class's
+        (`class FanOutTaskView(ApiModel, schema_name="FanOutTask")`). A class renamed in Python keeps the
+        schema name clients know: pydantic keys the schema by the class's qualified name and titles it by
+        the configured title, both read when the class is completed, after this hook."""
+        super().__init_subclass__(**kwargs)
+        if schema_name is not None:
+            cls.__qualname__ = schema_name
+            cls.model_config["title"] = schema_name

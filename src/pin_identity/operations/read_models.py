@@ -178,7 +178,10 @@ class ReplayResult(ApiModel):
 # ---------------------------------------------------------------- access fan-out and roles
 
 
-class FanOutTask(ApiModel):
+# A fan-out task as operators list it; the claimed task the job works on is ports.fanout_tasks.FanOutTask. Its
+# OpenAPI schema keeps the name clients know, FanOutTask. (No docstring: it would become the schema's
+# description.)
+class FanOutTaskView(ApiModel, schema_name="FanOutTask"):
     task_id: UUID
     role_id: UUID
     company_id: UUID | None

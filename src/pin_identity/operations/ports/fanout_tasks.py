@@ -121,12 +121,12 @@ class NewerAnnouncement:
 
 
 class FanOutTasks(Protocol):
-    def list_tasks(self, status: FanOutTaskStatus | None, limit: int) -> list[read_models.FanOutTask]:
+    def list_tasks(self, status: FanOutTaskStatus | None, limit: int) -> list[read_models.FanOutTaskView]:
         """The newest first."""
         ...
 
     def replay(self, task_id: UUID, now: datetime) -> TaskReplay: ...
-    def discard(self, task_id: UUID) -> read_models.FanOutTask | None:
+    def discard(self, task_id: UUID) -> read_models.FanOutTaskView | None:
         """Removes a Failed task; what it was, or None when the task is in another status or absent."""
         ...
 
