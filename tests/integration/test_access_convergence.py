@@ -15,7 +15,7 @@ from pin_identity.composition.stores import Stores
 from pin_identity.domain.fanout_policy import FanOutPath, FanOutPolicy
 from pin_identity.operations import identity_changes
 from pin_identity.operations.context import Context
-from pin_identity.operations.read_models import PermissionsChanged
+from pin_identity.operations.documents import PermissionsChanged
 from tests.support import seed
 from tests.support.clocks import ManualClock
 from tests.support.convergence import Background, CommitHold, assert_converged

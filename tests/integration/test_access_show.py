@@ -26,7 +26,7 @@ from pin_identity.domain.events import ACCESS_TOPIC
 from pin_identity.operations import identity_changes
 from pin_identity.operations.access_show import show_access
 from pin_identity.operations.context import Context
-from pin_identity.operations.read_models import UserAccessReport
+from pin_identity.operations.documents import UserAccessReport
 from tests.support import seed
 from tests.support.relay import publish_outbox
 

@@ -16,8 +16,8 @@ from pin_identity.domain.fanout_policy import FanOutPolicy
 from pin_identity.domain.model import CompanyType, Scope, UserType
 from pin_identity.operations import identity_changes
 from pin_identity.operations.context import Context
+from pin_identity.operations.documents import PermissionsChanged
 from pin_identity.operations.ports.identity_records import IdentityTransactions
-from pin_identity.operations.read_models import PermissionsChanged
 from tests.support.phones import next_phone
 
 

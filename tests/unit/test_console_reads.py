@@ -14,10 +14,10 @@ import pytest
 from pin_identity.domain.errors import BrokerUnavailableError, NotFoundError
 from pin_identity.domain.fanout_policy import FanOutPolicy
 from pin_identity.domain.model import RoleStatus
-from pin_identity.operations.health_reads import HealthReads
-from pin_identity.operations.ports.identity_records import IdentityTransaction
+from pin_identity.operations.health_reads import HealthReads, QueueGauges
+from pin_identity.operations.ports.health_sources import DeadLetters, PartitionLagView
+from pin_identity.operations.ports.identity_records import IdentityTransaction, RoleView
 from pin_identity.operations.ports.outbox import OutboxWriter
-from pin_identity.operations.read_models import DeadLetters, PartitionLagView, QueueGauges, RoleView
 from pin_identity.operations.role_admin import RoleAdmin
 from tests.support.clocks import ManualClock
 

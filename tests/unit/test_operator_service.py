@@ -35,10 +35,11 @@ from pin_identity.domain.talent import ImportStage
 from pin_identity.operations.action_log import Actor
 from pin_identity.operations.fanout_admin import FanOutAdmin
 from pin_identity.operations.import_admin import ImportOperations
-from pin_identity.operations.ports.fanout_tasks import NewerAnnouncement, TaskReplay
+from pin_identity.operations.ports.fanout_tasks import FanOutTaskView, NewerAnnouncement, TaskReplay
+from pin_identity.operations.ports.import_records import FailedItem, ImportRunSummary
+from pin_identity.operations.ports.pruning import PruneResult
 from pin_identity.operations.ports.replica import ReplicaTransaction
 from pin_identity.operations.ports.talent_sources import SourceCheck
-from pin_identity.operations.read_models import FailedItem, FanOutTaskView, ImportRunSummary, PruneResult
 from pin_identity.operations.retention_admin import RetentionAdmin
 from tests.support.clocks import ManualClock
 from tests.support.memory_talent import MemoryImportStore, MemoryRunLock, MemorySource

@@ -1,7 +1,7 @@
 """The shape every operator document shares (CONTRACTS sections 2 and 6): Python names its fields in
-snake_case, JSON carries their camelCase aliases. A read model is its own document: the stores build it by
-field name, the HTTP API answers it and the CLI prints it with `--json`, so adding a field is adding it here
-once (and to the SQL that reads it)."""
+snake_case, JSON carries their camelCase aliases. What a store returns for operators is its own document
+(defined beside its port): the store builds it by field name, the HTTP API answers it and the CLI prints it
+with `--json`, so adding a field is adding it there once (and to the SQL that reads it)."""
 
 from __future__ import annotations
 

@@ -29,8 +29,8 @@ from pin_identity.domain.model import CompanyType, Scope, UserType
 from pin_identity.entrypoints.demo_bootstrap import EXPECTED_QUARANTINE, bootstrap_from_simulated_talent
 from pin_identity.operations import identity_changes
 from pin_identity.operations.context import Context
+from pin_identity.operations.documents import ImportResult
 from pin_identity.operations.ports.job_control import Job
-from pin_identity.operations.read_models import ImportResult
 
 DEMO_TIMEOUT_S = 300
 

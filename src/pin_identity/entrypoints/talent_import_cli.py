@@ -42,8 +42,8 @@ from pin_identity.entrypoints.cli_common import (
     operator,
 )
 from pin_identity.observability.logging import configure_logging
+from pin_identity.operations.documents import ImportResult, ImportRunReport
 from pin_identity.operations.ports.import_records import RunLock
-from pin_identity.operations.read_models import ImportResult, ImportRunReport
 
 # CONTRACTS section 2: the exit status each end of a run maps to (a refusal's: cli_common's table).
 RUN_EXIT_STATUS = {

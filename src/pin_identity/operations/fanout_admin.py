@@ -11,8 +11,12 @@ from pin_identity.domain.clock import Clock
 from pin_identity.domain.errors import ConflictError, NotFoundError
 from pin_identity.domain.model import FanOutTaskStatus
 from pin_identity.operations.action_log import Actor, admin_action
-from pin_identity.operations.ports.fanout_tasks import FanOutTasks, NewerAnnouncement, TaskReplay
-from pin_identity.operations.read_models import FanOutTaskView
+from pin_identity.operations.ports.fanout_tasks import (
+    FanOutTasks,
+    FanOutTaskView,
+    NewerAnnouncement,
+    TaskReplay,
+)
 
 
 class PastCursor(StrEnum):

@@ -26,6 +26,7 @@ from pin_identity.domain.model import (
 from pin_identity.domain.phone import InvalidPhoneError, normalize_phone
 from pin_identity.observability import metrics
 from pin_identity.operations.context import Context
+from pin_identity.operations.documents import PermissionsChanged
 from pin_identity.operations.ports.access_events import AccessEventWriter
 from pin_identity.operations.ports.identity_records import (
     IdentityTransaction,
@@ -33,7 +34,6 @@ from pin_identity.operations.ports.identity_records import (
     NewAssignment,
     RoleRecord,
 )
-from pin_identity.operations.read_models import PermissionsChanged
 
 
 def create_company(

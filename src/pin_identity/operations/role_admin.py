@@ -12,8 +12,8 @@ from pin_identity.domain.fanout_policy import FanOutPolicy
 from pin_identity.operations import identity_changes
 from pin_identity.operations.action_log import Actor, admin_action
 from pin_identity.operations.context import Context
-from pin_identity.operations.ports.identity_records import IdentityTransactions, RoleSummaries
-from pin_identity.operations.read_models import PermissionsChanged, RoleView
+from pin_identity.operations.documents import PermissionsChanged
+from pin_identity.operations.ports.identity_records import IdentityTransactions, RoleSummaries, RoleView
 
 
 class RoleAdmin:

@@ -36,7 +36,7 @@ from pin_identity.domain.import_run import (
     StageCounters,
 )
 from pin_identity.domain.talent import ImportStage
-from pin_identity.operations.read_models import FailedItem
+from pin_identity.operations.ports.import_records import FailedItem
 
 _COUNTERS = tuple(field.name for field in fields(StageCounters))
 

@@ -10,7 +10,7 @@ from pin_identity.domain.model import FanOutTaskStatus
 from pin_identity.entrypoints.admin_http.problems import problem_responses
 from pin_identity.entrypoints.admin_http.routing import ContainerDep, TaskId, Who, admin_router
 from pin_identity.entrypoints.documents import TaskDiscarded, TaskReplayed
-from pin_identity.operations.read_models import FanOutTaskView
+from pin_identity.operations.ports.fanout_tasks import FanOutTaskView
 
 fanout = admin_router("/admin/v1/access-fanout", "access-fanout")
 

@@ -1,18 +1,20 @@
-"""What operators read: a run with its progress, the list of runs, a quarantined item, a fan-out task, a role
-with its size, what an action changed or removed, the health the console shows (the database gauges of
-`/metrics`, dead letters, a consumer group's lag), and one user's access (`access show`).
+"""The documents the use cases assemble for operators: how an import run ended or stands, quarantined items
+applied again, how a role's users are told of its change, the health the console shows, and one user's
+access (`access show`). Each is an ApiModel: the HTTP API answers it and the CLI prints it with `--json`, in
+one shape.
 
-The stores answer with these values and the operator service hands them on; each one that operators see is
-its own document (an ApiModel): the HTTP API answers it and the CLI prints it with `--json`, in one shape.
-Values the stores hand on only to be summed up into a document stay plain dataclasses.
+What a store answers as it is (a role with its size, a quarantined item, a fan-out task, a consumer group's
+lag on one partition...) is a document too, defined beside the port that returns it
+(pin_identity.operations.ports); the documents here nest some of those. The plain values the stores hand over
+only to be summed up (dead letters, one user's database state) also live beside their ports, and a document
+built from them is built by the use case that reads them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any
 from uuid import UUID
 
 from pydantic import Field
@@ -26,29 +28,13 @@ from pin_identity.domain.import_run import (
     PageProgress,
     PageStatus,
     RunStatus,
-    StageCounters,
 )
-from pin_identity.domain.model import FanOutTaskStatus, RoleStatus
 from pin_identity.domain.talent import ImportStage
+from pin_identity.operations.ports.access_reads import AccessEventOnTopic, QueuedAccessEventView
+from pin_identity.operations.ports.health_sources import PartitionLagView
+from pin_identity.operations.ports.import_records import StageCounts
 
 # ---------------------------------------------------------------- talent import
-
-
-class StageCounts(ApiModel):
-    planned: int
-    applied: int
-    skipped: int
-    failed: int
-
-    @classmethod
-    def of(cls, counters: StageCounters) -> StageCounts:
-        # The jobs count a page at a time in the domain's plain StageCounters; operators read them here.
-        return cls(
-            planned=counters.planned,
-            applied=counters.applied,
-            skipped=counters.skipped,
-            failed=counters.failed,
-        )
 
 
 class ImportResult(ApiModel):
@@ -132,38 +118,6 @@ def eta_seconds(run: ImportRun, progress: PageProgress, now: datetime) -> float 
     return round((total - done) * elapsed / done, 1)
 
 
-class ImportRunSummary(ApiModel):
-    """A run in the list: its counters; `GET .../runs/{runId}` adds pages, ETA and the lock holder."""
-
-    run_id: UUID
-    mode: ImportMode
-    status: RunStatus
-    dry_run: bool
-    talent_tenant_id_filter: UUID | None
-    page_size: int
-    companies: StageCounts
-    users: StageCounts
-    started_at: datetime
-    finished_at: datetime | None
-    error_code: str | None
-    quarantined: int = Field(description="Items of this run in the quarantine now.")
-
-
-class FailedItem(ApiModel):
-    """A quarantined item; its payload stays in the database (it holds PII)."""
-
-    item_id: UUID
-    stage: ImportStage
-    external_id: UUID | None = Field(description="The Talent tenant or user id.")
-    error_code: str
-    reason: str | None = Field(
-        description="What was wrong, in words: the field and the rule, never the value."
-    )
-    attempts: int
-    created_at: datetime
-    updated_at: datetime
-
-
 # Quarantined items applied again: applied ones left the quarantine, failed ones stay (new reason); those kept
 # without their snapshot (pruned past retention) cannot be applied, and stay as they are.
 class ReplayResult(ApiModel):
@@ -178,42 +132,6 @@ class ReplayResult(ApiModel):
 # ---------------------------------------------------------------- access fan-out and roles
 
 
-# A fan-out task as operators list it; the claimed task the job works on is ports.fanout_tasks.FanOutTask. Its
-# OpenAPI schema keeps the name clients know, FanOutTask. (No docstring: it would become the schema's
-# description.)
-class FanOutTaskView(ApiModel, schema_name="FanOutTask"):
-    task_id: UUID
-    role_id: UUID
-    company_id: UUID | None
-    role_version: int
-    reason: str
-    status: FanOutTaskStatus
-    cursor: UUID | None
-    processed_count: int
-    attempt_count: int
-    lease_expires_at: datetime | None
-    created_at: datetime
-    started_at: datetime | None
-    completed_at: datetime | None
-    updated_at: datetime
-    last_error: str | None
-
-
-# A role with its permissions and its size.
-class RoleView(ApiModel):
-    """`GET /admin/v1/roles[/{roleId}]`, `roles list|show --json`."""
-
-    role_id: UUID
-    code: str
-    name: str
-    company_id: UUID | None = Field(description="Null for a system role.")
-    company_name: str | None
-    status: RoleStatus
-    version: int
-    permissions: list[str]
-    holders: int = Field(description="Users holding an Active assignment of the role: its fan-out size.")
-
-
 # set-role-permissions' answer: how the role's users are told.
 class PermissionsChanged(ApiModel):
     role_id: UUID
@@ -223,66 +141,7 @@ class PermissionsChanged(ApiModel):
     task_id: UUID | None = Field(description="The enqueued fan-out task (path `queued`).")
 
 
-# ---------------------------------------------------------------- retention
-
-
-class PruneResult(ApiModel):
-    """What `maintenance prune` removed: rows of finished work, and quarantine payloads emptied."""
-
-    fanout_tasks: int = Field(
-        description="Completed fan-out tasks deleted (a Failed one stays until replayed or discarded)."
-    )
-    import_runs: int = Field(description="Finished import runs deleted, with their pages and quarantine.")
-    quarantine_payloads: int = Field(description="Quarantined snapshots (PII) emptied.")
-
-
 # ---------------------------------------------------------------- health: the console's summary
-
-
-class OutboxHolder(Protocol):
-    """A session whose transaction took an outbox id and has not ended: nothing after that id is published
-    until it does (the outbox queue's OutboxWriter). Its figures are None where the reader's role may not
-    see other roles' sessions."""
-
-    @property
-    def pid(self) -> int | None: ...
-    @property
-    def application_name(self) -> str | None: ...
-    @property
-    def transaction_s(self) -> float | None: ...
-    @property
-    def prepared_gid(self) -> str | None: ...
-
-
-@dataclass(frozen=True)
-class QueueGauges:
-    """The gauges `/metrics` reads from the database for scrapes (at most every few seconds), read at one
-    moment."""
-
-    outbox_backlog: int  # rows not yet acknowledged
-    outbox_oldest_age_s: float
-    outbox_held_s: float  # how long the oldest running writer's transaction has run: publishing waits on it
-    outbox_held_by: OutboxHolder | None
-    fanout_backlog: int
-    fanout_failed: int
-    import_started_at: datetime | None  # of the Running import run; None when none runs
-    # The Running run's counters by aggregate (`company`, `user`); empty when none runs.
-    import_counters: Mapping[str, StageCounters] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class DeadLetters:
-    """Events the broker refused for good (identity.outbox_dead_letters)."""
-
-    count: int
-    newest_failed_at: datetime | None
-
-
-class PartitionLagView(ApiModel):
-    topic: str
-    partition: int
-    lag: int
-    committed_offset: int | None = Field(description="Null when the group has committed nothing there.")
 
 
 # How far a consumer group is behind on its topics, or why the broker did not say. (A docstring would be the
@@ -318,15 +177,6 @@ class OutboxWriterView(ApiModel):
         "its seconds are since it was prepared)",
     )
 
-    @classmethod
-    def of(cls, holder: OutboxHolder) -> OutboxWriterView:
-        return cls(
-            pid=holder.pid,
-            application_name=holder.application_name,
-            transaction_seconds=holder.transaction_s,
-            prepared_gid=holder.prepared_gid,
-        )
-
 
 class HealthSummary(ApiModel):
     """The gauges `/metrics` serves, read the same way at the same moment, plus what only a worker's
@@ -349,25 +199,6 @@ class HealthSummary(ApiModel):
     consumer_lag: ConsumerLag = Field(description="The talent-sync group on Talent's topics")
     read_at: datetime
 
-    @classmethod
-    def of(
-        cls, queues: QueueGauges, dead: DeadLetters, consumer_lag: ConsumerLag, read_at: datetime
-    ) -> HealthSummary:
-        held_by = queues.outbox_held_by
-        return cls(
-            outbox_backlog=queues.outbox_backlog,
-            outbox_oldest_age_seconds=queues.outbox_oldest_age_s,
-            outbox_publishing_held_seconds=queues.outbox_held_s,
-            outbox_held_by=OutboxWriterView.of(held_by) if held_by else None,
-            fanout_backlog=queues.fanout_backlog,
-            fanout_failed=queues.fanout_failed,
-            import_running=queues.import_started_at is not None,
-            dead_letters=dead.count,
-            newest_dead_letter_at=dead.newest_failed_at,
-            consumer_lag=consumer_lag,
-            read_at=read_at,
-        )
-
 
 # ---------------------------------------------------------------- one user's access (`access show`)
 
@@ -384,52 +215,6 @@ class AccessAssignment(ApiModel):
     scope_project_group_id: str | None
     scope_project_id: str | None
     expires_at: str | None
-
-
-# Fields the record's value did not carry readably are None; an unreadable `active_assignments` matches no
-# truth.
-class AccessEventOnTopic(ApiModel):
-    """The user's last record on pin.identity.access.v1, as far as its value could be read."""
-
-    partition: int
-    offset: int
-    event_id: str | None
-    version: int | None
-    change_reason: str | None
-    changed_role_id: str | None
-    occurred_at: datetime | None
-    active_assignments: Any = Field(description="The event's activeAssignments as it was sent.")
-
-
-@dataclass(frozen=True)
-class AccessLogSearch:
-    """Where the user's key goes on the access topic (None: the topic does not exist), how much of that
-    partition was read from its end, and the user's last event there (None: not one since its beginning)."""
-
-    partition: int | None
-    records_read: int
-    last_event: AccessEventOnTopic | None
-
-
-# A UserAccessChanged of the user still in the outbox, or refused by the broker for good (`error`).
-class QueuedAccessEventView(ApiModel):
-    outbox_id: int
-    event_id: UUID
-    change_reason: str | None
-    version: int | None
-    queued_at: datetime
-    error: str | None = Field(description="A dead letter's: why the broker refused it for good.")
-
-
-@dataclass(frozen=True)
-class UserAccessState:
-    """The database's side, read in one snapshot."""
-
-    user_id: UUID
-    company_id: UUID | None
-    active_assignments: list[dict[str, Any]]  # rendered as the event's activeAssignments
-    waiting: tuple[QueuedAccessEventView, ...]  # in the outbox, oldest first
-    dead_letters: tuple[QueuedAccessEventView, ...]
 
 
 class UserAccessReport(ApiModel):
@@ -455,24 +240,3 @@ class UserAccessReport(ApiModel):
     dead_letters: list[QueuedAccessEventView] = Field(
         description="The user's access events the broker refused for good (outbox_dead_letters)."
     )
-
-    @classmethod
-    def of(
-        cls,
-        state: UserAccessState,
-        search: AccessLogSearch,
-        verdict: Verdict,
-        difference: AssignmentDifferenceView,
-    ) -> UserAccessReport:
-        return cls(
-            user_id=state.user_id,
-            company_id=state.company_id,
-            verdict=verdict,
-            active_assignments=[AccessAssignment.model_validate(a) for a in state.active_assignments],
-            last_event=search.last_event,
-            partition=search.partition,
-            records_read=search.records_read,
-            difference=difference,
-            outbox=list(state.waiting),
-            dead_letters=list(state.dead_letters),
-        )
