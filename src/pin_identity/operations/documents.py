@@ -164,7 +164,8 @@ class ConsumerLag(ApiModel):
         return cls(group=group, total=None, partitions=[], error=error)
 
 
-class OutboxWriterView(ApiModel):
+# Its OpenAPI schema keeps the name clients know, OutboxWriterView.
+class PublishingHolderView(ApiModel, schema_name="OutboxWriterView"):
     """A session whose transaction took an outbox id and has not ended (null figures: not visible to the
     admin API's database role; see the runbook)."""
 
@@ -188,7 +189,7 @@ class HealthSummary(ApiModel):
         description="`identity_outbox_publishing_held_seconds`: how long the oldest running transaction that "
         "took an outbox id has run (nothing after its id is published until it ends)"
     )
-    outbox_held_by: OutboxWriterView | None = Field(
+    outbox_held_by: PublishingHolderView | None = Field(
         description="That transaction's session (null when no transaction holds an outbox id)"
     )
     fanout_backlog: int = Field(description="`identity_access_fanout_queue_backlog`")

@@ -12,11 +12,11 @@ from datetime import datetime
 from pin_identity.domain.clock import Clock
 from pin_identity.domain.errors import BrokerUnavailableError
 from pin_identity.domain.import_run import StageCounters
-from pin_identity.operations.documents import ConsumerLag, HealthSummary, OutboxWriterView
+from pin_identity.operations.documents import ConsumerLag, HealthSummary, PublishingHolderView
 from pin_identity.operations.ports.fanout_tasks import FanOutQueue
 from pin_identity.operations.ports.health_sources import ConsumerLagReader, DeadLetterReads, DeadLetters
 from pin_identity.operations.ports.import_records import ImportRunRecords
-from pin_identity.operations.ports.outbox import OutboxBacklogSession, OutboxWriter
+from pin_identity.operations.ports.outbox import OutboxBacklogSession, PublishingHolder
 
 
 @dataclass(frozen=True)
@@ -27,7 +27,7 @@ class QueueGauges:
     outbox_backlog: int  # rows not yet acknowledged
     outbox_oldest_age_s: float
     outbox_held_s: float  # how long the oldest running writer's transaction has run: publishing waits on it
-    outbox_held_by: OutboxWriter | None
+    outbox_held_by: PublishingHolder | None
     fanout_backlog: int
     fanout_failed: int
     import_started_at: datetime | None  # of the Running import run; None when none runs
@@ -123,8 +123,8 @@ def _summary(
     )
 
 
-def _holder_view(holder: OutboxWriter) -> OutboxWriterView:
-    return OutboxWriterView(
+def _holder_view(holder: PublishingHolder) -> PublishingHolderView:
+    return PublishingHolderView(
         pid=holder.pid,
         application_name=holder.application_name,
         transaction_seconds=holder.transaction_s,
