@@ -37,8 +37,10 @@ from pin_identity.operations.ports.import_records import StageCounts
 # ---------------------------------------------------------------- talent import
 
 
-class ImportResult(ApiModel):
-    """TalentInitialImportResult (CONTRACTS section 2): how a run ended, or stands."""
+class ImportRunOutcome(ApiModel):
+    """What every document of a run starts with, TalentInitialImportResult's fields: the run, how it ended or
+    stands, its counters and how long it took. The base of ImportResult and ImportRunReport, never a document
+    of its own (the report is no result: it adds the run's progress)."""
 
     run_id: UUID
     mode: ImportMode
@@ -48,13 +50,16 @@ class ImportResult(ApiModel):
     users: StageCounts
     duration_ms: int
 
-    @staticmethod
-    def of(run: ImportRun, now: datetime) -> ImportResult:
-        """Only the result, whichever class it is called on: a report is built by ImportRunReport.of_run."""
-        return ImportResult(**_result_fields(run, now))
+
+class ImportResult(ImportRunOutcome):
+    """TalentInitialImportResult (CONTRACTS section 2): how a run ended, or stands."""
+
+    @classmethod
+    def of(cls, run: ImportRun, now: datetime) -> ImportResult:
+        return cls(**_outcome_fields(run, now))
 
 
-def _result_fields(run: ImportRun, now: datetime) -> dict[str, Any]:
+def _outcome_fields(run: ImportRun, now: datetime) -> dict[str, Any]:
     end = run.finished_at or now
     return {
         "run_id": run.run_id,
@@ -67,7 +72,7 @@ def _result_fields(run: ImportRun, now: datetime) -> dict[str, Any]:
     }
 
 
-class ImportRunReport(ImportResult):
+class ImportRunReport(ImportRunOutcome):
     """TalentInitialImportResult plus progress: `GET .../runs/{runId}` and `talent-import status --json`."""
 
     started_at: datetime
@@ -90,7 +95,7 @@ class ImportRunReport(ImportResult):
     ) -> ImportRunReport:
         """`lock_holder`: the session holding the one-run lock, whichever run it works on."""
         return cls(
-            **_result_fields(run, now),
+            **_outcome_fields(run, now),
             started_at=run.started_at,
             finished_at=run.finished_at,
             planning=run.planning_stage,
