@@ -54,6 +54,7 @@ from pin_identity.adapters.postgres.identity_store import PostgresIdentityTransa
 from pin_identity.adapters.system_clock import SYSTEM_CLOCK
 from pin_identity.domain.fanout_policy import FanOutPolicy
 from pin_identity.operations import identity_changes
+from pin_identity.operations.context import Context
 
 CLI = [sys.executable, "-m", "pin_identity.entrypoints.cli", "worker"]
 FLOOR_USERS = 50_000  # the floor's --quick fan-out
@@ -123,7 +124,7 @@ def change_permissions(database: Database, role_id: uuid.UUID, permissions: list
     """The change every access benchmark fans out: the role's permissions replaced through the use case."""
     identity_changes.set_role_permissions(
         PostgresIdentityTransactions(database),
-        identity_changes.Context.fresh(SYSTEM_CLOCK),
+        Context.fresh(SYSTEM_CLOCK),
         role_id=role_id,
         permissions=permissions,
         policy=FanOutPolicy(200),

@@ -36,6 +36,7 @@ from pin_identity.adapters.postgres.identity_store import PostgresIdentityTransa
 from pin_identity.adapters.system_clock import SYSTEM_CLOCK
 from pin_identity.domain.events import ACCESS_TOPIC
 from pin_identity.operations import identity_changes
+from pin_identity.operations.context import Context
 
 
 def _holders(url: str, role_id: uuid.UUID, count: int) -> list[tuple[uuid.UUID, uuid.UUID]]:
@@ -74,7 +75,7 @@ def _revoke_during_fanout(
                 time.sleep(0.01)
             for assignment_id, user_id in revokes:
                 identity_changes.revoke_role_assignment(
-                    transactions, identity_changes.Context.fresh(SYSTEM_CLOCK), assignment_id
+                    transactions, Context.fresh(SYSTEM_CLOCK), assignment_id
                 )
                 at = time.time()
                 committed[user_id] = (at, not _task_state(watch)[1])

@@ -45,7 +45,8 @@ from pin_identity.adapters.postgres.replica_store import PostgresReplicaTransact
 from pin_identity.adapters.system_clock import SYSTEM_CLOCK
 from pin_identity.adapters.talent_wire import read_item
 from pin_identity.domain.talent import ImportStage
-from pin_identity.operations.identity_changes import Context, archive_role
+from pin_identity.operations.context import Context
+from pin_identity.operations.identity_changes import archive_role
 from pin_identity.operations.ports.replica import SourceItem
 from pin_identity.operations.talent_replica import ApplyOptions, apply_snapshots
 from talent_apply import apply_stage, source_items

@@ -35,7 +35,7 @@ from pin_identity.adapters.postgres.replica_store import PostgresReplicaTransact
 from pin_identity.adapters.system_clock import SYSTEM_CLOCK
 from pin_identity.adapters.talent_wire import read_item
 from pin_identity.domain.talent import ImportStage, ItemResult
-from pin_identity.operations.identity_changes import Context
+from pin_identity.operations.context import Context
 from pin_identity.operations.ports.replica import SourceItem
 from pin_identity.operations.talent_replica import ApplyOptions, apply_snapshots
 from pin_identity.simulation.simulated_talent import generate_dataset

@@ -59,9 +59,9 @@ from pin_identity.composition import Container
 from pin_identity.config import ConfigurationError, Settings, load_settings
 from pin_identity.domain.import_run import ImportMode, ImportRequest, ImportRun, PlanStep, RunStatus
 from pin_identity.domain.talent import ImportStage, TalentItem
+from pin_identity.operations.documents import ImportResult
 from pin_identity.operations.import_admin import start_run
 from pin_identity.operations.ports.talent_sources import TalentSource
-from pin_identity.operations.read_models import ImportResult
 from pin_identity.simulation.simulated_talent import (
     TALENT_PARTITIONS,
     SimulatedTalentApi,

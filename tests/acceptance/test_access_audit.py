@@ -13,6 +13,7 @@ from pin_identity.adapters.system_clock import SYSTEM_CLOCK
 from pin_identity.composition import Container
 from pin_identity.config import Settings
 from pin_identity.operations import identity_changes
+from pin_identity.operations.context import Context
 from tests.support import seed
 from tests.support.cli import run_cli
 from tests.support.relay import publish_outbox
@@ -40,10 +41,10 @@ def _sql(database_url: str, statement: str, *params: object) -> None:
 def test_the_audit_finds_matching_drifted_missing_and_pending_users(
     audited: Container, own_broker: str, subprocess_env: dict[str, str], database_url: str
 ) -> None:
-    company = seed.company(audited.stores.transactions)
-    role = seed.role(audited.stores.transactions, company)
-    users = [seed.user(audited.stores.transactions, company) for _ in range(4)]
-    grants = [seed.grant(audited.stores.transactions, user, role, company) for user in users]
+    company = seed.company(audited.stores.identity_transactions)
+    role = seed.role(audited.stores.identity_transactions, company)
+    users = [seed.user(audited.stores.identity_transactions, company) for _ in range(4)]
+    grants = [seed.grant(audited.stores.identity_transactions, user, role, company) for user in users]
     publish_outbox(audited)
 
     assert _audit(subprocess_env, own_broker) == (
@@ -65,7 +66,7 @@ def test_the_audit_finds_matching_drifted_missing_and_pending_users(
         "UPDATE identity.role_assignments SET status = 'Revoked' WHERE id = %s",
         grants[0],
     )
-    stranger = seed.user(audited.stores.transactions, company)
+    stranger = seed.user(audited.stores.identity_transactions, company)
     _sql(
         database_url,
         "INSERT INTO identity.role_assignments (id, role_id, user_id, company_id, scope_type)"
@@ -77,7 +78,7 @@ def test_the_audit_finds_matching_drifted_missing_and_pending_users(
     )
     # Through the service, not yet published: pending, whatever the topic says.
     identity_changes.revoke_role_assignment(
-        audited.stores.transactions, identity_changes.Context.fresh(SYSTEM_CLOCK), grants[1]
+        audited.stores.identity_transactions, Context.fresh(SYSTEM_CLOCK), grants[1]
     )
 
     code, report = _audit(subprocess_env, own_broker)
@@ -101,9 +102,14 @@ def test_the_audit_finds_matching_drifted_missing_and_pending_users(
 def test_the_table_on_a_terminal_less_run_says_converged(
     audited: Container, own_broker: str, subprocess_env: dict[str, str]
 ) -> None:
-    company = seed.company(audited.stores.transactions)
-    role = seed.role(audited.stores.transactions, company)
-    seed.grant(audited.stores.transactions, seed.user(audited.stores.transactions, company), role, company)
+    company = seed.company(audited.stores.identity_transactions)
+    role = seed.role(audited.stores.identity_transactions, company)
+    seed.grant(
+        audited.stores.identity_transactions,
+        seed.user(audited.stores.identity_transactions, company),
+        role,
+        company,
+    )
     publish_outbox(audited)
     result = run_cli(
         {**subprocess_env, "PIN_IDENTITY_KAFKA_BOOTSTRAP_SERVERS": own_broker}, "access", "audit"

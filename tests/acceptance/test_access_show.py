@@ -17,6 +17,7 @@ from pin_identity.adapters.system_clock import SYSTEM_CLOCK
 from pin_identity.composition import Container
 from pin_identity.composition.stores import Stores
 from pin_identity.operations import identity_changes
+from pin_identity.operations.context import Context
 from tests.support import seed
 from tests.support.cli import run_cli
 from tests.support.relay import publish_outbox
@@ -37,10 +38,10 @@ def _document(env: dict[str, str], user: UUID) -> tuple[int, dict[str, Any]]:
 
 
 def _granted(container: Container) -> tuple[UUID, UUID]:
-    company = seed.company(container.stores.transactions)
-    role = seed.role(container.stores.transactions, company)
-    user = seed.user(container.stores.transactions, company)
-    return user, seed.grant(container.stores.transactions, user, role, company)
+    company = seed.company(container.stores.identity_transactions)
+    role = seed.role(container.stores.identity_transactions, company)
+    user = seed.user(container.stores.identity_transactions, company)
+    return user, seed.grant(container.stores.identity_transactions, user, role, company)
 
 
 def test_exit_status_follows_the_verdict(
@@ -49,7 +50,7 @@ def test_exit_status_follows_the_verdict(
     matching, _ = _granted(container)
     drifted, drifted_grant = _granted(container)
     pending, pending_grant = _granted(container)
-    missing = seed.user(stores.transactions, seed.company(stores.transactions))
+    missing = seed.user(stores.identity_transactions, seed.company(stores.identity_transactions))
     publish_outbox(container)
     with psycopg.connect(database_url) as conn:
         revoke = "UPDATE identity.role_assignments SET status = 'Revoked' WHERE id = %s"
@@ -62,7 +63,7 @@ def test_exit_status_follows_the_verdict(
             (uuid.uuid4(), role[0], missing),
         )
     identity_changes.revoke_role_assignment(
-        stores.transactions, identity_changes.Context.fresh(SYSTEM_CLOCK), pending_grant
+        stores.identity_transactions, Context.fresh(SYSTEM_CLOCK), pending_grant
     )
 
     expected = {
@@ -93,9 +94,7 @@ def test_the_table_names_the_verdict_the_event_and_what_waits(
     assert "verdict  matching" in stdout and str(grant) in stdout and "RoleAssigned" in stdout
     print(stdout)
 
-    identity_changes.revoke_role_assignment(
-        stores.transactions, identity_changes.Context.fresh(SYSTEM_CLOCK), grant
-    )
+    identity_changes.revoke_role_assignment(stores.identity_transactions, Context.fresh(SYSTEM_CLOCK), grant)
     code, stdout, _ = _show(subprocess_env, user)
     assert code == 0
     assert "verdict  pending" in stdout and "only on the topic" in stdout

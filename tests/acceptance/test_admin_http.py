@@ -37,6 +37,7 @@ from pin_identity.composition import Container
 from pin_identity.config import ConfigurationError, Settings
 from pin_identity.entrypoints.admin_http import create_app
 from pin_identity.operations import identity_changes
+from pin_identity.operations.context import Context
 from pin_identity.simulation.simulated_talent import SimulatedTalentApi, generate_dataset
 from tests.support import seed, talent
 from tests.support.cli import run_cli
@@ -108,9 +109,9 @@ def start(client: TestClient, **body: Any) -> str:
 
 def queued_task(container: Container) -> tuple[str, str]:
     """A role of one user, changed through the API's own operation: a Pending fan-out task."""
-    _, role_id = seed.held_role(container.stores.transactions, 1)
+    _, role_id = seed.held_role(container.stores.identity_transactions, 1)
     change = seed.change_permissions(
-        container.stores.transactions,
+        container.stores.identity_transactions,
         role_id,
         ["deals.read", "deals.write"],
         container.use_cases.fanout_policy,
@@ -339,11 +340,11 @@ def test_a_bad_task_filter_is_422(client: TestClient, query: dict[str, str]) -> 
 def test_set_role_permissions_queues_the_fanout_of_a_large_role(
     client: TestClient, admin_container: Container
 ) -> None:
-    company_id = seed.company(admin_container.stores.transactions)
-    role_id = seed.role(admin_container.stores.transactions, company_id)
+    company_id = seed.company(admin_container.stores.identity_transactions)
+    role_id = seed.role(admin_container.stores.identity_transactions, company_id)
     seed.grant(
-        admin_container.stores.transactions,
-        seed.user(admin_container.stores.transactions, company_id),
+        admin_container.stores.identity_transactions,
+        seed.user(admin_container.stores.identity_transactions, company_id),
         role_id,
         company_id,
     )
@@ -366,7 +367,8 @@ def test_set_role_permissions_of_a_role_without_users_notifies_inline(
     client: TestClient, admin_container: Container
 ) -> None:
     role_id = seed.role(
-        admin_container.stores.transactions, seed.company(admin_container.stores.transactions)
+        admin_container.stores.identity_transactions,
+        seed.company(admin_container.stores.identity_transactions),
     )
     response = client.put(f"/admin/v1/roles/{role_id}/permissions", json={"permissions": []}, headers=AUTH)
     assert response.json() == {
@@ -383,7 +385,8 @@ def test_set_role_permissions_errors(client: TestClient, admin_container: Contai
     unknown = client.put(path.format(UNKNOWN), json={"permissions": ["a"]}, headers=AUTH)
     assert_problem(unknown, 404, "IDENTITY_NOT_FOUND")
     role_id = seed.role(
-        admin_container.stores.transactions, seed.company(admin_container.stores.transactions)
+        admin_container.stores.identity_transactions,
+        seed.company(admin_container.stores.identity_transactions),
     )
     blank = client.put(path.format(role_id), json={"permissions": [" "]}, headers=AUTH)
     assert_problem(blank, 422, "IDENTITY_INVALID_INPUT")
@@ -391,7 +394,7 @@ def test_set_role_permissions_errors(client: TestClient, admin_container: Contai
         bad = client.put(path.format(role_id), json=body, headers=AUTH)
         assert_problem(bad, 422, "IDENTITY_INVALID_REQUEST")
     identity_changes.archive_role(
-        admin_container.stores.transactions, identity_changes.Context.fresh(SYSTEM_CLOCK), role_id
+        admin_container.stores.identity_transactions, Context.fresh(SYSTEM_CLOCK), role_id
     )
     archived = client.put(path.format(role_id), json={"permissions": ["a"]}, headers=AUTH)
     assert_problem(archived, 409, "IDENTITY_CONFLICT")
@@ -403,10 +406,10 @@ def test_set_role_permissions_errors(client: TestClient, admin_container: Contai
 def test_a_users_access_is_the_document_access_show_prints(
     client: TestClient, admin_container: Container, subprocess_env: dict[str, str]
 ) -> None:
-    company = seed.company(admin_container.stores.transactions)
-    role = seed.role(admin_container.stores.transactions, company)
-    user = seed.user(admin_container.stores.transactions, company)
-    grant = seed.grant(admin_container.stores.transactions, user, role, company)
+    company = seed.company(admin_container.stores.identity_transactions)
+    role = seed.role(admin_container.stores.identity_transactions, company)
+    user = seed.user(admin_container.stores.identity_transactions, company)
+    grant = seed.grant(admin_container.stores.identity_transactions, user, role, company)
     publish_outbox(admin_container)
     answer = client.get(f"{ACCESS}/{user}", headers=AUTH)
     assert answer.status_code == 200, answer.text
@@ -418,7 +421,7 @@ def test_a_users_access_is_the_document_access_show_prints(
     assert json.loads(printed.stdout) == document
 
     identity_changes.revoke_role_assignment(
-        admin_container.stores.transactions, identity_changes.Context.fresh(SYSTEM_CLOCK), grant
+        admin_container.stores.identity_transactions, Context.fresh(SYSTEM_CLOCK), grant
     )
     pending = client.get(f"{ACCESS}/{user}", headers=AUTH).json()
     assert pending["verdict"] == "pending"  # 200 whatever the verdict: the answer is the document
@@ -429,7 +432,7 @@ def test_a_users_access_errors(client: TestClient, admin_container: Container, s
     assert_problem(client.get(f"{ACCESS}/{UNKNOWN}", headers=AUTH), 404, "IDENTITY_NOT_FOUND")
     malformed = assert_problem(client.get(f"{ACCESS}/nope", headers=AUTH), 422, "IDENTITY_INVALID_REQUEST")
     assert malformed["errors"][0]["location"] == "path.userId"
-    user = seed.user(admin_container.stores.transactions)
+    user = seed.user(admin_container.stores.identity_transactions)
     no_broker = _admin_container(settings, kafka_bootstrap_servers="127.0.0.1:1")
     try:
         with TestClient(create_app(no_broker)) as unready:
@@ -599,7 +602,7 @@ def _sample(text: str, name: str) -> float:
 
 
 def test_metrics_read_the_database_at_scrape_time(client: TestClient, admin_container: Container) -> None:
-    seed.company(admin_container.stores.transactions)  # one CompanyUpserted waits in the outbox
+    seed.company(admin_container.stores.identity_transactions)  # one CompanyUpserted waits in the outbox
     queued_task(admin_container)
     run_id = start(client, dryRun=True)
     response = client.get("/metrics")

@@ -58,10 +58,10 @@ def test_upgrade_then_set_permissions_then_relay_publishes(
     subprocess_env: dict[str, str], stores: Stores, tap: EventTap
 ) -> None:
     assert run_cli(subprocess_env, "db", "upgrade").returncode == 0
-    company_id = seed.company(stores.transactions)
-    role_id = seed.role(stores.transactions, company_id)
-    user_id = seed.user(stores.transactions, company_id)
-    seed.grant(stores.transactions, user_id, role_id, company_id)
+    company_id = seed.company(stores.identity_transactions)
+    role_id = seed.role(stores.identity_transactions, company_id)
+    user_id = seed.user(stores.identity_transactions, company_id)
+    seed.grant(stores.identity_transactions, user_id, role_id, company_id)
 
     changed = run_cli(
         subprocess_env, "roles", "set-permissions", str(role_id), "deals.read", "deals.approve", "--json"
@@ -92,7 +92,7 @@ def test_sigterm_stops_the_worker_gracefully(subprocess_env: dict[str, str], sto
         for line in worker.stderr:
             if "outbox-relay-started" in line:
                 break
-        seed.company(stores.transactions)
+        seed.company(stores.identity_transactions)
         worker.send_signal(signal.SIGTERM)
         assert worker.wait(timeout=30) == 0
         logged = [json.loads(line) for line in worker.stderr.read().splitlines() if line.startswith("{")]
@@ -114,7 +114,7 @@ def test_worker_serves_metrics_health_and_readiness(
             200,
             {"status": "ready", "warnings": []},
         )  # `serve`'s document
-        seed.company(stores.transactions)
+        seed.company(stores.identity_transactions)
         metrics = httpx.get(f"{base}/metrics", timeout=5).text
         for name in (
             "identity_outbox_backlog",

@@ -58,11 +58,11 @@ def api(api_world: TalentWorld) -> Iterator[TestClient]:
 
 
 def _queued_task(env: dict[str, str], world: TalentWorld) -> None:
-    company_id = seed.company(world.container.stores.transactions)
-    role_id = seed.role(world.container.stores.transactions, company_id)
+    company_id = seed.company(world.container.stores.identity_transactions)
+    role_id = seed.role(world.container.stores.identity_transactions, company_id)
     seed.grant(
-        world.container.stores.transactions,
-        seed.user(world.container.stores.transactions),
+        world.container.stores.identity_transactions,
+        seed.user(world.container.stores.identity_transactions),
         role_id,
         company_id,
     )

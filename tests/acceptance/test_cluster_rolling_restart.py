@@ -102,7 +102,10 @@ class Publishing:
 def _change(container: Container, role: UUID, version: int) -> None:
     """A permission change queued as a fan-out task (the role's version becomes `version`)."""
     seed.change_permissions(
-        container.stores.transactions, role, [f"deals.read.{version}"], FanOutPolicy(inline_threshold=0)
+        container.stores.identity_transactions,
+        role,
+        [f"deals.read.{version}"],
+        FanOutPolicy(inline_threshold=0),
     )
 
 
@@ -173,7 +176,7 @@ def test_a_rolling_restart_under_a_200000_user_fanout_pauses_the_relay_briefly_a
 ) -> None:
     began = time.monotonic()
     container = Container(settings.model_copy(update={"kafka_bootstrap_servers": cluster.bootstrap}))
-    _, role, users = seed.bulk_held_role(container.stores.transactions, database_url, USERS)
+    _, role, users = seed.bulk_held_role(container.stores.identity_transactions, database_url, USERS)
     restarts: dict[int, Restart] = {}
     phases = {"seeded": time.monotonic()}
     with relay_worker(env, tmp_path, jobs="access-fanout,outbox-relay") as worker:

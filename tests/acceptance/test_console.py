@@ -185,9 +185,9 @@ def poisoned_bootstrap(
 def failed_fanout_task(container: Container, database_url: str) -> str:
     """A role of two users changed: a queued task, which then fails as the fan-out job fails a poison task
     after MaxAttempts."""
-    _, role_id = seed.held_role(container.stores.transactions, 2, code="poisoned-role")
+    _, role_id = seed.held_role(container.stores.identity_transactions, 2, code="poisoned-role")
     change = seed.change_permissions(
-        container.stores.transactions,
+        container.stores.identity_transactions,
         role_id,
         ["deals.read", "deals.write"],
         FanOutPolicy(INLINE_THRESHOLD),  # as `serve` decides it: a role of two is queued
@@ -592,9 +592,9 @@ def test_fanout_discards_a_failed_task_on_a_second_click(
 
 
 def _role_with_holders(container: Container, code: str, holders: int, name: str | None = None) -> str:
-    company_id = seed.company(container.stores.transactions, name=f"Company of {code}")
+    company_id = seed.company(container.stores.identity_transactions, name=f"Company of {code}")
     role_id = identity_changes.create_role(
-        container.stores.transactions,
+        container.stores.identity_transactions,
         code=code,
         name=name or code,
         company_id=company_id,
@@ -602,8 +602,8 @@ def _role_with_holders(container: Container, code: str, holders: int, name: str 
     )
     for _ in range(holders):
         seed.grant(
-            container.stores.transactions,
-            seed.user(container.stores.transactions, company_id),
+            container.stores.identity_transactions,
+            seed.user(container.stores.identity_transactions, company_id),
             role_id,
             company_id,
         )
@@ -657,11 +657,12 @@ def test_access_looks_a_user_up_with_the_answer_of_access_show(
     console: Console, page: Page, database_url: str, subprocess_env: dict[str, str]
 ) -> None:
     container = console.container
-    company = seed.company(container.stores.transactions)
-    role = seed.role(container.stores.transactions, company, code="site-manager")
-    matching, drifted = (seed.user(container.stores.transactions, company) for _ in range(2))
+    company = seed.company(container.stores.identity_transactions)
+    role = seed.role(container.stores.identity_transactions, company, code="site-manager")
+    matching, drifted = (seed.user(container.stores.identity_transactions, company) for _ in range(2))
     granted = {
-        user: seed.grant(container.stores.transactions, user, role, company) for user in (matching, drifted)
+        user: seed.grant(container.stores.identity_transactions, user, role, company)
+        for user in (matching, drifted)
     }
     publish_outbox(container)
     with psycopg.connect(database_url) as conn:  # behind the service's back: consumers still grant it

@@ -34,7 +34,7 @@ def test_replaying_quarantined_items_after_fixing_their_cause(
     subprocess_env: dict[str, str], api_world: TalentWorld
 ) -> None:
     company, orphan_tenant = talent.tenant(), str(uuid.uuid4())
-    investor = seed.user(api_world.container.stores.transactions)
+    investor = seed.user(api_world.container.stores.identity_transactions)
     [(phone,)] = _rows(api_world, "SELECT phone FROM identity.users WHERE id = %s", [investor])
     conflicting = talent.user(company["tenantId"], phone=phone)
     orphan = talent.user(orphan_tenant)
@@ -123,7 +123,7 @@ def _audit_lines(stderr: str) -> list[dict[str, Any]]:
 
 def _failed_fanout_task(world: TalentWorld) -> str:
     """A role of one user changed through the queue, then failed as the job fails a poison task."""
-    transactions = world.container.stores.transactions
+    transactions = world.container.stores.identity_transactions
     _, role_id = seed.held_role(transactions, 1)
     change = seed.change_permissions(transactions, role_id, ["a"], FanOutPolicy(0))
     _rows(
@@ -141,7 +141,8 @@ def test_every_action_of_the_command_line_names_the_os_user_in_its_audit_line(
     env = _env(subprocess_env, api_world)
     store = api_world.container.stores.import_store
     role_id = seed.role(
-        api_world.container.stores.transactions, seed.company(api_world.container.stores.transactions)
+        api_world.container.stores.identity_transactions,
+        seed.company(api_world.container.stores.identity_transactions),
     )
     task_id, discarded_id = _failed_fanout_task(api_world), _failed_fanout_task(api_world)
 

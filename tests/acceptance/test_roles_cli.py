@@ -19,7 +19,7 @@ TOKEN = "secret-token"  # PIN_IDENTITY_ADMIN_TOKEN
 
 
 def _holder(container: Container) -> None:
-    seed.held_role(container.stores.transactions, 1)
+    seed.held_role(container.stores.identity_transactions, 1)
 
 
 def test_roles_list_and_show_print_the_consoles_roles(
@@ -56,7 +56,7 @@ REFUSED_SETS = {
 def test_a_permission_set_the_api_refuses_is_refused_on_the_command_line_too(
     settings: Settings, container: Container, subprocess_env: dict[str, str], codes: list[str]
 ) -> None:
-    _, role_id = seed.held_role(container.stores.transactions, 1)
+    _, role_id = seed.held_role(container.stores.identity_transactions, 1)
     before = run_cli(subprocess_env, "roles", "show", str(role_id), "--json")
     admin = Container(settings.model_copy(update={"admin_token": TOKEN}))
     try:

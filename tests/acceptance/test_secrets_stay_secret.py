@@ -71,9 +71,9 @@ def test_no_secret_in_output_command_line_or_environment_of_a_working_relay(
 ) -> None:
     env, secrets = secret_env
     writer = Container(settings)
-    _, role = seed.held_role(writer.stores.transactions, 3)
+    _, role = seed.held_role(writer.stores.identity_transactions, 3)
     seed.change_permissions(
-        writer.stores.transactions, role, ["deals.read"], FanOutPolicy(inline_threshold=10)
+        writer.stores.identity_transactions, role, ["deals.read"], FanOutPolicy(inline_threshold=10)
     )
     writer.close()
     seen: list[str] = []

@@ -56,10 +56,10 @@ def _names(traceparent: str) -> str:
 def test_a_fan_out_exports_its_task_and_batch_spans_and_its_records_name_them(
     stores: Stores, subprocess_env: dict[str, str], database_url: str, tap: EventTap, jaeger: Jaeger
 ) -> None:
-    company = seed.company(stores.transactions)
-    role = seed.role(stores.transactions, company)
+    company = seed.company(stores.identity_transactions)
+    role = seed.role(stores.identity_transactions, company)
     users = {str(u) for u in seed.bulk_role_members(database_url, role, company, 25)}
-    change = seed.change_permissions(stores.transactions, role, ["deals.read"], FanOutPolicy(0))
+    change = seed.change_permissions(stores.identity_transactions, role, ["deals.read"], FanOutPolicy(0))
     assert change.path is FanOutPath.QUEUED
     env, service = _traced(subprocess_env, "http/protobuf", jaeger.otlp_http)
     env["PIN_IDENTITY_FANOUT_BATCH_SIZE"] = "10"

@@ -92,7 +92,10 @@ def _last_outbox_id(database_url: str) -> int:
 
 def _change(container: Container, role: UUID, version: int) -> None:
     seed.change_permissions(
-        container.stores.transactions, role, [f"deals.read.{version}"], FanOutPolicy(inline_threshold=HOLDERS)
+        container.stores.identity_transactions,
+        role,
+        [f"deals.read.{version}"],
+        FanOutPolicy(inline_threshold=HOLDERS),
     )
 
 
@@ -102,7 +105,7 @@ def test_killing_the_transaction_coordinator_node_mid_transaction_loses_nothing_
 ) -> None:
     began = time.monotonic()
     container = Container(settings.model_copy(update={"kafka_bootstrap_servers": cluster.bootstrap}))
-    _, role, _ = seed.bulk_held_role(container.stores.transactions, database_url, HOLDERS)
+    _, role, _ = seed.bulk_held_role(container.stores.identity_transactions, database_url, HOLDERS)
     for version in range(CHANGES):
         _change(container, role, version)
     expected = HOLDERS * (CHANGES + 1)

@@ -59,7 +59,7 @@ def test_a_relay_that_may_not_create_topics_holds_says_so_and_goes_on_after_kafk
 ) -> None:
     assert run_cli(env, "kafka", "ensure-topics").returncode == 0  # the admin job, before the relay starts
     container = Container(settings.model_copy(update={"kafka_bootstrap_servers": own_broker}))
-    _, role = seed.held_role(container.stores.transactions, HOLDERS)
+    _, role = seed.held_role(container.stores.identity_transactions, HOLDERS)
     with relay_worker(env, tmp_path) as (base, _, log):
         wait_until(lambda: outbox_count(database_url) == 0, "the grants are published")
         delete_topic(own_broker, ACCESS_TOPIC)

@@ -17,13 +17,13 @@ from tests.support.kafka_tap import EventTap
 def test_two_once_workers_publish_every_event_of_three_queued_roles(
     stores: Stores, subprocess_env: dict[str, str], tap: EventTap, database_url: str
 ) -> None:
-    company = seed.company(stores.transactions)
+    company = seed.company(stores.identity_transactions)
     members: set[str] = set()
     for n in range(3):
-        role = seed.role(stores.transactions, company, code=f"role-{n}")
+        role = seed.role(stores.identity_transactions, company, code=f"role-{n}")
         members |= {str(u) for u in seed.bulk_role_members(database_url, role, company, 1500)}
         change = seed.change_permissions(
-            stores.transactions, role, ["deals.read", f"deals.write.{n}"], FanOutPolicy(0)
+            stores.identity_transactions, role, ["deals.read", f"deals.write.{n}"], FanOutPolicy(0)
         )
         assert change.path is FanOutPath.QUEUED
 

@@ -50,7 +50,7 @@ def test_with_two_nodes_of_three_down_events_wait_readyz_says_why_and_all_go_out
     # meets a coordinator that has loaded; the restart of node 2 below is not warmed.
     start_transaction_coordinator(cluster.bootstrap)
     container = Container(settings.model_copy(update={"kafka_bootstrap_servers": cluster.bootstrap}))
-    _, role = seed.held_role(container.stores.transactions, HOLDERS)
+    _, role = seed.held_role(container.stores.identity_transactions, HOLDERS)
     began = time.monotonic()
     with relay_worker(env, tmp_path) as (base, worker, _):
         wait_until(lambda: outbox_count(database_url) == 0, "the grants are published", timeout_s=60)
@@ -111,7 +111,7 @@ def test_one_access_partition_below_min_isr_holds_only_its_own_users_events(
     partitions = settings.kafka_topic_partitions
     _access_topic_on_chosen_replicas(cluster.bootstrap, partitions)
     container = Container(settings.model_copy(update={"kafka_bootstrap_servers": cluster.bootstrap}))
-    _, role = seed.held_role(container.stores.transactions, HEAVY_HOLDERS)
+    _, role = seed.held_role(container.stores.identity_transactions, HEAVY_HOLDERS)
     with relay_worker(env, tmp_path) as (base, worker, _):
         wait_until(lambda: outbox_count(database_url) == 0, "the grants are published", timeout_s=60)
         holders = users_told_of_the_change(cluster.bootstrap, role, reason=None)

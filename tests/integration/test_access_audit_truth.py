@@ -38,7 +38,7 @@ def _truths(truth: PostgresAccessTruth) -> list[tuple[bytes, int]]:
 def test_truths_read_in_small_chunks_are_those_read_in_one(
     connections: Connections, stores: Stores, database_url: str
 ) -> None:
-    seed.held_role(stores.transactions, HOLDERS)
+    seed.held_role(stores.identity_transactions, HOLDERS)
     whole = _truths(PostgresAccessTruth(connections.database))
     assert [user for user, _ in whole] == _holders(database_url)
     assert _truths(PostgresAccessTruth(connections.database, SMALL)) == whole
@@ -47,7 +47,7 @@ def test_truths_read_in_small_chunks_are_those_read_in_one(
 def test_each_users_last_record_wins_across_chunks_and_the_merge_reads_both_in_turns(
     connections: Connections, stores: Stores, database_url: str
 ) -> None:
-    seed.held_role(stores.transactions, HOLDERS)
+    seed.held_role(stores.identity_transactions, HOLDERS)
     _published(database_url)
     truths = dict(_truths(PostgresAccessTruth(connections.database)))
     users = list(truths)

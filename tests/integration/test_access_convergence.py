@@ -14,7 +14,8 @@ from pin_identity.composition import Container
 from pin_identity.composition.stores import Stores
 from pin_identity.domain.fanout_policy import FanOutPath, FanOutPolicy
 from pin_identity.operations import identity_changes
-from pin_identity.operations.read_models import PermissionsChanged
+from pin_identity.operations.context import Context
+from pin_identity.operations.documents import PermissionsChanged
 from tests.support import seed
 from tests.support.clocks import ManualClock
 from tests.support.convergence import Background, CommitHold, assert_converged
@@ -28,10 +29,10 @@ from tests.support.waiting import wait_until
 def test_a_role_wide_snapshot_never_overtakes_a_point_revoke_that_commits_meanwhile(
     path: FanOutPath, container: Container, stores: Stores, tap: EventTap, database_url: str
 ) -> None:
-    company = seed.company(stores.transactions)
-    role = seed.role(stores.transactions, company, code="developer-manager-local")
-    users = [seed.user(stores.transactions, company) for _ in range(3)]
-    grants = [seed.grant(stores.transactions, user, role, company) for user in users]
+    company = seed.company(stores.identity_transactions)
+    role = seed.role(stores.identity_transactions, company, code="developer-manager-local")
+    users = [seed.user(stores.identity_transactions, company) for _ in range(3)]
+    grants = [seed.grant(stores.identity_transactions, user, role, company) for user in users]
     threshold = 0 if path is FanOutPath.QUEUED else 200
     policy = FanOutPolicy(threshold)
     if path is FanOutPath.QUEUED:
@@ -42,7 +43,7 @@ def test_a_role_wide_snapshot_never_overtakes_a_point_revoke_that_commits_meanwh
     try:
         revoke = Background(
             lambda: identity_changes.revoke_role_assignment(
-                stores.transactions, identity_changes.Context.fresh(SYSTEM_CLOCK), grants[1]
+                stores.identity_transactions, Context.fresh(SYSTEM_CLOCK), grants[1]
             )
         )
         # The revoke did its work and waits at COMMIT.
@@ -64,7 +65,7 @@ def test_a_role_wide_snapshot_never_overtakes_a_point_revoke_that_commits_meanwh
 
 def _set_permissions(container: Container, role: object, policy: FanOutPolicy) -> PermissionsChanged:
     return seed.change_permissions(
-        container.stores.transactions,
+        container.stores.identity_transactions,
         role,  # type: ignore[arg-type]
         ["deals.read", "deals.write"],
         policy,

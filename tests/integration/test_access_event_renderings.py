@@ -26,6 +26,7 @@ from pin_identity.domain import events
 from pin_identity.domain.events import AccessChange, OutboxMessage
 from pin_identity.domain.model import AccessChangeReason, CompanyType, Scope, ScopeType, UserType
 from pin_identity.operations import identity_changes
+from pin_identity.operations.context import Context
 from tests.support import seed
 from tests.support.schemas import validate_event
 
@@ -39,15 +40,15 @@ def settings(database_url: str, tmp_path: Path) -> Settings:
 def _user_with_every_kind_of_assignment(container: Container) -> tuple[UUID, UUID]:
     """A user of a company holding a global role and company roles in each scope, two of them expiring (one
     on a whole second), one revoked; names and role codes carry Cyrillic, quotes, a backslash and `%`."""
-    ctx = partial(identity_changes.Context.fresh, SYSTEM_CLOCK)
+    ctx = partial(Context.fresh, SYSTEM_CLOCK)
     company_id = identity_changes.create_company(
-        container.stores.transactions,
+        container.stores.identity_transactions,
         ctx(),
         name='Стройинвест «Дом» "Ёж"',
         company_type=CompanyType.DEVELOPER,
     )
     user_id = identity_changes.create_user(
-        container.stores.transactions,
+        container.stores.identity_transactions,
         ctx(),
         identity_changes.NewUser(
             phone=seed.next_phone(),
@@ -58,9 +59,9 @@ def _user_with_every_kind_of_assignment(container: Container) -> tuple[UUID, UUI
             company_id=company_id,
         ),
     )
-    global_role = seed.role(container.stores.transactions, None, "platform-админ")
-    company_role = seed.role(container.stores.transactions, company_id, 'sales "менеджер" \\ 100%s')
-    project_role = seed.role(container.stores.transactions, company_id, "прораб-%")
+    global_role = seed.role(container.stores.identity_transactions, None, "platform-админ")
+    company_role = seed.role(container.stores.identity_transactions, company_id, 'sales "менеджер" \\ 100%s')
+    project_role = seed.role(container.stores.identity_transactions, company_id, "прораб-%")
     grants: list[tuple[UUID, Scope, datetime | None]] = [
         (global_role, Scope(ScopeType.PLATFORM), None),
         (company_role, Scope.organization(company_id), None),
@@ -78,7 +79,7 @@ def _user_with_every_kind_of_assignment(container: Container) -> tuple[UUID, UUI
     ]
     assignments = [
         identity_changes.grant_role_assignment(
-            container.stores.transactions,
+            container.stores.identity_transactions,
             ctx(),
             user_id=user_id,
             role_id=role_id,
@@ -87,30 +88,30 @@ def _user_with_every_kind_of_assignment(container: Container) -> tuple[UUID, UUI
         )
         for role_id, scope, expires in grants
     ]
-    identity_changes.revoke_role_assignment(container.stores.transactions, ctx(), assignments[-1])
+    identity_changes.revoke_role_assignment(container.stores.identity_transactions, ctx(), assignments[-1])
     return user_id, company_role
 
 
 def _user_without_company_or_assignments(container: Container) -> UUID:
     """A user of no company whose one assignment was revoked (the import announces revocations too)."""
-    ctx = partial(identity_changes.Context.fresh, SYSTEM_CLOCK)
+    ctx = partial(Context.fresh, SYSTEM_CLOCK)
     user_id = identity_changes.create_user(
-        container.stores.transactions,
+        container.stores.identity_transactions,
         ctx(),
         identity_changes.NewUser(phone=seed.next_phone(), first_name="Ёлка", last_name="Ünïcödé"),
     )
-    role_id = seed.role(container.stores.transactions, None, "гость")
+    role_id = seed.role(container.stores.identity_transactions, None, "гость")
     scope = Scope(ScopeType.PLATFORM)
     assignment = identity_changes.grant_role_assignment(
-        container.stores.transactions, ctx(), user_id=user_id, role_id=role_id, scope=scope
+        container.stores.identity_transactions, ctx(), user_id=user_id, role_id=role_id, scope=scope
     )
-    identity_changes.revoke_role_assignment(container.stores.transactions, ctx(), assignment)
+    identity_changes.revoke_role_assignment(container.stores.identity_transactions, ctx(), assignment)
     return user_id
 
 
 def _by_python(container: Container, user_id: UUID, change: AccessChange) -> OutboxMessage:
     """Point changes: typed snapshot, activeAssignments and envelope encoded in Python."""
-    with container.stores.transactions() as tx:
+    with container.stores.identity_transactions() as tx:
         [snapshot] = tx.access_snapshots([user_id])
     return events.user_access_changed(snapshot, **change)
 

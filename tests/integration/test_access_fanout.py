@@ -36,6 +36,7 @@ from pin_identity.domain.fanout_policy import FanOutPolicy
 from pin_identity.domain.model import AccessChangeReason, Scope, ScopeType
 from pin_identity.jobs.access_fanout import AccessFanOutJob, TaskOutcome
 from pin_identity.operations import identity_changes
+from pin_identity.operations.context import Context
 from pin_identity.operations.ports.fanout_tasks import FanOutTask, PageWritten
 from tests.support import seed
 from tests.support.clocks import ManualClock
@@ -73,7 +74,7 @@ def _changed_by(event: ConsumedEvent, role_id: UUID) -> bool:
 
 
 def _change_permissions(container: Container, role_id: UUID) -> UUID:
-    change = seed.change_permissions(container.stores.transactions, role_id, ["deals.read"], QUEUED)
+    change = seed.change_permissions(container.stores.identity_transactions, role_id, ["deals.read"], QUEUED)
     assert change.task_id is not None
     return change.task_id
 
@@ -82,7 +83,7 @@ def _claimed_change(
     container: Container, database_url: str, clock: ManualClock
 ) -> tuple[UUID, list[UUID], UUID, FanOutTask]:
     """A role of 40 users changed, its task claimed for five minutes by a worker that has not begun it."""
-    _, role_id, users = seed.bulk_held_role(container.stores.transactions, database_url, 40)
+    _, role_id, users = seed.bulk_held_role(container.stores.identity_transactions, database_url, 40)
     task_id = _change_permissions(container, role_id)
     task = container.stores.fanout_queue.claim(
         uuid.uuid4(), clock.now(), clock.now() + timedelta(seconds=300)
@@ -94,13 +95,13 @@ def _claimed_change(
 def test_empty_role_completes_at_once_without_events(
     container: Container, stores: Stores, database_url: str, tap: EventTap
 ) -> None:
-    company_id = seed.company(stores.transactions)
-    role_id = seed.role(stores.transactions, company_id)
-    user_id = seed.user(stores.transactions, company_id)
-    assignment = seed.grant(stores.transactions, user_id, role_id, company_id)
+    company_id = seed.company(stores.identity_transactions)
+    role_id = seed.role(stores.identity_transactions, company_id)
+    user_id = seed.user(stores.identity_transactions, company_id)
+    assignment = seed.grant(stores.identity_transactions, user_id, role_id, company_id)
     task_id = _change_permissions(container, role_id)
     identity_changes.revoke_role_assignment(
-        stores.transactions, identity_changes.Context.fresh(SYSTEM_CLOCK), assignment
+        stores.identity_transactions, Context.fresh(SYSTEM_CLOCK), assignment
     )
 
     run_until_idle(fanout_job(container, ManualClock()))
@@ -115,10 +116,10 @@ def test_empty_role_completes_at_once_without_events(
 def test_mass_fanout_sends_one_event_per_unique_user_across_all_pages(
     container: Container, stores: Stores, database_url: str, tap: EventTap
 ) -> None:
-    _, role_id, users = seed.bulk_held_role(stores.transactions, database_url, 173)
+    _, role_id, users = seed.bulk_held_role(stores.identity_transactions, database_url, 173)
     for user_id in users[:20]:  # a second assignment of the same role must not make a second event
         seed.grant_in(
-            stores.transactions, user_id, role_id, identity_changes.Scope.organization(uuid.uuid4())
+            stores.identity_transactions, user_id, role_id, identity_changes.Scope.organization(uuid.uuid4())
         )
     task_id = _change_permissions(container, role_id)
 
@@ -139,17 +140,17 @@ def test_mass_fanout_sends_one_event_per_unique_user_across_all_pages(
 def test_full_snapshot_holds_every_active_assignment_with_role_codes(
     container: Container, stores: Stores, database_url: str, tap: EventTap
 ) -> None:
-    company_id, role_id, users = seed.bulk_held_role(stores.transactions, database_url, 3)
-    other_role = seed.role(stores.transactions, company_id, "chessboard-viewer")
-    extra = seed.grant(stores.transactions, users[1], other_role, company_id)
+    company_id, role_id, users = seed.bulk_held_role(stores.identity_transactions, database_url, 3)
+    other_role = seed.role(stores.identity_transactions, company_id, "chessboard-viewer")
+    extra = seed.grant(stores.identity_transactions, users[1], other_role, company_id)
     revoked = seed.grant(
-        stores.transactions,
+        stores.identity_transactions,
         users[1],
-        seed.role(stores.transactions, company_id, "gone"),
+        seed.role(stores.identity_transactions, company_id, "gone"),
         company_id,
     )
     identity_changes.revoke_role_assignment(
-        stores.transactions, identity_changes.Context.fresh(SYSTEM_CLOCK), revoked
+        stores.identity_transactions, Context.fresh(SYSTEM_CLOCK), revoked
     )
     _change_permissions(container, role_id)
 
@@ -199,7 +200,7 @@ def _die() -> None:
 def test_restart_resumes_from_the_cursor_and_repeats_at_most_the_batch_in_flight(
     container: Container, stores: Stores, database_url: str, tap: EventTap, before_commit: bool
 ) -> None:
-    _, role_id, users = seed.bulk_held_role(stores.transactions, database_url, 120)
+    _, role_id, users = seed.bulk_held_role(stores.identity_transactions, database_url, 120)
     task_id = _change_permissions(container, role_id)
     clock = ManualClock()
 
@@ -230,7 +231,7 @@ def test_restart_resumes_from_the_cursor_and_repeats_at_most_the_batch_in_flight
 def test_parallel_workers_never_share_a_task(
     container: Container, stores: Stores, database_url: str, tap: EventTap
 ) -> None:
-    roles = [seed.bulk_held_role(stores.transactions, database_url, 60)[1] for _ in range(4)]
+    roles = [seed.bulk_held_role(stores.identity_transactions, database_url, 60)[1] for _ in range(4)]
     task_ids = [_change_permissions(container, role_id) for role_id in roles]
     clock = ManualClock()
     workers = [
@@ -255,7 +256,7 @@ def test_parallel_workers_never_share_a_task(
 def test_events_carry_the_task_role_version_and_a_newer_cache_drops_them(
     container: Container, stores: Stores, database_url: str, tap: EventTap
 ) -> None:
-    _, role_id, _ = seed.bulk_held_role(stores.transactions, database_url, 5)
+    _, role_id, _ = seed.bulk_held_role(stores.identity_transactions, database_url, 5)
     _change_permissions(container, role_id)  # version 2, its task Pending
     _change_permissions(container, role_id)  # version 3 coalesces into the same task
     run_until_idle(fanout_job(container, ManualClock()))
@@ -295,8 +296,8 @@ class FailingRole:
 def test_poison_task_fails_after_max_attempts_and_blocks_no_other_task(
     container: Container, stores: Stores, database_url: str, tap: EventTap
 ) -> None:
-    _, poison_role, _ = seed.bulk_held_role(stores.transactions, database_url, 10)
-    _, healthy_role, _ = seed.bulk_held_role(stores.transactions, database_url, 10)
+    _, poison_role, _ = seed.bulk_held_role(stores.identity_transactions, database_url, 10)
+    _, healthy_role, _ = seed.bulk_held_role(stores.identity_transactions, database_url, 10)
     poison_task = _change_permissions(container, poison_role)
     healthy_task = _change_permissions(container, healthy_role)
     clock = ManualClock()
@@ -351,7 +352,7 @@ class StopAfterFirstBatch(AfterEachBatch):
 def test_cancellation_between_batches_keeps_committed_batches_and_releases_the_lease(
     container: Container, stores: Stores, database_url: str, tap: EventTap
 ) -> None:
-    _, role_id, users = seed.bulk_held_role(stores.transactions, database_url, 30)
+    _, role_id, users = seed.bulk_held_role(stores.identity_transactions, database_url, 30)
     task_id = _change_permissions(container, role_id)
     clock, stop = ManualClock(), threading.Event()
     job = fanout_job(container, clock, batch_size=10, queue=StopAfterFirstBatch(stores.fanout_queue, stop))
@@ -371,15 +372,15 @@ def test_cancellation_between_batches_keeps_committed_batches_and_releases_the_l
 def test_role_archived_between_enqueue_and_processing(
     container: Container, stores: Stores, database_url: str, tap: EventTap
 ) -> None:
-    company_id = seed.company(stores.transactions)
-    role_id = seed.role(stores.transactions, company_id)
-    other = seed.role(stores.transactions, company_id, "kept")
-    users = [seed.user(stores.transactions, company_id) for _ in range(3)]
+    company_id = seed.company(stores.identity_transactions)
+    role_id = seed.role(stores.identity_transactions, company_id)
+    other = seed.role(stores.identity_transactions, company_id, "kept")
+    users = [seed.user(stores.identity_transactions, company_id) for _ in range(3)]
     for user_id in users:
-        seed.grant(stores.transactions, user_id, role_id, company_id)
-    seed.grant(stores.transactions, users[0], other, company_id)
+        seed.grant(stores.identity_transactions, user_id, role_id, company_id)
+    seed.grant(stores.identity_transactions, users[0], other, company_id)
     task_id = _change_permissions(container, role_id)
-    identity_changes.archive_role(stores.transactions, identity_changes.Context.fresh(SYSTEM_CLOCK), role_id)
+    identity_changes.archive_role(stores.identity_transactions, Context.fresh(SYSTEM_CLOCK), role_id)
 
     run_until_idle(fanout_job(container, ManualClock()))
     publish_outbox(container)
@@ -516,7 +517,7 @@ def _completes_within_10_s(database_url: str, task_id: UUID, why: str) -> None:
 def test_a_new_task_wakes_an_idle_worker_long_before_its_polling_interval(
     container: Container, connections: Connections, stores: Stores, database_url: str
 ) -> None:
-    _, role_id, _ = seed.bulk_held_role(stores.transactions, database_url, 20)
+    _, role_id, _ = seed.bulk_held_role(stores.identity_transactions, database_url, 20)
     with _idle_worker(stores, connections):
         _wait_for_listener(database_url)  # the worker found nothing and is now waiting on LISTEN
         task_id = _change_permissions(container, role_id)
@@ -528,7 +529,7 @@ def test_a_task_announced_while_the_listening_session_was_gone_is_found_once_it_
 ) -> None:
     """A NOTIFY sent while nobody listened is lost (the server ended the session: a failover, a restart):
     the worker looks for a task as soon as it listens again, not at its next polling interval."""
-    _, role_id, _ = seed.bulk_held_role(stores.transactions, database_url, 20)
+    _, role_id, _ = seed.bulk_held_role(stores.identity_transactions, database_url, 20)
     with _idle_worker(stores, connections), psycopg.connect(database_url, autocommit=True) as conn:
         _wait_for_listener(database_url)
         conn.execute(
@@ -557,16 +558,16 @@ def test_the_page_writes_events_exactly_as_the_domain_renders_them(
     container: Container, stores: Stores, database_url: str
 ) -> None:
     """The fan-out's page renders and writes its events in SQL; they must say what the domain says."""
-    company_id, role_id, users = seed.bulk_held_role(stores.transactions, database_url, 3)
+    company_id, role_id, users = seed.bulk_held_role(stores.identity_transactions, database_url, 3)
     seed.grant_in(
-        stores.transactions,
+        stores.identity_transactions,
         users[0],
-        seed.role(stores.transactions, company_id, 'code "quoted" \\ кириллица %s 100%'),
+        seed.role(stores.identity_transactions, company_id, 'code "quoted" \\ кириллица %s 100%'),
         Scope(ScopeType.PROJECT, project_id=uuid.uuid4()),
         expires_at=datetime(2027, 3, 1, 9, 30, 15, 123456, tzinfo=UTC),
     )
     seed.grant_in(
-        stores.transactions,
+        stores.identity_transactions,
         users[0],
         role_id,
         Scope(ScopeType.PROJECT_GROUP, project_group_id=uuid.uuid4()),
@@ -593,7 +594,7 @@ def test_the_page_writes_events_exactly_as_the_domain_renders_them(
             " FROM identity.outbox_events WHERE correlation_id = %s ORDER BY message_key",
             (task.claim_id,),
         ).fetchall()
-    with stores.transactions() as tx:
+    with stores.identity_transactions() as tx:
         domain = tx.access_snapshots(users)
     assert page == (len(users), max(users))
     expected = [events.user_access_changed(snapshot, **common) for snapshot in domain]

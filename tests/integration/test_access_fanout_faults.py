@@ -29,8 +29,8 @@ LEASE_S = 2
 def test_sigkill_at_random_moments_loses_no_user(
     stores: Stores, database_url: str, subprocess_env: dict[str, str], tap: EventTap
 ) -> None:
-    _, role_id, users = seed.bulk_held_role(stores.transactions, database_url, USERS)
-    seed.change_permissions(stores.transactions, role_id, ["x"], FanOutPolicy(inline_threshold=0))
+    _, role_id, users = seed.bulk_held_role(stores.identity_transactions, database_url, USERS)
+    seed.change_permissions(stores.identity_transactions, role_id, ["x"], FanOutPolicy(inline_threshold=0))
     env = {
         **subprocess_env,
         "PIN_IDENTITY_FANOUT_BATCH_SIZE": "50",

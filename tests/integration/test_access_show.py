@@ -25,7 +25,8 @@ from pin_identity.domain.errors import NotFoundError
 from pin_identity.domain.events import ACCESS_TOPIC
 from pin_identity.operations import identity_changes
 from pin_identity.operations.access_show import show_access
-from pin_identity.operations.read_models import UserAccessReport
+from pin_identity.operations.context import Context
+from pin_identity.operations.documents import UserAccessReport
 from tests.support import seed
 from tests.support.relay import publish_outbox
 
@@ -52,10 +53,10 @@ def _sql(database_url: str, statement: str, *params: object) -> None:
 
 def _granted_user(container: Container) -> tuple[UUID, UUID, UUID]:
     """A user holding one role, its RoleAssigned published: (user, role, assignment)."""
-    company = seed.company(container.stores.transactions)
-    role = seed.role(container.stores.transactions, company)
-    user = seed.user(container.stores.transactions, company)
-    assignment = seed.grant(container.stores.transactions, user, role, company)
+    company = seed.company(container.stores.identity_transactions)
+    role = seed.role(container.stores.identity_transactions, company)
+    user = seed.user(container.stores.identity_transactions, company)
+    assignment = seed.grant(container.stores.identity_transactions, user, role, company)
     publish_outbox(container)
     return user, role, assignment
 
@@ -77,7 +78,7 @@ def test_a_published_grant_is_matching_and_names_its_event(container: Container)
 def test_a_change_still_in_the_outbox_is_pending(container: Container, stores: Stores) -> None:
     user, _, assignment = _granted_user(container)
     identity_changes.revoke_role_assignment(
-        stores.transactions, identity_changes.Context.fresh(SYSTEM_CLOCK), assignment
+        stores.identity_transactions, Context.fresh(SYSTEM_CLOCK), assignment
     )
     shown = container.use_cases.access_show(user)
     assert shown.verdict is Verdict.PENDING
@@ -122,9 +123,9 @@ def test_a_changed_scope_behind_the_services_back_is_drift_of_that_assignment(
 def test_an_assignment_without_any_event_is_missing(
     container: Container, stores: Stores, database_url: str, broker: str
 ) -> None:
-    company = seed.company(stores.transactions)
-    role = seed.role(stores.transactions, company)
-    user = seed.user(stores.transactions, company)
+    company = seed.company(stores.identity_transactions)
+    role = seed.role(stores.identity_transactions, company)
+    user = seed.user(stores.identity_transactions, company)
     granted = uuid.uuid4()
     _sql(
         database_url,
@@ -150,7 +151,7 @@ def test_an_assignment_without_any_event_is_missing(
 def test_a_user_with_no_assignment_and_no_event_has_nothing_to_carry(
     container: Container, stores: Stores
 ) -> None:
-    user = seed.user(stores.transactions, seed.company(stores.transactions))
+    user = seed.user(stores.identity_transactions, seed.company(stores.identity_transactions))
     publish_outbox(container)
     shown = container.use_cases.access_show(user)
     assert (shown.verdict, shown.last_event, shown.active_assignments) == (
@@ -165,7 +166,7 @@ def test_a_dead_lettered_access_event_is_shown_beside_the_drift_it_leaves(
 ) -> None:
     user, _, assignment = _granted_user(container)
     identity_changes.revoke_role_assignment(
-        stores.transactions, identity_changes.Context.fresh(SYSTEM_CLOCK), assignment
+        stores.identity_transactions, Context.fresh(SYSTEM_CLOCK), assignment
     )
     # What the relay does with an event the broker refuses for good.
     _sql(

@@ -23,6 +23,7 @@ from pin_identity.domain.events import ACCESS_TOPIC, PUBLISHED_TOPICS, USERS_TOP
 from pin_identity.domain.fanout_policy import FanOutPolicy
 from pin_identity.domain.import_run import ImportMode, ImportRequest, RunStatus
 from pin_identity.operations import identity_changes
+from pin_identity.operations.context import Context
 from pin_identity.simulation.simulated_talent import SimulatedTalentApi, generate_dataset
 from tests.support import seed
 from tests.support.brokers import RestartableBroker
@@ -109,7 +110,7 @@ def test_a_broker_killed_half_way_through_a_200000_user_fanout_loses_nothing(
     database_url: str,
     tmp_path: Path,
 ) -> None:
-    _, role, users = seed.bulk_held_role(stores.transactions, database_url, USERS)
+    _, role, users = seed.bulk_held_role(stores.identity_transactions, database_url, USERS)
     worker = launch_worker(env, "access-fanout,outbox-relay", tmp_path / "worker.log")
     try:
         _set_permissions(container, role, ["deals.read"])  # version 2
@@ -138,8 +139,8 @@ def test_a_broker_killed_half_way_through_a_200000_user_fanout_loses_nothing(
 
 def _set_permissions(container: Container, role: UUID, permissions: list[str]) -> None:
     identity_changes.set_role_permissions(
-        container.stores.transactions,
-        identity_changes.Context.fresh(SYSTEM_CLOCK),
+        container.stores.identity_transactions,
+        Context.fresh(SYSTEM_CLOCK),
         role_id=role,
         permissions=permissions,
         policy=FanOutPolicy(inline_threshold=0),

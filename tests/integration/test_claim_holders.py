@@ -41,8 +41,8 @@ def _events_per_user(database_url: str, role_id: uuid.UUID) -> Counter[str]:
 def test_a_worker_killed_mid_task_has_its_task_taken_over_at_once_with_the_default_lease(
     stores: Stores, database_url: str, subprocess_env: dict[str, str]
 ) -> None:
-    _, role_id, users = seed.bulk_held_role(stores.transactions, database_url, USERS)
-    seed.change_permissions(stores.transactions, role_id, ["x"], FanOutPolicy(inline_threshold=0))
+    _, role_id, users = seed.bulk_held_role(stores.identity_transactions, database_url, USERS)
+    seed.change_permissions(stores.identity_transactions, role_id, ["x"], FanOutPolicy(inline_threshold=0))
     env = {  # the default lease: 300 s. No relay: the events stay in the outbox, counted there.
         **subprocess_env,
         "PIN_IDENTITY_FANOUT_BATCH_SIZE": "100",

@@ -19,6 +19,7 @@ from pin_identity.domain.events import ACCESS_TOPIC, COMPANIES_TOPIC, USERS_TOPI
 from pin_identity.domain.fanout_policy import FanOutPolicy
 from pin_identity.domain.import_run import ImportMode, RunStatus
 from pin_identity.operations import identity_changes
+from pin_identity.operations.context import Context
 from pin_identity.simulation.simulated_talent import (
     SimulatedTalentApi,
     TalentDataset,
@@ -65,25 +66,30 @@ def test_a_new_cache_reading_the_compacted_access_topic_from_offset_0_holds_ever
 ) -> None:
     container = Container(settings.model_copy(update={"kafka_bootstrap_servers": compacting.bootstrap}))
     try:
-        company = seed.company(container.stores.transactions)
+        company = seed.company(container.stores.identity_transactions)
         role, other = (
-            seed.role(container.stores.transactions, company),
-            seed.role(container.stores.transactions, company, "viewer"),
+            seed.role(container.stores.identity_transactions, company),
+            seed.role(container.stores.identity_transactions, company, "viewer"),
         )
-        users = [seed.user(container.stores.transactions, company) for _ in range(40)]
-        grants = {user: seed.grant(container.stores.transactions, user, role, company) for user in users}
+        users = [seed.user(container.stores.identity_transactions, company) for _ in range(40)]
+        grants = {
+            user: seed.grant(container.stores.identity_transactions, user, role, company) for user in users
+        }
         for round_ in range(ROUNDS):  # each round a new version of every user's snapshot
             seed.change_permissions(
-                container.stores.transactions, role, [f"p{round_}"], FanOutPolicy(inline_threshold=200)
+                container.stores.identity_transactions,
+                role,
+                [f"p{round_}"],
+                FanOutPolicy(inline_threshold=200),
             )
             publish_outbox(container)
             roll_segments(compacting.bootstrap, [ACCESS_TOPIC], 3)  # each round in segments of its own
         for user in users[::3]:  # the last word for some: a revocation, a grant of another role
             identity_changes.revoke_role_assignment(
-                container.stores.transactions, identity_changes.Context.fresh(SYSTEM_CLOCK), grants[user]
+                container.stores.identity_transactions, Context.fresh(SYSTEM_CLOCK), grants[user]
             )
         for user in users[1::3]:
-            seed.grant(container.stores.transactions, user, other, company)
+            seed.grant(container.stores.identity_transactions, user, other, company)
         publish_outbox(container)
         roll_segments(compacting.bootstrap, [ACCESS_TOPIC], 3)
         written = len(users) * (ROUNDS + 1) + len(users[::3]) + len(users[1::3])

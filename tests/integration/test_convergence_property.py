@@ -33,6 +33,7 @@ from pin_identity.domain.fanout_policy import FanOutPolicy
 from pin_identity.domain.model import Scope
 from pin_identity.jobs.access_fanout import AccessFanOutJob
 from pin_identity.operations import identity_changes
+from pin_identity.operations.context import Context
 from tests.support import seed, talent
 from tests.support.brokers import proxied_broker
 from tests.support.databases import scratch_database
@@ -97,7 +98,7 @@ class Cast:
 
 
 def _cast(stand: Stand) -> Cast:
-    transactions = stand.container.stores.transactions
+    transactions = stand.container.stores.identity_transactions
     company = seed.company(transactions)
     roles = [seed.role(transactions, company, code=f"role-{uuid.uuid4().hex[:6]}") for _ in range(2)]
     users = [seed.user(transactions, company) for _ in range(3)]
@@ -130,7 +131,7 @@ STEPS = st.tuples(
 
 def _step(stand: Stand, cast: Cast, relay: Relay, step: Step) -> None:
     kind, a, b = step
-    ctx, transactions = identity_changes.Context.fresh(SYSTEM_CLOCK), stand.container.stores.transactions
+    ctx, transactions = Context.fresh(SYSTEM_CLOCK), stand.container.stores.identity_transactions
     role = cast.roles[a % len(cast.roles)]
     if kind == "grant":
         identity_changes.grant_role_assignment(

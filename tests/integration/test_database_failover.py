@@ -157,14 +157,14 @@ def test_a_fanout_goes_on_through_a_failover_and_every_job_reconnects_by_itself(
     container = Container(settings.model_copy(update={"database_url": url, "kafka_bootstrap_servers": kafka}))
     arrivals = Arrivals(kafka)
     try:
-        _, role_id, users = seed.bulk_held_role(container.stores.transactions, url, USERS)
+        _, role_id, users = seed.bulk_held_role(container.stores.identity_transactions, url, USERS)
         with (
             _worker(env, "access-fanout,outbox-relay", tmp_path / "fanout.log") as fanout,
             _worker(env, "talent-sync", tmp_path / "talent-sync.log") as sync,
         ):
             for process in (fanout, sync):
                 replicated.watch(process.pid)
-            seed.change_permissions(container.stores.transactions, role_id, ["x"], QUEUED)
+            seed.change_permissions(container.stores.identity_transactions, role_id, ["x"], QUEUED)
             wait_until(lambda: task_progress(url)[1] >= USERS // 3, "a third of the role told", timeout_s=300)
             before = dict(replicated.connections)
             killed_at = time.monotonic()
@@ -174,10 +174,10 @@ def test_a_fanout_goes_on_through_a_failover_and_every_job_reconnects_by_itself(
             completed_at = time.monotonic()
             wait_until(lambda: outbox_count(url) == 0, "the relay publishes what is left", timeout_s=120)
             # Changes made after the failover: the fan-out hears of a task (LISTEN), talent-sync applies.
-            _, small_role, _ = seed.bulk_held_role(container.stores.transactions, url, 20)
+            _, small_role, _ = seed.bulk_held_role(container.stores.identity_transactions, url, 20)
             wait_until(lambda: "LISTEN" in _sessions_on(url), "the fan-out listens on the new primary")
             changed_at = time.monotonic()
-            seed.change_permissions(container.stores.transactions, small_role, ["y"], QUEUED)
+            seed.change_permissions(container.stores.identity_transactions, small_role, ["y"], QUEUED)
             wait_until(
                 lambda: len(arrivals.of_role(small_role)) >= 20, "the later change is published", timeout_s=60
             )
@@ -337,9 +337,9 @@ def test_an_asynchronous_standby_promoted_without_the_last_commits_repeats_pages
         container = Container(settings.model_copy(update={"database_url": url}))
         arrivals = Arrivals(kafka)
         try:
-            _, role_id, users = seed.bulk_held_role(container.stores.transactions, url, ASYNC_USERS)
+            _, role_id, users = seed.bulk_held_role(container.stores.identity_transactions, url, ASYNC_USERS)
             with _worker(env, "access-fanout,outbox-relay", tmp_path / "fanout.log"):
-                seed.change_permissions(container.stores.transactions, role_id, ["x"], QUEUED)
+                seed.change_permissions(container.stores.identity_transactions, role_id, ["x"], QUEUED)
                 wait_until(lambda: task_progress(url)[1] >= ASYNC_USERS // 4, "a quarter told", timeout_s=120)
                 replicated.cut_replication()
                 lost_from = task_progress(url)[1]
@@ -356,7 +356,7 @@ def test_an_asynchronous_standby_promoted_without_the_last_commits_repeats_pages
                 wait_until(
                     lambda: _fanout_settled(url), "the interrupted version is fanned out", timeout_s=300
                 )
-                seed.change_permissions(container.stores.transactions, role_id, ["x", "y"], QUEUED)
+                seed.change_permissions(container.stores.identity_transactions, role_id, ["x", "y"], QUEUED)
                 wait_until(
                     lambda: _fanout_settled(url), "both versions fanned out and published", timeout_s=300
                 )
@@ -393,9 +393,9 @@ def test_a_multi_host_url_finds_the_promoted_standby_by_itself(
     env = _on(subprocess_env, url, kafka)
     container = Container(settings.model_copy(update={"database_url": url}))
     try:
-        _, role_id, users = seed.bulk_held_role(container.stores.transactions, url, MULTI_HOST_USERS)
+        _, role_id, users = seed.bulk_held_role(container.stores.identity_transactions, url, MULTI_HOST_USERS)
         with _worker(env, "access-fanout,outbox-relay", tmp_path / "fanout.log") as fanout:
-            seed.change_permissions(container.stores.transactions, role_id, ["x"], QUEUED)
+            seed.change_permissions(container.stores.identity_transactions, role_id, ["x"], QUEUED)
             wait_until(lambda: task_progress(url)[1] >= MULTI_HOST_USERS // 3, "a third told", timeout_s=120)
             killed_at = time.monotonic()
             replicated.fail_over()

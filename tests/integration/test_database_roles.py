@@ -81,13 +81,13 @@ VALUES (gen_random_uuid(), 'pin.identity.access.v1', 'k', 'UserAccessChanged', g
 def test_a_fan_out_queued_by_serve_runs_as_the_fan_out_and_the_relay_publishes_it(
     containers: dict[str, Container], roles: DatabaseRoles
 ) -> None:
-    owner = containers["migrations"].stores.transactions
+    owner = containers["migrations"].stores.identity_transactions
     company = seed.company(owner)
     role = seed.role(owner, company)
     for _ in range(USERS):
         seed.grant(owner, seed.user(owner, company), role, company)
     queued = seed.change_permissions(
-        containers["serve"].stores.transactions,
+        containers["serve"].stores.identity_transactions,
         role,
         ["deals.read"],
         FanOutPolicy(inline_threshold=USERS // 2),

@@ -21,7 +21,7 @@ WHO = Actor("cli:test")
 def _failed_task(container: Container, database_url: str, role_id: uuid.UUID) -> uuid.UUID:
     """The role's permissions changed, queued, and the task failed half-way (MaxAttempts reached)."""
     change = seed.change_permissions(
-        container.stores.transactions, role_id, [f"p.{uuid.uuid4().hex[:6]}"], FanOutPolicy(0)
+        container.stores.identity_transactions, role_id, [f"p.{uuid.uuid4().hex[:6]}"], FanOutPolicy(0)
     )
     assert change.task_id is not None
     with psycopg.connect(database_url) as conn:
@@ -35,7 +35,7 @@ def _failed_task(container: Container, database_url: str, role_id: uuid.UUID) ->
 
 def _newer_task(container: Container, database_url: str, role_id: uuid.UUID, status: str) -> uuid.UUID:
     change = seed.change_permissions(
-        container.stores.transactions, role_id, [f"q.{uuid.uuid4().hex[:6]}"], FanOutPolicy(0)
+        container.stores.identity_transactions, role_id, [f"q.{uuid.uuid4().hex[:6]}"], FanOutPolicy(0)
     )
     assert change.task_id is not None
     with psycopg.connect(database_url) as conn:
@@ -58,11 +58,11 @@ def _newer_task(container: Container, database_url: str, role_id: uuid.UUID, sta
 def test_a_discard_says_whether_the_users_past_the_cursor_were_told(
     container: Container, database_url: str, newer: str | None, past_cursor: str
 ) -> None:
-    _, role_id = seed.held_role(container.stores.transactions, holders=3)
+    _, role_id = seed.held_role(container.stores.identity_transactions, holders=3)
     failed = _failed_task(container, database_url, role_id)
     told_by = None
     if newer == "inline":
-        seed.change_permissions(container.stores.transactions, role_id, ["r"], FanOutPolicy(200))
+        seed.change_permissions(container.stores.identity_transactions, role_id, ["r"], FanOutPolicy(200))
     elif newer is not None:
         told_by = _newer_task(container, database_url, role_id, newer)
 

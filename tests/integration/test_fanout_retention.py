@@ -28,8 +28,10 @@ LONG_AGO = timedelta(days=400)
 def _task(container: Container, status: FanOutTaskStatus, *, processed: int = 0) -> UUID:
     """A queued task of a role of two users, put in `status` as the job leaves it, and older than any
     retention."""
-    _, role_id = seed.held_role(container.stores.transactions, 2)
-    change = seed.change_permissions(container.stores.transactions, role_id, ["deals.read"], FanOutPolicy(0))
+    _, role_id = seed.held_role(container.stores.identity_transactions, 2)
+    change = seed.change_permissions(
+        container.stores.identity_transactions, role_id, ["deals.read"], FanOutPolicy(0)
+    )
     assert change.task_id is not None
     finished = status is FanOutTaskStatus.COMPLETED
     with container.connections.database.connection() as conn:

@@ -16,9 +16,10 @@ from tests.support import seed
 
 
 def test_a_task_waiting_out_a_back_off_counts_in_the_backlog(stores: Stores) -> None:
-    _, role = seed.held_role(stores.transactions, holders=2)
+    _, role = seed.held_role(stores.identity_transactions, holders=2)
     assert (
-        seed.change_permissions(stores.transactions, role, ["a"], FanOutPolicy(0)).path is FanOutPath.QUEUED
+        seed.change_permissions(stores.identity_transactions, role, ["a"], FanOutPolicy(0)).path
+        is FanOutPath.QUEUED
     )
     queue, now = stores.fanout_queue, datetime.now(UTC)
     assert queue.stats(now).backlog == 1  # Pending
@@ -40,10 +41,10 @@ def _size() -> tuple[float, float]:
 
 
 def test_an_inline_announcement_is_observed_in_the_fan_out_size(stores: Stores) -> None:
-    _, role = seed.held_role(stores.transactions, holders=3)
+    _, role = seed.held_role(stores.identity_transactions, holders=3)
     before = _size()
 
-    change = seed.change_permissions(stores.transactions, role, ["a", "b"], FanOutPolicy(200))
+    change = seed.change_permissions(stores.identity_transactions, role, ["a", "b"], FanOutPolicy(200))
 
     assert (change.path, change.users_notified_inline) == (FanOutPath.INLINE, 3)
     count, total = _size()

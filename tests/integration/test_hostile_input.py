@@ -25,7 +25,7 @@ from pin_identity.composition.stores import Stores
 from pin_identity.config import TalentSyncSettings
 from pin_identity.domain.talent import ImportStage, ItemResult, SyncErrorCode, TalentItem
 from pin_identity.jobs.talent_sync import TalentSyncJob
-from pin_identity.operations.identity_changes import Context
+from pin_identity.operations.context import Context
 from pin_identity.operations.ports.replica import SourceItem
 from pin_identity.operations.ports.talent_sources import TalentRecord
 from pin_identity.operations.talent_replica import ApplyOptions, apply_snapshots

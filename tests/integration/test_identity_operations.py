@@ -15,6 +15,7 @@ from pin_identity.domain.errors import ConflictError
 from pin_identity.domain.fanout_policy import FanOutPath, FanOutPolicy
 from pin_identity.domain.model import Scope, ScopeType
 from pin_identity.operations import identity_changes
+from pin_identity.operations.context import Context
 from tests.support import seed
 from tests.support.kafka_tap import ConsumedEvent, EventTap
 from tests.support.relay import publish_outbox
@@ -38,8 +39,8 @@ def _check_envelope(event: ConsumedEvent, topic: str, aggregate_type: str) -> No
 def test_create_company_and_user_publish_upserts(
     container: Container, stores: Stores, tap: EventTap, database_url: str
 ) -> None:
-    company_id = seed.company(stores.transactions, name="Stroy Invest")
-    user_id = seed.user(stores.transactions, company_id)
+    company_id = seed.company(stores.identity_transactions, name="Stroy Invest")
+    user_id = seed.user(stores.identity_transactions, company_id)
     publish_outbox(container)
 
     [company_event] = tap.wait_for(_for(company_id, "CompanyUpserted"), 1)
@@ -69,15 +70,13 @@ def test_create_company_and_user_publish_upserts(
 def test_grant_and_revoke_publish_full_snapshots_with_point_versions(
     container: Container, stores: Stores, tap: EventTap
 ) -> None:
-    company_id = seed.company(stores.transactions)
-    user_id = seed.user(stores.transactions, company_id)
-    sales = seed.role(stores.transactions, company_id, "sales-manager")
-    viewer = seed.role(stores.transactions, company_id, "viewer")
-    first = seed.grant(stores.transactions, user_id, sales, company_id)
-    second = seed.grant(stores.transactions, user_id, viewer, company_id)
-    identity_changes.revoke_role_assignment(
-        stores.transactions, identity_changes.Context.fresh(SYSTEM_CLOCK), first
-    )
+    company_id = seed.company(stores.identity_transactions)
+    user_id = seed.user(stores.identity_transactions, company_id)
+    sales = seed.role(stores.identity_transactions, company_id, "sales-manager")
+    viewer = seed.role(stores.identity_transactions, company_id, "viewer")
+    first = seed.grant(stores.identity_transactions, user_id, sales, company_id)
+    second = seed.grant(stores.identity_transactions, user_id, viewer, company_id)
+    identity_changes.revoke_role_assignment(stores.identity_transactions, Context.fresh(SYSTEM_CLOCK), first)
     publish_outbox(container)
 
     granted_1, granted_2, revoked = tap.wait_for(_for(user_id), 3)
@@ -113,19 +112,19 @@ def test_grant_and_revoke_publish_full_snapshots_with_point_versions(
 
 
 def test_revoking_twice_announces_once(container: Container, stores: Stores, tap: EventTap) -> None:
-    company_id = seed.company(stores.transactions)
-    user_id = seed.user(stores.transactions, company_id)
+    company_id = seed.company(stores.identity_transactions)
+    user_id = seed.user(stores.identity_transactions, company_id)
     assignment = seed.grant(
-        stores.transactions,
+        stores.identity_transactions,
         user_id,
-        seed.role(stores.transactions, company_id),
+        seed.role(stores.identity_transactions, company_id),
         company_id,
     )
     identity_changes.revoke_role_assignment(
-        stores.transactions, identity_changes.Context.fresh(SYSTEM_CLOCK), assignment
+        stores.identity_transactions, Context.fresh(SYSTEM_CLOCK), assignment
     )
     identity_changes.revoke_role_assignment(
-        stores.transactions, identity_changes.Context.fresh(SYSTEM_CLOCK), assignment
+        stores.identity_transactions, Context.fresh(SYSTEM_CLOCK), assignment
     )
     publish_outbox(container)
     events = tap.read_to_end(_for(user_id))
@@ -135,18 +134,18 @@ def test_revoking_twice_announces_once(container: Container, stores: Stores, tap
 def test_archive_role_revokes_its_assignments_and_tells_each_user(
     container: Container, stores: Stores, tap: EventTap, database_url: str
 ) -> None:
-    company_id = seed.company(stores.transactions)
-    archived = seed.role(stores.transactions, company_id, "to-archive")
-    kept = seed.role(stores.transactions, company_id, "kept")
-    holders = [seed.user(stores.transactions, company_id) for _ in range(3)]
+    company_id = seed.company(stores.identity_transactions)
+    archived = seed.role(stores.identity_transactions, company_id, "to-archive")
+    kept = seed.role(stores.identity_transactions, company_id, "kept")
+    holders = [seed.user(stores.identity_transactions, company_id) for _ in range(3)]
     for user_id in holders:
-        seed.grant(stores.transactions, user_id, archived, company_id)
-    seed.grant(stores.transactions, holders[0], kept, company_id)
-    bystander = seed.user(stores.transactions, company_id)
-    seed.grant(stores.transactions, bystander, kept, company_id)
+        seed.grant(stores.identity_transactions, user_id, archived, company_id)
+    seed.grant(stores.identity_transactions, holders[0], kept, company_id)
+    bystander = seed.user(stores.identity_transactions, company_id)
+    seed.grant(stores.identity_transactions, bystander, kept, company_id)
 
     affected = identity_changes.archive_role(
-        stores.transactions, identity_changes.Context.fresh(SYSTEM_CLOCK), archived
+        stores.identity_transactions, Context.fresh(SYSTEM_CLOCK), archived
     )
     publish_outbox(container)
 
@@ -176,23 +175,25 @@ def test_archive_role_revokes_its_assignments_and_tells_each_user(
     assert role_status == ("Archived",)
     assert not [e for e in tap.read_to_end(_for(bystander)) if e.payload["changeReason"] == "RoleArchived"]
     with pytest.raises(ConflictError):
-        seed.grant(stores.transactions, bystander, archived, company_id)
+        seed.grant(stores.identity_transactions, bystander, archived, company_id)
 
 
 @pytest.mark.parametrize(("members", "expected"), [(3, FanOutPath.INLINE), (4, FanOutPath.QUEUED)])
 def test_set_permissions_inline_up_to_the_threshold_and_queued_above(
     container: Container, stores: Stores, tap: EventTap, database_url: str, members: int, expected: FanOutPath
 ) -> None:
-    company_id = seed.company(stores.transactions)
-    role_id = seed.role(stores.transactions, company_id)
-    users = [seed.user(stores.transactions, company_id) for _ in range(members)]
+    company_id = seed.company(stores.identity_transactions)
+    role_id = seed.role(stores.identity_transactions, company_id)
+    users = [seed.user(stores.identity_transactions, company_id) for _ in range(members)]
     for user_id in users:
-        seed.grant(stores.transactions, user_id, role_id, company_id)
+        seed.grant(stores.identity_transactions, user_id, role_id, company_id)
     # A second assignment of the same role must not count its user twice.
-    seed.grant_in(stores.transactions, users[0], role_id, Scope(ScopeType.PROJECT, project_id=uuid.uuid4()))
+    seed.grant_in(
+        stores.identity_transactions, users[0], role_id, Scope(ScopeType.PROJECT, project_id=uuid.uuid4())
+    )
 
     change = seed.change_permissions(
-        stores.transactions,
+        stores.identity_transactions,
         role_id,
         ["deals.read", "deals.write"],
         FanOutPolicy(inline_threshold=3),
@@ -232,13 +233,13 @@ def test_set_permissions_inline_up_to_the_threshold_and_queued_above(
 
 
 def test_pending_fanout_tasks_coalesce_to_the_newest_version(stores: Stores, database_url: str) -> None:
-    company_id = seed.company(stores.transactions)
-    role_id = seed.role(stores.transactions, company_id)
-    for user_id in [seed.user(stores.transactions, company_id) for _ in range(2)]:
-        seed.grant(stores.transactions, user_id, role_id, company_id)
+    company_id = seed.company(stores.identity_transactions)
+    role_id = seed.role(stores.identity_transactions, company_id)
+    for user_id in [seed.user(stores.identity_transactions, company_id) for _ in range(2)]:
+        seed.grant(stores.identity_transactions, user_id, role_id, company_id)
     policy = FanOutPolicy(inline_threshold=1)
-    first = seed.change_permissions(stores.transactions, role_id, ["a"], policy)
-    second = seed.change_permissions(stores.transactions, role_id, ["b"], policy)
+    first = seed.change_permissions(stores.identity_transactions, role_id, ["a"], policy)
+    second = seed.change_permissions(stores.identity_transactions, role_id, ["b"], policy)
     assert first.task_id == second.task_id
     with psycopg.connect(database_url) as conn:
         rows = conn.execute("SELECT status, role_version FROM identity.access_fanout_tasks").fetchall()
@@ -250,9 +251,9 @@ def test_pending_fanout_tasks_coalesce_to_the_newest_version(stores: Stores, dat
 
 
 def test_granting_a_role_the_user_already_holds_in_that_scope_is_a_conflict(stores: Stores) -> None:
-    company = seed.company(stores.transactions)
-    role = seed.role(stores.transactions, company)
-    user = seed.user(stores.transactions, company)
-    seed.grant(stores.transactions, user, role, company)
+    company = seed.company(stores.identity_transactions)
+    role = seed.role(stores.identity_transactions, company)
+    user = seed.user(stores.identity_transactions, company)
+    seed.grant(stores.identity_transactions, user, role, company)
     with pytest.raises(ConflictError, match="already holds"):
-        seed.grant(stores.transactions, user, role, company)
+        seed.grant(stores.identity_transactions, user, role, company)

@@ -252,10 +252,10 @@ def _user_with_an_event(case: Case) -> uuid.UUID:
         "kafka_bootstrap_servers": case.broker.admin_config["bootstrap.servers"],
     }
     writer = Container(case.settings.model_copy(update=super_user))
-    company = seed.company(writer.stores.transactions)
-    role = seed.role(writer.stores.transactions, company)
-    user = seed.user(writer.stores.transactions, company)
-    seed.grant(writer.stores.transactions, user, role, company)
+    company = seed.company(writer.stores.identity_transactions)
+    role = seed.role(writer.stores.identity_transactions, company)
+    user = seed.user(writer.stores.identity_transactions, company)
+    seed.grant(writer.stores.identity_transactions, user, role, company)
     publish_outbox(writer)
     writer.close()
     return user

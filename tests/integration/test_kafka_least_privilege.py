@@ -53,13 +53,13 @@ def test_the_topic_admin_creates_the_topics_the_relay_publishes_and_the_reader_a
         "topic-admin"
     ].connections.ensure_topics()  # created here, or by an earlier test of this broker
     writer = containers["outbox-relay"]
-    company = seed.company(writer.stores.transactions)
-    role = seed.role(writer.stores.transactions, company)
-    users = [seed.user(writer.stores.transactions, company) for _ in range(USERS)]
+    company = seed.company(writer.stores.identity_transactions)
+    role = seed.role(writer.stores.identity_transactions, company)
+    users = [seed.user(writer.stores.identity_transactions, company) for _ in range(USERS)]
     for user in users:
-        seed.grant(writer.stores.transactions, user, role, company)
+        seed.grant(writer.stores.identity_transactions, user, role, company)
     seed.change_permissions(
-        writer.stores.transactions, role, ["deals.read"], FanOutPolicy(inline_threshold=USERS)
+        writer.stores.identity_transactions, role, ["deals.read"], FanOutPolicy(inline_threshold=USERS)
     )
     publish_outbox(writer)
     report = containers["access-reader"].use_cases.access_audit(lambda done, total: None)

@@ -22,6 +22,7 @@ from pin_identity.entrypoints.admin_http.gauges import DatabaseGauges
 from pin_identity.jobs.talent_sync import TalentSyncJob
 from pin_identity.jobs.talent_sync_observer import TalentSyncObserver
 from pin_identity.operations import identity_changes
+from pin_identity.operations.context import Context
 from tests.support import talent
 from tests.support.promtool import firing_after
 from tests.support.talent import TalentTopics
@@ -90,9 +91,9 @@ def test_talent_sync_publishes_the_age_of_its_oldest_unapplied_record_and_its_sl
 def test_the_outbox_age_of_a_stuck_relay_makes_its_alert_fire(container: Container, tmp_path: Path) -> None:
     """No relay publishes: the oldest event's age, as serve reads it for /metrics, grows past the alert's 5
     minutes and OutboxOldestEventTooOld fires on it."""
-    ctx = identity_changes.Context(uuid.uuid4(), datetime.now(UTC))
+    ctx = Context(uuid.uuid4(), datetime.now(UTC))
     identity_changes.create_company(
-        container.stores.transactions, ctx, name="Stroy Invest", company_type=CompanyType.DEVELOPER
+        container.stores.identity_transactions, ctx, name="Stroy Invest", company_type=CompanyType.DEVELOPER
     )
     with container.connections.database.connection() as conn:
         # Written six minutes ago, and the relay never came.

@@ -153,7 +153,7 @@ def test_a_pg_dump_of_postgresql_15_to_17_holds_nothing_back_while_a_role_change
     container = Container(
         Settings(database_url=url, kafka_bootstrap_servers=broker, data_dir=tmp_path, worker_http_port=0)
     )
-    _, role_id, users = seed.bulk_held_role(container.stores.transactions, url, 2000)
+    _, role_id, users = seed.bulk_held_role(container.stores.identity_transactions, url, 2000)
     holders = {str(user) for user in users}
     stop = threading.Event()
     relay = threading.Thread(target=container.jobs.outbox_relay(FAST_LOOKS).run, args=(stop,), daemon=True)
@@ -162,7 +162,9 @@ def test_a_pg_dump_of_postgresql_15_to_17_holds_nothing_back_while_a_role_change
     dump = subprocess.Popen([bindir / "pg_dump", "-d", url], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         wait_until(lambda: _sequence_locks(url, "pg_dump") == ["AccessShareLock"], "pg_dump read it")
-        seed.change_permissions(container.stores.transactions, role_id, ["deals.write"], FanOutPolicy(5000))
+        seed.change_permissions(
+            container.stores.identity_transactions, role_id, ["deals.write"], FanOutPolicy(5000)
+        )
         tap.wait_for(lambda e: e.key in holders, len(holders), timeout_s=30)
         assert dump.poll() is None  # still dumping, its read of the sequence held
     finally:

@@ -31,7 +31,9 @@ def _role_with_a_heavy_holder(
 ) -> tuple[uuid.UUID, uuid.UUID]:
     """A role held by ORDINARY users once each and by one user `assignments` times (as many projects):
     (the role, the heavy user)."""
-    company_id, role_id, _ = seed.bulk_held_role(container.stores.transactions, database_url, ORDINARY)
+    company_id, role_id, _ = seed.bulk_held_role(
+        container.stores.identity_transactions, database_url, ORDINARY
+    )
     heavy = uuid.uuid4()
     with psycopg.connect(database_url) as conn, conn.cursor() as cur:
         seed.copy_users(cur, company_id, [heavy])
@@ -46,7 +48,7 @@ def _role_with_a_heavy_holder(
 def _change(container: Container, role_id: uuid.UUID) -> None:
     """The role's permissions changed, announced inline: one event per holder, in the same transaction."""
     seed.change_permissions(
-        container.stores.transactions, role_id, ["deals.read", "deals.sign"], FanOutPolicy(1_000)
+        container.stores.identity_transactions, role_id, ["deals.read", "deals.sign"], FanOutPolicy(1_000)
     )
 
 

@@ -83,7 +83,7 @@ def test_the_access_topic_deleted_under_a_running_relay_is_recreated_by_it_and_e
     relay_settings: Settings, database_url: str, run_relay: RunRelay
 ) -> None:
     container, signals = Container(relay_settings), RelaySignals()
-    _, role = seed.held_role(container.stores.transactions, HOLDERS)
+    _, role = seed.held_role(container.stores.identity_transactions, HOLDERS)
     run_relay(container, signals)
     # The grants are published: the relay's producer knows the topic when it goes.
     wait_until(lambda: outbox_count(database_url) == 0, "the grants are published")
@@ -99,7 +99,7 @@ def test_a_relay_that_starts_while_the_access_topic_is_missing_recreates_it_and_
     """Its producer has never seen the topic (a relay restarted after the deletion, a standby taking over):
     the broker's first answer is "unknown topic", and the recreated topic must be known to it at once."""
     container, signals = Container(relay_settings), RelaySignals()
-    _, role = seed.held_role(container.stores.transactions, HOLDERS)
+    _, role = seed.held_role(container.stores.identity_transactions, HOLDERS)
     delete_topic(str(relay_settings.kafka_bootstrap_servers), ACCESS_TOPIC)
     change_permissions_inline(container, role, HOLDERS)
     run_relay(container, signals)
@@ -112,7 +112,7 @@ def test_a_relay_refused_the_topics_creation_holds_says_so_and_goes_on_once_an_o
 ) -> None:
     container, signals = Container(relay_settings), RelaySignals()
     container.connections = RefusingConnections(relay_settings)
-    _, role = seed.held_role(container.stores.transactions, HOLDERS)
+    _, role = seed.held_role(container.stores.identity_transactions, HOLDERS)
     run_relay(container, signals)
     wait_until(lambda: outbox_count(database_url) == 0, "the grants are published")
     delete_topic(str(relay_settings.kafka_bootstrap_servers), ACCESS_TOPIC)
@@ -143,7 +143,7 @@ def test_a_missing_users_topic_holds_only_its_own_events_while_the_access_events
     create_talent_topics(
         container.connections.kafka_client_config, 3, tenants_topic=topics.tenants, users_topic=topics.users
     )
-    _, role = seed.held_role(container.stores.transactions, HOLDERS)
+    _, role = seed.held_role(container.stores.identity_transactions, HOLDERS)
     run_relay(container, signals)
     wait_until(lambda: outbox_count(database_url) == 0, "the grants are published")
     delete_topic(bootstrap, USERS_TOPIC)

@@ -14,7 +14,7 @@ from pin_identity.composition import Container
 from pin_identity.composition.stores import Stores
 from pin_identity.domain.talent import ImportStage, ItemResult, SyncErrorCode
 from pin_identity.operations.action_log import Actor
-from pin_identity.operations.identity_changes import Context
+from pin_identity.operations.context import Context
 from pin_identity.operations.ports.replica import SourceItem
 from pin_identity.operations.talent_replica import ApplyOptions, apply_snapshots, retry_deferred
 from tests.support import seed, talent
@@ -58,7 +58,7 @@ def test_a_phone_of_an_existing_investor_is_quarantined_not_merged(
 ) -> None:
     company = talent.tenant()
     talent.tenants(container, company)
-    investor = seed.user(stores.transactions)
+    investor = seed.user(stores.identity_transactions)
     [(phone,)] = _rows(container, "SELECT phone FROM identity.users WHERE id = %s", [investor])
     manager = talent.user(company["tenantId"], phone=phone)
 
@@ -130,8 +130,8 @@ def test_a_deleted_manager_is_blocked_and_loses_every_active_role(
     talent.tenants(container, company)
     talent.users(container, manager)
     [(user_id, company_id)] = _rows(container, "SELECT id, company_id FROM identity.users")
-    extra_role = seed.role(stores.transactions, company_id)
-    seed.grant(stores.transactions, user_id, extra_role, company_id)
+    extra_role = seed.role(stores.identity_transactions, company_id)
+    seed.grant(stores.identity_transactions, user_id, extra_role, company_id)
 
     outcome = talent.users(container, {**manager, "version": 2, "isDeleted": True})
 
@@ -292,7 +292,7 @@ def _manager_with_a_quarantined_update(container: Container, stores: Stores) -> 
     manager = talent.user(company["tenantId"])
     talent.tenants(container, company)
     talent.users(container, manager)
-    investor = seed.user(stores.transactions)
+    investor = seed.user(stores.identity_transactions)
     [(phone,)] = _rows(container, "SELECT phone FROM identity.users WHERE id = %s", [investor])
     outcome = talent.users(container, {**manager, "version": 2, "phone": phone})
     assert [o.error for o in outcome.outcomes] == [SyncErrorCode.PHONE_CONFLICT]

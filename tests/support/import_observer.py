@@ -13,7 +13,7 @@ from pin_identity.domain.import_run import (
 )
 from pin_identity.domain.talent import ImportStage
 from pin_identity.jobs.talent_import_observer import ImportObserver
-from pin_identity.operations.read_models import ImportResult
+from pin_identity.operations.documents import ImportResult
 from pin_identity.operations.talent_replica import BatchOutcome
 
 

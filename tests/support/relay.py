@@ -19,6 +19,7 @@ from pin_identity.domain.events import ACCESS_TOPIC, OutboxMessage, envelope
 from pin_identity.domain.fanout_policy import FanOutPolicy
 from pin_identity.jobs.outbox_relay_observer import HELD_AFTER_S, RelayObserver
 from pin_identity.operations import identity_changes
+from pin_identity.operations.context import Context
 from pin_identity.operations.ports.outbox import OutboxQueue, PendingEvent
 from tests.support.cli import WorkerProcess, launch_worker
 from tests.support.kafka_tap import EventTap
@@ -44,8 +45,8 @@ def access_message(key: uuid.UUID, payload: dict[str, Any]) -> OutboxMessage:
 def change_permissions_inline(container: Container, role: uuid.UUID, holders: int) -> None:
     """A permission change of a role of at most `holders` users: their events are written with the change."""
     identity_changes.set_role_permissions(
-        container.stores.transactions,
-        identity_changes.Context.fresh(SYSTEM_CLOCK),
+        container.stores.identity_transactions,
+        Context.fresh(SYSTEM_CLOCK),
         role_id=role,
         permissions=["deals.read", "deals.approve"],
         policy=FanOutPolicy(inline_threshold=holders),

@@ -15,15 +15,16 @@ from pin_identity.adapters.system_clock import SYSTEM_CLOCK
 from pin_identity.domain.fanout_policy import FanOutPolicy
 from pin_identity.domain.model import CompanyType, Scope, UserType
 from pin_identity.operations import identity_changes
+from pin_identity.operations.context import Context
+from pin_identity.operations.documents import PermissionsChanged
 from pin_identity.operations.ports.identity_records import IdentityTransactions
-from pin_identity.operations.read_models import PermissionsChanged
 from tests.support.phones import next_phone
 
 
 def company(transactions: IdentityTransactions, name: str = "Stroy Invest") -> UUID:
     return identity_changes.create_company(
         transactions,
-        identity_changes.Context.fresh(SYSTEM_CLOCK),
+        Context.fresh(SYSTEM_CLOCK),
         name=name,
         company_type=CompanyType.DEVELOPER,
         tax_id="7701234567",
@@ -33,7 +34,7 @@ def company(transactions: IdentityTransactions, name: str = "Stroy Invest") -> U
 def user(transactions: IdentityTransactions, company_id: UUID | None = None) -> UUID:
     return identity_changes.create_user(
         transactions,
-        identity_changes.Context.fresh(SYSTEM_CLOCK),
+        Context.fresh(SYSTEM_CLOCK),
         identity_changes.NewUser(
             phone=next_phone(),
             first_name="Ivan",
@@ -64,7 +65,7 @@ def grant_in(
 ) -> UUID:
     return identity_changes.grant_role_assignment(
         transactions,
-        identity_changes.Context.fresh(SYSTEM_CLOCK),
+        Context.fresh(SYSTEM_CLOCK),
         user_id=user_id,
         role_id=role_id,
         scope=scope,
@@ -98,7 +99,7 @@ def change_permissions(
     """The role's permissions replaced through the use case (inline or queued, as the policy decides)."""
     return identity_changes.set_role_permissions(
         transactions,
-        identity_changes.Context.fresh(SYSTEM_CLOCK),
+        Context.fresh(SYSTEM_CLOCK),
         role_id=role_id,
         permissions=permissions,
         policy=policy,

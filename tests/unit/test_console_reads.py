@@ -14,10 +14,10 @@ import pytest
 from pin_identity.domain.errors import BrokerUnavailableError, NotFoundError
 from pin_identity.domain.fanout_policy import FanOutPolicy
 from pin_identity.domain.model import RoleStatus
-from pin_identity.operations.health_reads import HealthReads
-from pin_identity.operations.ports.identity_records import IdentityTransaction
-from pin_identity.operations.ports.outbox import OutboxWriter
-from pin_identity.operations.read_models import DeadLetters, PartitionLagView, QueueGauges, RoleView
+from pin_identity.operations.health_reads import HealthReads, QueueGauges
+from pin_identity.operations.ports.health_sources import DeadLetters, PartitionLagView
+from pin_identity.operations.ports.identity_records import IdentityTransaction, RoleView
+from pin_identity.operations.ports.outbox import PublishingHolder
 from pin_identity.operations.role_admin import RoleAdmin
 from tests.support.clocks import ManualClock
 
@@ -110,7 +110,7 @@ def test_no_partitions_yet_is_a_lag_of_zero_not_an_unknown_one() -> None:
 
 def test_the_health_summary_is_the_gauges_as_read_with_dead_letters_and_lag() -> None:
     """The document shows the figures the gauges were read with (no round trip through the registry)."""
-    held = OutboxWriter(pid=42, application_name="pin-identity", transaction_s=1.5)
+    held = PublishingHolder(pid=42, application_name="pin-identity", transaction_s=1.5)
     queues = QueueGauges(7, 2.5, 1.5, held, fanout_backlog=3, fanout_failed=1, import_started_at=NOW)
     lags = MemoryLags([_lag(TOPICS[0], 5, 10)])
     summary = HealthReads(MemoryReads(), lags, GROUP, TOPICS).report(queues, NOW).model_dump(mode="json")

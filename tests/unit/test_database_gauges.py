@@ -14,7 +14,7 @@ from pin_identity.domain.import_run import StageCounters
 from pin_identity.entrypoints.admin_http.gauges import DatabaseGauges
 from pin_identity.entrypoints.admin_http.problems import DatabaseUnavailableError
 from pin_identity.observability import metrics
-from pin_identity.operations.read_models import QueueGauges
+from pin_identity.operations.health_reads import QueueGauges
 from tests.support.clocks import ManualClock
 
 

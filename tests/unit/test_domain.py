@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pin_identity.domain import events
+from pin_identity.domain.api_model import ApiModel
 from pin_identity.domain.errors import InvalidInputError
 from pin_identity.domain.fanout_policy import FanOutPath, FanOutPolicy
 from pin_identity.domain.model import (
@@ -192,3 +193,18 @@ def test_the_events_of_one_page_share_a_template() -> None:
     assert template(3) is template(3)
     assert template(4) is not template(3)
     assert template(4).fill(role, None, "[]").value != template(3).fill(role, None, "[]").value
+
+
+def test_a_document_renamed_in_python_keeps_its_schema_name() -> None:
+    """The admin API's OpenAPI document names a document's schema as clients know it, whatever its class."""
+
+    class RenamedView(ApiModel, schema_name="Renamed"):
+        count: int
+
+    class Holder(ApiModel):
+        renamed: RenamedView
+
+    schema = Holder.model_json_schema()
+    assert schema["properties"]["renamed"] == {"$ref": "#/$defs/Renamed"}
+    assert schema["$defs"]["Renamed"]["title"] == "Renamed"
+    assert RenamedView.__name__ == "RenamedView" and RenamedView(count=1).model_dump() == {"count": 1}

@@ -35,10 +35,11 @@ from pin_identity.domain.talent import ImportStage
 from pin_identity.operations.action_log import Actor
 from pin_identity.operations.fanout_admin import FanOutAdmin
 from pin_identity.operations.import_admin import ImportOperations
-from pin_identity.operations.ports.fanout_tasks import NewerAnnouncement, TaskReplay
+from pin_identity.operations.ports.fanout_tasks import FanOutTaskView, NewerAnnouncement, TaskReplay
+from pin_identity.operations.ports.import_records import FailedItem, ImportRunSummary
+from pin_identity.operations.ports.pruning import PruneResult
 from pin_identity.operations.ports.replica import ReplicaTransaction
 from pin_identity.operations.ports.talent_sources import SourceCheck
-from pin_identity.operations.read_models import FailedItem, FanOutTask, ImportRunSummary, PruneResult
 from pin_identity.operations.retention_admin import RetentionAdmin
 from tests.support.clocks import ManualClock
 from tests.support.memory_talent import MemoryImportStore, MemoryRunLock, MemorySource
@@ -230,17 +231,17 @@ def test_cancel_and_reset_leases_each_write_one_audit_line() -> None:
 
 class MemoryTasks:
     def __init__(
-        self, outcome: TaskReplay, status: FanOutTaskStatus | None, discarded: FanOutTask | None = None
+        self, outcome: TaskReplay, status: FanOutTaskStatus | None, discarded: FanOutTaskView | None = None
     ):
         self.outcome, self.status, self.discarded = outcome, status, discarded
 
-    def list_tasks(self, status: FanOutTaskStatus | None, limit: int) -> list[FanOutTask]:
+    def list_tasks(self, status: FanOutTaskStatus | None, limit: int) -> list[FanOutTaskView]:
         return []
 
     def replay(self, task_id: UUID, now: datetime) -> TaskReplay:
         return self.outcome
 
-    def discard(self, task_id: UUID) -> FanOutTask | None:
+    def discard(self, task_id: UUID) -> FanOutTaskView | None:
         return self.discarded
 
     def task_status(self, task_id: UUID) -> FanOutTaskStatus | None:
@@ -291,7 +292,7 @@ def test_a_task_that_cannot_be_discarded_is_an_error_without_audit(
 
 
 def test_a_discarded_task_is_audited_once_with_what_it_was() -> None:
-    task = FanOutTask(
+    task = FanOutTaskView(
         task_id=uuid.uuid4(),
         role_id=uuid.uuid4(),
         company_id=None,

@@ -12,7 +12,7 @@ import pytest
 from pin_identity.adapters.talent_wire import read_item
 from pin_identity.domain.errors import NotFoundError
 from pin_identity.domain.talent import Change, ImportStage, ItemResult, SyncErrorCode, TalentItem
-from pin_identity.operations.identity_changes import Context
+from pin_identity.operations.context import Context
 from pin_identity.operations.ports.replica import SourceItem
 from pin_identity.operations.talent_replica import (
     ApplyOptions,

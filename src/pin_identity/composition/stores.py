@@ -26,7 +26,8 @@ class Stores:
         return self.connections.database
 
     @cached_property
-    def transactions(self) -> PostgresIdentityTransactions:
+    def identity_transactions(self) -> PostgresIdentityTransactions:
+        """The identity schema's (companies, users, roles, assignments): the Talent replica has its own."""
         return PostgresIdentityTransactions(self.database)
 
     @cached_property

@@ -29,12 +29,12 @@ from pin_identity.domain.fanout_policy import FanOutPolicy
 from pin_identity.domain.import_run import ImportMode
 from pin_identity.operations.access_audit import audit_access
 from pin_identity.operations.access_show import show_access
+from pin_identity.operations.documents import UserAccessReport
 from pin_identity.operations.fanout_admin import FanOutAdmin
-from pin_identity.operations.health_reads import HealthReads
+from pin_identity.operations.health_reads import HealthReads, QueueGaugeReads
 from pin_identity.operations.import_admin import ImportOperations
 from pin_identity.operations.ports.access_reads import Progress
 from pin_identity.operations.ports.talent_sources import TalentSource
-from pin_identity.operations.read_models import UserAccessReport
 from pin_identity.operations.retention_admin import RetentionAdmin
 from pin_identity.operations.role_admin import RoleAdmin
 
@@ -78,7 +78,9 @@ class UseCases:
 
     @cached_property
     def role_admin(self) -> RoleAdmin:
-        return RoleAdmin(self.stores.transactions, self.fanout_policy, self.stores.admin_reads, self.clock)
+        return RoleAdmin(
+            self.stores.identity_transactions, self.fanout_policy, self.stores.admin_reads, self.clock
+        )
 
     @cached_property
     def retention(self) -> RetentionAdmin:
@@ -90,6 +92,14 @@ class UseCases:
         topics = (settings.talent_tenants_topic, settings.talent_users_topic)
         lags = KafkaConsumerLag(self._lag_client_config)
         return HealthReads(self.stores.admin_reads, lags, settings.talent_sync_group, topics)
+
+    def queue_gauges(self) -> QueueGaugeReads:
+        """The database gauges' reads (`/metrics`, the console's health summary), each caller with an outbox
+        session of its own; the stores are reached at the first read, not here."""
+        stores = self.stores
+        return QueueGaugeReads(
+            stores.outbox_backlog_reader, lambda: stores.fanout_queue, lambda: stores.import_store, self.clock
+        )
 
     def _lag_client_config(self) -> dict[str, str]:
         """Without a broker to ask, the health summary says the lag is unknown rather than failing whole."""

@@ -15,7 +15,8 @@ from rich.table import Table
 from pin_identity.domain.access_verdicts import AuditReport
 from pin_identity.entrypoints import cli_output as out
 from pin_identity.entrypoints.cli_common import JsonOption, command_group, container_from_env
-from pin_identity.operations.read_models import QueuedAccessEventView, UserAccessReport
+from pin_identity.operations.documents import UserAccessReport
+from pin_identity.operations.ports.access_reads import QueuedAccessEventView
 
 EXIT_DRIFT = 1
 # The topic could not be read to its end (a partition stalled or unreachable): the counts are not a verdict.

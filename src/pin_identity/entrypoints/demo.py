@@ -28,8 +28,9 @@ from pin_identity.domain.import_run import RunStatus
 from pin_identity.domain.model import CompanyType, Scope, UserType
 from pin_identity.entrypoints.demo_bootstrap import EXPECTED_QUARANTINE, bootstrap_from_simulated_talent
 from pin_identity.operations import identity_changes
+from pin_identity.operations.context import Context
+from pin_identity.operations.documents import ImportResult
 from pin_identity.operations.ports.job_control import Job
-from pin_identity.operations.read_models import ImportResult
 
 DEMO_TIMEOUT_S = 300
 
@@ -141,13 +142,17 @@ class _Workers:
 
 def _company_with_role(container: Container, code: str) -> tuple[UUID, UUID]:
     company_id = identity_changes.create_company(
-        container.stores.transactions,
-        identity_changes.Context.fresh(container.clock),
+        container.stores.identity_transactions,
+        Context.fresh(container.clock),
         name=f"Demo {code}",
         company_type=CompanyType.DEVELOPER,
     )
     role_id = identity_changes.create_role(
-        container.stores.transactions, code=code, name=code, company_id=company_id, permissions=["deals.read"]
+        container.stores.identity_transactions,
+        code=code,
+        name=code,
+        company_id=company_id,
+        permissions=["deals.read"],
     )
     return company_id, role_id
 
@@ -156,8 +161,8 @@ def _inline_change(container: Container, report: DemoReport) -> UUID:
     company_id, role_id = _company_with_role(container, "site-manager")
     for n in range(5):
         user_id = identity_changes.create_user(
-            container.stores.transactions,
-            identity_changes.Context.fresh(container.clock),
+            container.stores.identity_transactions,
+            Context.fresh(container.clock),
             identity_changes.NewUser(
                 phone=f"8 999 {secrets.randbelow(10_000_000):07d}",
                 first_name="Demo",
@@ -167,15 +172,15 @@ def _inline_change(container: Container, report: DemoReport) -> UUID:
             ),
         )
         identity_changes.grant_role_assignment(
-            container.stores.transactions,
-            identity_changes.Context.fresh(container.clock),
+            container.stores.identity_transactions,
+            Context.fresh(container.clock),
             user_id=user_id,
             role_id=role_id,
             scope=Scope.organization(company_id),
         )
     change = identity_changes.set_role_permissions(
-        container.stores.transactions,
-        identity_changes.Context.fresh(container.clock),
+        container.stores.identity_transactions,
+        Context.fresh(container.clock),
         role_id=role_id,
         permissions=["deals.read", "deals.approve"],
         policy=container.use_cases.fanout_policy,
@@ -196,8 +201,8 @@ def _developer_manager_change(
     holders = container.stores.demo_reads.active_holders(role.role_id)
     console.print(f"changing the permissions of developer-manager, held by {holders:,} users")
     change = identity_changes.set_role_permissions(
-        container.stores.transactions,
-        identity_changes.Context.fresh(container.clock),
+        container.stores.identity_transactions,
+        Context.fresh(container.clock),
         role_id=role.role_id,
         permissions=["deals.read", "deals.approve", "chessboard.view", f"demo.{secrets.token_hex(3)}"],
         policy=container.use_cases.fanout_policy,

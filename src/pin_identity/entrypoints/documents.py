@@ -1,8 +1,9 @@
-"""The JSON documents of the operator surfaces that no use case returns as a read model: the admin API's
-request bodies, the short answers of its actions, its problem answers and its probes' answers, and what the
-CLI prints with `--json` about the process's own setup. Every other document is a read model of
-pin_identity.operations.read_models, answered and printed as it is. All speak the contract's camelCase
-(CONTRACTS sections 2 and 6); timestamps are ISO-8601."""
+"""The JSON documents of the operator surfaces that no use case returns: the admin API's request bodies, the
+short answers of its actions, its problem answers and its probes' answers, and what the CLI prints with
+`--json` about the process's own setup. Every other document is a use case's, answered and printed as it is:
+one the use cases assemble (pin_identity.operations.documents) or one a store returns, beside its port
+(pin_identity.operations.ports). All speak the contract's camelCase (CONTRACTS sections 2 and 6); timestamps
+are ISO-8601."""
 
 from __future__ import annotations
 

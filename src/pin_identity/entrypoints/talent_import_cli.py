@@ -42,8 +42,8 @@ from pin_identity.entrypoints.cli_common import (
     operator,
 )
 from pin_identity.observability.logging import configure_logging
+from pin_identity.operations.documents import ImportResult, ImportRunOutcome, ImportRunReport
 from pin_identity.operations.ports.import_records import RunLock
-from pin_identity.operations.read_models import ImportResult, ImportRunReport
 
 # CONTRACTS section 2: the exit status each end of a run maps to (a refusal's: cli_common's table).
 RUN_EXIT_STATUS = {
@@ -205,7 +205,7 @@ def _advance(bar: Progress, tasks: dict[ImportStage, TaskID], pages: PageProgres
         bar.update(task, completed=pages.count(stage, PageStatus.DONE), total=pages.count(stage) or None)
 
 
-def _counters(result: ImportResult, title: str) -> Table:
+def _counters(result: ImportRunOutcome, title: str) -> Table:
     table = Table(
         "aggregate",
         "planned",

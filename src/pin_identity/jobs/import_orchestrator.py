@@ -21,9 +21,9 @@ from pin_identity.domain.talent import ImportStage
 from pin_identity.jobs.talent_import_observer import ImportObserver
 from pin_identity.observability.logging import describe_error
 from pin_identity.observability.tracing import write_import_run_span, write_import_stage_span
+from pin_identity.operations.documents import ImportResult
 from pin_identity.operations.ports.import_records import ImportStore, RunLock
 from pin_identity.operations.ports.talent_sources import TalentSource
-from pin_identity.operations.read_models import ImportResult
 
 
 class ImportOrchestrator:

@@ -28,7 +28,7 @@ from pin_identity.observability.tracing import (
     traced,
     tracer,
 )
-from pin_identity.operations.identity_changes import Context
+from pin_identity.operations.context import Context
 from pin_identity.operations.ports.import_records import ImportPageTransaction, ImportStore
 from pin_identity.operations.ports.replica import SourceItem
 from pin_identity.operations.ports.talent_sources import TalentSource

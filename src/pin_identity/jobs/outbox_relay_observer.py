@@ -10,13 +10,13 @@ from collections.abc import Mapping
 
 from pin_identity.observability import metrics
 from pin_identity.observability.logging import describe_error, get_logger
-from pin_identity.operations.ports.outbox import OutboxBacklog, OutboxWriter
+from pin_identity.operations.ports.outbox import OutboxBacklog, PublishingHolder
 
 log = get_logger("outbox-relay")
 
 
-def _who(writer: OutboxWriter) -> tuple[int | None, str | None]:
-    return writer.pid, writer.prepared_gid
+def _who(holder: PublishingHolder) -> tuple[int | None, str | None]:
+    return holder.pid, holder.prepared_gid
 
 
 # A transaction that took an outbox id and runs this long is named in the log (a hung request of a writer).
@@ -31,7 +31,7 @@ class RelayObserver:
         self._held_after_s = held_after_s
         self._silent_after_s = silent_after_s
         self._silent_for_s: float | None = None  # while the broker has been silent past silent_after_s
-        self._held_by_reported: OutboxWriter | None = None  # the writer last named as holding publishing
+        self._held_by_reported: PublishingHolder | None = None  # the session last named as holding publishing
         # Topics the broker does not have, whose events are held (topic -> why the relay did not recreate
         # it). Replaced, never changed in place: `/readyz` reads it from another thread.
         self._missing_topics: dict[str, str] = {}
@@ -53,27 +53,27 @@ class RelayObserver:
         """Every few seconds. A writer whose transaction runs past `held_after_s` holds every event behind its
         outbox id, revocations included: said once per such writer, and once more when publishing goes on."""
         metrics.record_outbox_backlog(backlog.waiting, backlog.oldest_age_s, backlog.held_s)
-        writer = backlog.held_by if backlog.held_s >= self._held_after_s else None
+        holder = backlog.held_by if backlog.held_s >= self._held_after_s else None
         reported = self._held_by_reported
-        if writer is not None and (reported is None or _who(writer) != _who(reported)):
+        if holder is not None and (reported is None or _who(holder) != _who(reported)):
             log.warning(
                 "outbox-publishing-held",
-                pid=writer.pid,
-                application_name=writer.application_name,
-                prepared_gid=writer.prepared_gid,
+                pid=holder.pid,
+                application_name=holder.application_name,
+                prepared_gid=holder.prepared_gid,
                 transaction_s=round(backlog.held_s, 1),
                 waiting=backlog.waiting,
                 runbook="docs/runbooks.md#outbox-publishing-held",
             )
-        elif writer is None and reported is not None:
+        elif holder is None and reported is not None:
             log.info("outbox-publishing-resumed", pid=reported.pid, prepared_gid=reported.prepared_gid)
-        self._held_by_reported = writer
+        self._held_by_reported = holder
         # A prepared transaction holds publishing until someone commits or rolls it back, which no timeout
         # does: said on /readyz while it lasts. A live writer is for the log and the alert.
         self._held_by_prepared = (
-            f"the outbox relay waits on prepared transaction {writer.prepared_gid!r} (prepared "
+            f"the outbox relay waits on prepared transaction {holder.prepared_gid!r} (prepared "
             f"{backlog.held_s:.0f} s ago), which took an outbox id: COMMIT PREPARED or ROLLBACK PREPARED it"
-            if writer is not None and writer.prepared_gid is not None
+            if holder is not None and holder.prepared_gid is not None
             else None
         )
 

@@ -20,7 +20,7 @@ from pin_identity.domain.talent import ImportStage, ItemResult
 from pin_identity.jobs.replica_outcomes import record_outcome
 from pin_identity.observability import metrics
 from pin_identity.observability.logging import describe_error, get_logger
-from pin_identity.operations.read_models import ImportResult
+from pin_identity.operations.documents import ImportResult
 from pin_identity.operations.talent_replica import BatchOutcome
 
 log = get_logger("talent-import")

@@ -17,7 +17,7 @@ from pin_identity.config import TalentSyncSettings
 from pin_identity.domain.clock import Clock
 from pin_identity.jobs.talent_sync_observer import TalentSyncObserver
 from pin_identity.observability.tracing import current_traceparent, traced, tracer
-from pin_identity.operations.identity_changes import Context
+from pin_identity.operations.context import Context
 from pin_identity.operations.ports.job_control import StopSignal
 from pin_identity.operations.ports.replica import ReplicaTransactions, SourceItem
 from pin_identity.operations.ports.talent_sources import TalentRecord, TalentStream

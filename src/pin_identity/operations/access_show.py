@@ -4,10 +4,21 @@ from __future__ import annotations
 
 from uuid import UUID
 
-from pin_identity.domain.access_verdicts import difference, fingerprint, verdict
+from pin_identity.domain.access_verdicts import (
+    AssignmentDifferenceView,
+    Verdict,
+    difference,
+    fingerprint,
+    verdict,
+)
 from pin_identity.domain.errors import NotFoundError
-from pin_identity.operations.ports.access_reads import UserAccessLog, UserAccessStates
-from pin_identity.operations.read_models import UserAccessReport
+from pin_identity.operations.documents import AccessAssignment, UserAccessReport
+from pin_identity.operations.ports.access_reads import (
+    AccessLogSearch,
+    UserAccessLog,
+    UserAccessState,
+    UserAccessStates,
+)
 
 
 def show_access(log: UserAccessLog, states: UserAccessStates, user_id: UUID) -> UserAccessReport:
@@ -28,4 +39,22 @@ def show_access(log: UserAccessLog, states: UserAccessStates, user_id: UUID) -> 
         fingerprint(state.active_assignments),
         pending=bool(state.waiting),
     )
-    return UserAccessReport.of(state, search, judged, difference(state.active_assignments, on_topic or []))
+    return _report(state, search, judged, difference(state.active_assignments, on_topic or []))
+
+
+def _report(
+    state: UserAccessState, search: AccessLogSearch, judged: Verdict, differs: AssignmentDifferenceView
+) -> UserAccessReport:
+    """The database's side and the topic's, side by side, with the verdict on them."""
+    return UserAccessReport(
+        user_id=state.user_id,
+        company_id=state.company_id,
+        verdict=judged,
+        active_assignments=[AccessAssignment.model_validate(a) for a in state.active_assignments],
+        last_event=search.last_event,
+        partition=search.partition,
+        records_read=search.records_read,
+        difference=differs,
+        outbox=list(state.waiting),
+        dead_letters=list(state.dead_letters),
+    )

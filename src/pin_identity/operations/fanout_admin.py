@@ -11,8 +11,12 @@ from pin_identity.domain.clock import Clock
 from pin_identity.domain.errors import ConflictError, NotFoundError
 from pin_identity.domain.model import FanOutTaskStatus
 from pin_identity.operations.action_log import Actor, admin_action
-from pin_identity.operations.ports.fanout_tasks import FanOutTasks, NewerAnnouncement, TaskReplay
-from pin_identity.operations.read_models import FanOutTask
+from pin_identity.operations.ports.fanout_tasks import (
+    FanOutTasks,
+    FanOutTaskView,
+    NewerAnnouncement,
+    TaskReplay,
+)
 
 
 class PastCursor(StrEnum):
@@ -27,13 +31,13 @@ class PastCursor(StrEnum):
 class TaskDiscard:
     """A discarded task, and what its discard checked of the users past its cursor."""
 
-    task: FanOutTask
+    task: FanOutTaskView
     past_cursor: PastCursor
     told_by: UUID | None  # the newer task that told them, or will
     detail: str
 
     @classmethod
-    def judged(cls, task: FanOutTask, newer: NewerAnnouncement) -> TaskDiscard:
+    def judged(cls, task: FanOutTaskView, newer: NewerAnnouncement) -> TaskDiscard:
         cursor = f"past cursor {task.cursor}" if task.cursor else "of the role"
         if newer.task_status is FanOutTaskStatus.COMPLETED:
             detail = f"task {newer.task_id} of a newer version of the role completed: it told every holder"
@@ -56,7 +60,7 @@ class FanOutAdmin:
     def __init__(self, tasks: FanOutTasks, clock: Clock):
         self._tasks, self._clock = tasks, clock
 
-    def tasks(self, status: FanOutTaskStatus | None = None, limit: int = 100) -> list[FanOutTask]:
+    def tasks(self, status: FanOutTaskStatus | None = None, limit: int = 100) -> list[FanOutTaskView]:
         """The newest first."""
         return self._tasks.list_tasks(status, limit)
 

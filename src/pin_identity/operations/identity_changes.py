@@ -9,7 +9,6 @@ from datetime import datetime
 from uuid import UUID
 
 from pin_identity.domain import events
-from pin_identity.domain.clock import Clock
 from pin_identity.domain.errors import ConflictError, InvalidInputError, NotFoundError
 from pin_identity.domain.events import CompanyState, UserState
 from pin_identity.domain.fanout_policy import FanOutPath, FanOutPolicy
@@ -27,6 +26,8 @@ from pin_identity.domain.model import (
 )
 from pin_identity.domain.phone import InvalidPhoneError, normalize_phone
 from pin_identity.observability import metrics
+from pin_identity.operations.context import Context
+from pin_identity.operations.documents import PermissionsChanged
 from pin_identity.operations.ports.access_events import AccessEventWriter
 from pin_identity.operations.ports.identity_records import (
     IdentityTransaction,
@@ -34,21 +35,6 @@ from pin_identity.operations.ports.identity_records import (
     NewAssignment,
     RoleRecord,
 )
-from pin_identity.operations.read_models import PermissionsChanged
-
-
-@dataclass(frozen=True)
-class Context:
-    """Who asked and when: every event of the operation carries this correlation id and time, and the W3C
-    traceparent of the span the operation runs in (None when it runs in none, or tracing is off)."""
-
-    correlation_id: UUID
-    now: datetime
-    traceparent: str | None = None
-
-    @classmethod
-    def fresh(cls, clock: Clock) -> Context:
-        return cls(correlation_id=uuid.uuid4(), now=clock.now())
 
 
 def create_company(

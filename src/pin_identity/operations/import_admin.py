@@ -29,16 +29,17 @@ from pin_identity.domain.import_run import (
 from pin_identity.observability.logging import get_logger
 from pin_identity.observability.tracing import write_import_run_span
 from pin_identity.operations.action_log import Actor, admin_action
-from pin_identity.operations.identity_changes import Context
-from pin_identity.operations.ports.import_records import ImportRuns, RunLock, RunSummaries
+from pin_identity.operations.context import Context
+from pin_identity.operations.documents import ImportRunReport, ReplayResult
+from pin_identity.operations.ports.import_records import (
+    FailedItem,
+    ImportRuns,
+    ImportRunSummary,
+    RunLock,
+    RunSummaries,
+)
 from pin_identity.operations.ports.replica import ReplicaTransactions
 from pin_identity.operations.ports.talent_sources import SourceCheck
-from pin_identity.operations.read_models import (
-    FailedItem,
-    ImportRunReport,
-    ImportRunSummary,
-    ReplayResult,
-)
 from pin_identity.operations.talent_replica import replay_quarantined
 
 log = get_logger("talent-import")

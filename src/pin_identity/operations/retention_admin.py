@@ -6,8 +6,7 @@ from datetime import timedelta
 
 from pin_identity.domain.clock import Clock
 from pin_identity.operations.action_log import Actor, admin_action
-from pin_identity.operations.ports.pruning import Retention
-from pin_identity.operations.read_models import PruneResult
+from pin_identity.operations.ports.pruning import PruneResult, Retention
 
 
 class RetentionAdmin:

@@ -11,8 +11,9 @@ from pin_identity.domain.errors import NotFoundError
 from pin_identity.domain.fanout_policy import FanOutPolicy
 from pin_identity.operations import identity_changes
 from pin_identity.operations.action_log import Actor, admin_action
-from pin_identity.operations.ports.identity_records import IdentityTransactions, RoleSummaries
-from pin_identity.operations.read_models import PermissionsChanged, RoleView
+from pin_identity.operations.context import Context
+from pin_identity.operations.documents import PermissionsChanged
+from pin_identity.operations.ports.identity_records import IdentityTransactions, RoleSummaries, RoleView
 
 
 class RoleAdmin:
@@ -41,7 +42,7 @@ class RoleAdmin:
         fan-out task, in one transaction."""
         change = identity_changes.set_role_permissions(
             self._transactions,
-            identity_changes.Context.fresh(self._clock),
+            Context.fresh(self._clock),
             role_id=role_id,
             permissions=permissions,
             policy=self._policy,

@@ -33,7 +33,7 @@ from uuid import UUID
 from pin_identity.domain.errors import NotFoundError, StoreConflictError
 from pin_identity.domain.talent import Decision, ImportStage, ItemResult, conflicted, newest_snapshots
 from pin_identity.observability.logging import get_logger
-from pin_identity.operations.identity_changes import Context
+from pin_identity.operations.context import Context
 from pin_identity.operations.ports.replica import ReplicaTransaction, ReplicaTransactions, SourceItem
 from pin_identity.operations.talent_decisions import decide_tenants, decide_users
 from pin_identity.operations.talent_round import ApplyOptions, BatchOutcome, ItemOutcome, settle

@@ -14,7 +14,8 @@ from pin_identity.domain import events
 from pin_identity.domain.events import CompanyState, OutboxMessage
 from pin_identity.domain.model import AccessChangeReason
 from pin_identity.domain.talent import Change, CompanyChange, ImportStage, UserChange
-from pin_identity.operations.identity_changes import Context, notify_access_changed
+from pin_identity.operations.context import Context
+from pin_identity.operations.identity_changes import notify_access_changed
 from pin_identity.operations.ports.identity_records import RoleRecord
 from pin_identity.operations.ports.replica import DefaultGrant, DefaultRoles, DryRunMemory, ReplicaWrites
 from pin_identity.operations.talent_decisions import TenantsDecided, UsersDecided

@@ -24,7 +24,7 @@ from pin_identity.adapters.kafka.partitioning import key_partition, partitioner_
 from pin_identity.adapters.system_clock import SYSTEM_CLOCK
 from pin_identity.domain.errors import BrokerUnavailableError
 from pin_identity.domain.events import ACCESS_TOPIC
-from pin_identity.operations.read_models import AccessEventOnTopic, AccessLogSearch
+from pin_identity.operations.ports.access_reads import AccessEventOnTopic, AccessLogSearch
 
 # librdkafka's own lines (a broker that does not answer) stay out of a command's one-line answer: a failure is
 # raised as BrokerUnavailableError with its reason.

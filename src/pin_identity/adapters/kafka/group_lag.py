@@ -15,7 +15,7 @@ from pin_identity.adapters.kafka.denials import DenialLog, denial, group_denial
 from pin_identity.adapters.kafka.offsets import watermarks
 from pin_identity.adapters.kafka.topics import failure_reason
 from pin_identity.domain.errors import BrokerUnavailableError
-from pin_identity.operations.read_models import PartitionLagView
+from pin_identity.operations.ports.health_sources import PartitionLagView
 
 # librdkafka would write its own log lines to stderr: the caller reports the failure as one line instead.
 _quiet = silenced("group_lag")

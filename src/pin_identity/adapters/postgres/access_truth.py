@@ -20,7 +20,7 @@ from pin_identity.adapters.postgres.database import NIL_UUID, Database, read
 from pin_identity.domain.access_verdicts import Fingerprint, LastEvent, UserKey, fingerprint
 from pin_identity.domain.events import ACCESS_TOPIC
 from pin_identity.domain.model import RenderedAccessSnapshot
-from pin_identity.operations.read_models import QueuedAccessEventView, UserAccessState
+from pin_identity.operations.ports.access_reads import QueuedAccessEventView, UserAccessState
 
 _COPY_NULL = "\\N"
 

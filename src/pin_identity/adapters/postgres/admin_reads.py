@@ -12,7 +12,9 @@ from psycopg.rows import dict_row
 from pin_identity.adapters.postgres.database import Database
 from pin_identity.domain.import_run import ImportMode, RunStatus
 from pin_identity.domain.model import RoleStatus
-from pin_identity.operations.read_models import DeadLetters, ImportRunSummary, RoleView, StageCounts
+from pin_identity.operations.ports.health_sources import DeadLetters
+from pin_identity.operations.ports.identity_records import RoleView
+from pin_identity.operations.ports.import_records import ImportRunSummary, StageCounts
 
 Columns = dict[str, Any]  # one row, by column name
 

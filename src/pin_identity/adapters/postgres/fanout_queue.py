@@ -19,9 +19,9 @@ from pin_identity.domain.errors import LeaseLostError
 from pin_identity.domain.events import AccessChangeTemplate
 from pin_identity.domain.lease import Release
 from pin_identity.domain.model import FanOutTaskStatus
-from pin_identity.operations import read_models
 from pin_identity.operations.ports.fanout_tasks import (
     FanOutTask,
+    FanOutTaskView,
     NewerAnnouncement,
     PageWritten,
     PoisonedTask,
@@ -116,7 +116,7 @@ class PostgresFanOutQueue:
         }
         self._database.execute("release_fanout_task", params)
 
-    def list_tasks(self, status: FanOutTaskStatus | None, limit: int = 100) -> list[read_models.FanOutTask]:
+    def list_tasks(self, status: FanOutTaskStatus | None, limit: int = 100) -> list[FanOutTaskView]:
         params = {"status": status.value if status else None, "limit": limit}
         return self._database.fetch("list_fanout_tasks", params, kwargs_row(_task_view))
 
@@ -129,7 +129,7 @@ class PostgresFanOutQueue:
             return TaskReplay.ROLE_HAS_PENDING_TASK
         return TaskReplay.REPLAYED if replayed else TaskReplay.NOT_FAILED
 
-    def discard(self, task_id: UUID) -> read_models.FanOutTask | None:
+    def discard(self, task_id: UUID) -> FanOutTaskView | None:
         return self._database.fetch_one("discard_fanout_task", {"task_id": task_id}, kwargs_row(_task_view))
 
     def task_status(self, task_id: UUID) -> FanOutTaskStatus | None:
@@ -152,9 +152,9 @@ class PostgresFanOutQueue:
         return int(waiting)
 
 
-def _task_view(*, status: str, **columns: Any) -> read_models.FanOutTask:
+def _task_view(*, status: str, **columns: Any) -> FanOutTaskView:
     """A row of list_fanout_tasks, whose columns are named as the read model's fields."""
-    return read_models.FanOutTask(status=FanOutTaskStatus(status), **columns)
+    return FanOutTaskView(status=FanOutTaskStatus(status), **columns)
 
 
 class PostgresTaskWakeups:

@@ -37,7 +37,7 @@ from pin_identity.domain.import_run import (
 )
 from pin_identity.domain.lease import Release
 from pin_identity.domain.talent import ImportStage
-from pin_identity.operations.read_models import FailedItem
+from pin_identity.operations.ports.import_records import FailedItem
 
 _COUNTERS = tuple(field.name for field in fields(StageCounters))
 

@@ -16,7 +16,13 @@ from psycopg.rows import RowFactory, dict_row, scalar_row
 from pin_identity.adapters.postgres.catalogue import query
 from pin_identity.adapters.postgres.database import Database, Row, SilenceLimit, WaitWatch, read
 from pin_identity.domain.errors import OutboxIdsWentBackError
-from pin_identity.operations.ports.outbox import Fetched, OutboxBacklog, OutboxWriter, PendingEvent, RelayRole
+from pin_identity.operations.ports.outbox import (
+    Fetched,
+    OutboxBacklog,
+    PendingEvent,
+    PublishingHolder,
+    RelayRole,
+)
 
 
 class IdHorizon:
@@ -285,13 +291,13 @@ class PostgresOutboxQueue:
         backlog = self._ask("outbox_backlog", dict_row)
         assert backlog is not None  # the statement answers with one row
         running_s = backlog["running_s"]
-        writer = (
-            OutboxWriter(backlog["pid"], backlog["application_name"], running_s, backlog["gid"])
+        holder = (
+            PublishingHolder(backlog["pid"], backlog["application_name"], running_s, backlog["gid"])
             if backlog["writing"]
             else None
         )
         return OutboxBacklog(
-            int(backlog["waiting"]), float(backlog["oldest_age_s"]), float(running_s or 0.0), writer
+            int(backlog["waiting"]), float(backlog["oldest_age_s"]), float(running_s or 0.0), holder
         )
 
     def is_drained(self) -> bool:

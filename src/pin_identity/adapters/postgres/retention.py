@@ -6,7 +6,7 @@ from datetime import datetime
 
 from pin_identity.adapters.postgres.catalogue import query
 from pin_identity.adapters.postgres.database import Database
-from pin_identity.operations.read_models import PruneResult
+from pin_identity.operations.ports.pruning import PruneResult
 
 
 class PostgresRetention:

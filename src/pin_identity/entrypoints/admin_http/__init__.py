@@ -3,8 +3,8 @@
 Every `/admin/` route needs `Authorization: Bearer <token>` of a known operator (tokens) whose role permits
 the method, checked before the body is read, and takes a body of at most 1 MiB (gate); every error is
 RFC 9457 problem+json with a `code`, decided by one table (problems). A route parses, calls the operator
-service (operations/), and answers its read model as a document (entrypoints.documents); the service writes
-the action's `admin-action` audit line, naming the operator.
+service (operations/), and answers the document it returns (or one of entrypoints.documents); the service
+writes the action's `admin-action` audit line, naming the operator.
 
 One module per resource:
 

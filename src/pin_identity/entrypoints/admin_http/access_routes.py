@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pin_identity.entrypoints.admin_http.problems import problem_responses
 from pin_identity.entrypoints.admin_http.routing import ContainerDep, UserId, admin_router
-from pin_identity.operations.read_models import UserAccessReport
+from pin_identity.operations.documents import UserAccessReport
 
 access = admin_router("/admin/v1/access", "access")
 

@@ -10,17 +10,17 @@ from pin_identity.domain.model import FanOutTaskStatus
 from pin_identity.entrypoints.admin_http.problems import problem_responses
 from pin_identity.entrypoints.admin_http.routing import ContainerDep, TaskId, Who, admin_router
 from pin_identity.entrypoints.documents import TaskDiscarded, TaskReplayed
-from pin_identity.operations.read_models import FanOutTask
+from pin_identity.operations.ports.fanout_tasks import FanOutTaskView
 
 fanout = admin_router("/admin/v1/access-fanout", "access-fanout")
 
 
-@fanout.get("/tasks", response_model=list[FanOutTask])
+@fanout.get("/tasks", response_model=list[FanOutTaskView])
 def list_fanout_tasks(
     container: ContainerDep,
     status: Annotated[FanOutTaskStatus | None, Query(description="Only tasks in this status.")] = None,
     limit: Annotated[int, Query(ge=1, le=10_000)] = 100,
-) -> list[FanOutTask]:
+) -> list[FanOutTaskView]:
     """The newest fan-out tasks first."""
     return container.use_cases.fanout_admin.tasks(status, limit)
 

@@ -1,5 +1,5 @@
-"""The gauges `serve` reads from the database, for `/metrics` and for the console's health summary, which
-shows the very figures read (QueueGauges), not the registry's copy of them.
+"""The gauges `serve` reads from the database (the use case QueueGaugeReads), for `/metrics` and for the
+console's health summary, which shows the very figures read (QueueGauges), not the registry's copy of them.
 
 They are read at most once per MAX_AGE_S whatever the number of scrapes, so `/metrics` (no authentication)
 cannot be used to load the database; a scrape never waits for another's read (the registry keeps the last
@@ -24,48 +24,11 @@ from pin_identity.domain.clock import Clock
 from pin_identity.entrypoints.admin_http.problems import DatabaseUnavailableError
 from pin_identity.observability import metrics
 from pin_identity.observability.logging import describe_error, get_logger
-from pin_identity.operations.ports.outbox import OutboxBacklogSession
-from pin_identity.operations.read_models import QueueGauges
+from pin_identity.operations.health_reads import QueueGauges
 
 log = get_logger("admin-http")
 
 MAX_AGE_S = 5.0  # a Prometheus scrape interval is 15-60 s: each scrape still sees figures of its own
-
-
-class _QueueReads:
-    """The reads behind the gauges: the outbox backlog with the outbox queue's own query, on one dedicated
-    session kept for the process; the fan-out queue's stats and the Running import run on the pool."""
-
-    def __init__(self, container: Container):
-        self._container = container
-        self._outbox: OutboxBacklogSession | None = None
-
-    def __call__(self) -> QueueGauges:
-        if self._outbox is None:
-            self._outbox = self._container.stores.outbox_backlog_reader()
-        try:
-            outbox = self._outbox.backlog()
-        except psycopg.Error:
-            self.close()  # reconnect at the next read
-            raise
-        stats = self._container.stores.fanout_queue.stats(self._container.clock.now())
-        running = self._container.stores.import_store.running_run()
-        counters = {"company": running.companies, "user": running.users} if running else {}
-        return QueueGauges(
-            outbox_backlog=outbox.waiting,
-            outbox_oldest_age_s=outbox.oldest_age_s,
-            outbox_held_s=outbox.held_s,
-            outbox_held_by=outbox.held_by,
-            fanout_backlog=stats.backlog,
-            fanout_failed=stats.failed,
-            import_started_at=running.started_at if running else None,
-            import_counters=counters,
-        )
-
-    def close(self) -> None:
-        if self._outbox is not None:
-            self._outbox.reset()
-            self._outbox = None
 
 
 def _nothing_to_close() -> None:
@@ -91,8 +54,8 @@ class DatabaseGauges:
 
     @classmethod
     def of(cls, container: Container) -> DatabaseGauges:
-        reads = _QueueReads(container)
-        return cls(reads, close=reads.close, clock=container.clock)
+        reads = container.use_cases.queue_gauges()
+        return cls(reads.read, close=reads.close, clock=container.clock)
 
     def refresh(self) -> None:
         """For a scrape: the registry's gauges brought up to date if they are older than `max_age_s`. While

@@ -6,7 +6,7 @@ from fastapi import Request
 
 from pin_identity.entrypoints.admin_http.problems import problem_responses
 from pin_identity.entrypoints.admin_http.routing import ContainerDep, admin_router
-from pin_identity.operations.read_models import HealthSummary
+from pin_identity.operations.documents import HealthSummary
 
 health = admin_router("/admin/v1/health", "health")
 

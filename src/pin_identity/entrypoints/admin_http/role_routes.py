@@ -9,7 +9,8 @@ from fastapi import Query
 from pin_identity.entrypoints.admin_http.problems import problem_responses
 from pin_identity.entrypoints.admin_http.routing import ContainerDep, RoleId, Who, admin_router
 from pin_identity.entrypoints.documents import SetRolePermissions
-from pin_identity.operations.read_models import PermissionsChanged, RoleView
+from pin_identity.operations.documents import PermissionsChanged
+from pin_identity.operations.ports.identity_records import RoleView
 
 roles = admin_router("/admin/v1/roles", "roles")
 

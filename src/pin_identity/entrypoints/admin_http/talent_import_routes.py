@@ -17,7 +17,8 @@ from pin_identity.entrypoints.documents import (
     RunCancelled,
     StartImportRun,
 )
-from pin_identity.operations.read_models import FailedItem, ImportRunReport, ImportRunSummary, ReplayResult
+from pin_identity.operations.documents import ImportRunReport, ReplayResult
+from pin_identity.operations.ports.import_records import FailedItem, ImportRunSummary
 
 imports = admin_router("/admin/v1/talent-import", "talent-import")
 

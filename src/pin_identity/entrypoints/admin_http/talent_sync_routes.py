@@ -5,7 +5,8 @@ from __future__ import annotations
 from pin_identity.entrypoints.admin_http.problems import problem_responses
 from pin_identity.entrypoints.admin_http.routing import ContainerDep, Who, admin_router
 from pin_identity.entrypoints.documents import ReplayRequest
-from pin_identity.operations.read_models import FailedItem, ReplayResult
+from pin_identity.operations.documents import ReplayResult
+from pin_identity.operations.ports.import_records import FailedItem
 
 sync = admin_router("/admin/v1/talent-sync", "talent-sync")
 

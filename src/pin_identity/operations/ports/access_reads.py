@@ -6,16 +6,68 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Protocol
+from datetime import datetime
+from typing import Any, Protocol
 from uuid import UUID
 
+from pydantic import Field
+
 from pin_identity.domain.access_verdicts import Fingerprint, LastEvent, UserKey
-from pin_identity.operations.read_models import AccessLogSearch, UserAccessState
+from pin_identity.domain.api_model import ApiModel
 
 # (records read, records the topic held when reading began)
 Progress = Callable[[int, int], None]
 # Receives the records read, a batch at a time, in the order of each partition.
 KeepRecords = Callable[[Sequence[LastEvent]], None]
+
+
+# ---------------------------------------------------------------- one user's (`access show`)
+
+
+# Fields the record's value did not carry readably are None; an unreadable `active_assignments` matches no
+# truth.
+class AccessEventOnTopic(ApiModel):
+    """The user's last record on pin.identity.access.v1, as far as its value could be read."""
+
+    partition: int
+    offset: int
+    event_id: str | None
+    version: int | None
+    change_reason: str | None
+    changed_role_id: str | None
+    occurred_at: datetime | None
+    active_assignments: Any = Field(description="The event's activeAssignments as it was sent.")
+
+
+@dataclass(frozen=True)
+class AccessLogSearch:
+    """Where the user's key goes on the access topic (None: the topic does not exist), how much of that
+    partition was read from its end, and the user's last event there (None: not one since its beginning)."""
+
+    partition: int | None
+    records_read: int
+    last_event: AccessEventOnTopic | None
+
+
+# A UserAccessChanged of the user still in the outbox, or refused by the broker for good (`error`).
+class QueuedAccessEventView(ApiModel):
+    outbox_id: int
+    event_id: UUID
+    change_reason: str | None
+    version: int | None
+    queued_at: datetime
+    error: str | None = Field(description="A dead letter's: why the broker refused it for good.")
+
+
+@dataclass(frozen=True)
+class UserAccessState:
+    """The database's side, read in one snapshot."""
+
+    user_id: UUID
+    company_id: UUID | None
+    active_assignments: list[dict[str, Any]]  # rendered as the event's activeAssignments
+    waiting: tuple[QueuedAccessEventView, ...]  # in the outbox, oldest first
+    dead_letters: tuple[QueuedAccessEventView, ...]
 
 
 @dataclass(frozen=True)

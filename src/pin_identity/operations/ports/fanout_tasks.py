@@ -10,10 +10,10 @@ from enum import StrEnum
 from typing import NamedTuple, Protocol
 from uuid import UUID
 
+from pin_identity.domain.api_model import ApiModel
 from pin_identity.domain.events import AccessChangeTemplate
 from pin_identity.domain.lease import Release
 from pin_identity.domain.model import FanOutTaskStatus
-from pin_identity.operations import read_models
 from pin_identity.operations.ports.transactions import Transaction
 
 
@@ -113,13 +113,34 @@ class NewerAnnouncement:
     failed: bool  # a task of a newer version failed too
 
 
+# A fan-out task as operators list it; the claimed task the job works on is ports.fanout_tasks.FanOutTask. Its
+# OpenAPI schema keeps the name clients know, FanOutTask. (No docstring: it would become the schema's
+# description.)
+class FanOutTaskView(ApiModel, schema_name="FanOutTask"):
+    task_id: UUID
+    role_id: UUID
+    company_id: UUID | None
+    role_version: int
+    reason: str
+    status: FanOutTaskStatus
+    cursor: UUID | None
+    processed_count: int
+    attempt_count: int
+    lease_expires_at: datetime | None
+    created_at: datetime
+    started_at: datetime | None
+    completed_at: datetime | None
+    updated_at: datetime
+    last_error: str | None
+
+
 class FanOutTasks(Protocol):
-    def list_tasks(self, status: FanOutTaskStatus | None, limit: int) -> list[read_models.FanOutTask]:
+    def list_tasks(self, status: FanOutTaskStatus | None, limit: int) -> list[FanOutTaskView]:
         """The newest first."""
         ...
 
     def replay(self, task_id: UUID, now: datetime) -> TaskReplay: ...
-    def discard(self, task_id: UUID) -> read_models.FanOutTask | None:
+    def discard(self, task_id: UUID) -> FanOutTaskView | None:
         """Removes a Failed task; what it was, or None when the task is in another status or absent."""
         ...
 

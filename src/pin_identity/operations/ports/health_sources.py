@@ -3,9 +3,28 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Protocol
 
-from pin_identity.operations.read_models import DeadLetters, PartitionLagView
+from pydantic import Field
+
+from pin_identity.domain.api_model import ApiModel
+
+
+@dataclass(frozen=True)
+class DeadLetters:
+    """Events the broker refused for good (identity.outbox_dead_letters)."""
+
+    count: int
+    newest_failed_at: datetime | None
+
+
+class PartitionLagView(ApiModel):
+    topic: str
+    partition: int
+    lag: int
+    committed_offset: int | None = Field(description="Null when the group has committed nothing there.")
 
 
 class DeadLetterReads(Protocol):

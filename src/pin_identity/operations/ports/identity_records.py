@@ -8,11 +8,13 @@ from datetime import datetime
 from typing import Protocol, TypeAlias
 from uuid import UUID
 
+from pydantic import Field
+
+from pin_identity.domain.api_model import ApiModel
 from pin_identity.domain.events import CompanyState, UserState
 from pin_identity.domain.model import RoleStatus, Scope
 from pin_identity.operations.ports.access_events import AccessEventWriter
 from pin_identity.operations.ports.transactions import Transaction, Transactions
-from pin_identity.operations.read_models import RoleView
 
 
 @dataclass(frozen=True)
@@ -73,6 +75,21 @@ class IdentityTransaction(AccessEventWriter, Transaction, Protocol):
 
 
 IdentityTransactions: TypeAlias = Transactions[IdentityTransaction]
+
+
+# A role with its permissions and its size.
+class RoleView(ApiModel):
+    """`GET /admin/v1/roles[/{roleId}]`, `roles list|show --json`."""
+
+    role_id: UUID
+    code: str
+    name: str
+    company_id: UUID | None = Field(description="Null for a system role.")
+    company_name: str | None
+    status: RoleStatus
+    version: int
+    permissions: list[str]
+    holders: int = Field(description="Users holding an Active assignment of the role: its fan-out size.")
 
 
 class RoleSummaries(Protocol):

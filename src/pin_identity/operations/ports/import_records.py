@@ -9,7 +9,11 @@ from datetime import datetime
 from typing import Protocol
 from uuid import UUID
 
+from pydantic import Field
+
+from pin_identity.domain.api_model import ApiModel
 from pin_identity.domain.import_run import (
+    ImportMode,
     ImportPage,
     ImportRequest,
     ImportRun,
@@ -17,13 +21,64 @@ from pin_identity.domain.import_run import (
     PageStatus,
     PlanStep,
     RunEnding,
+    RunStatus,
     StageCounters,
 )
 from pin_identity.domain.lease import Release
 from pin_identity.domain.talent import ImportStage
 from pin_identity.operations.ports.replica import DryRunMemory, ReplicaTransaction
 from pin_identity.operations.ports.transactions import Transaction
-from pin_identity.operations.read_models import FailedItem, ImportRunSummary
+
+# ---------------------------------------------------------------- what operators read of the runs
+
+
+class StageCounts(ApiModel):
+    planned: int
+    applied: int
+    skipped: int
+    failed: int
+
+    @classmethod
+    def of(cls, counters: StageCounters) -> StageCounts:
+        # The jobs count a page at a time in the domain's plain StageCounters; operators read them here.
+        return cls(
+            planned=counters.planned,
+            applied=counters.applied,
+            skipped=counters.skipped,
+            failed=counters.failed,
+        )
+
+
+class ImportRunSummary(ApiModel):
+    """A run in the list: its counters; `GET .../runs/{runId}` adds pages, ETA and the lock holder."""
+
+    run_id: UUID
+    mode: ImportMode
+    status: RunStatus
+    dry_run: bool
+    talent_tenant_id_filter: UUID | None
+    page_size: int
+    companies: StageCounts
+    users: StageCounts
+    started_at: datetime
+    finished_at: datetime | None
+    error_code: str | None
+    quarantined: int = Field(description="Items of this run in the quarantine now.")
+
+
+class FailedItem(ApiModel):
+    """A quarantined item; its payload stays in the database (it holds PII)."""
+
+    item_id: UUID
+    stage: ImportStage
+    external_id: UUID | None = Field(description="The Talent tenant or user id.")
+    error_code: str
+    reason: str | None = Field(
+        description="What was wrong, in words: the field and the rule, never the value."
+    )
+    attempts: int
+    created_at: datetime
+    updated_at: datetime
 
 
 class ImportRunRecords(Protocol):

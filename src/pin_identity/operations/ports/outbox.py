@@ -53,11 +53,12 @@ class PublishReport:
 
 
 @dataclass(frozen=True)
-class OutboxWriter:
+class PublishingHolder:
     """A session whose transaction took an outbox id and has not ended: the relay publishes nothing after
-    that id until it does. Its figures are None where the relay's role may not see other roles' sessions.
-    A prepared transaction (two-phase commit) has no session: it is named by its gid, and its time is since
-    it was prepared; it holds publishing until it is committed or rolled back."""
+    that id until it does (it holds publishing back, whatever it writes). Its figures are None where the
+    relay's role may not see other roles' sessions. A prepared transaction (two-phase commit) has no session:
+    it is named by its gid, and its time is since it was prepared; it holds publishing until it is committed
+    or rolled back."""
 
     pid: int | None
     application_name: str | None
@@ -70,7 +71,7 @@ class OutboxBacklog:
     waiting: int  # rows not yet acknowledged
     oldest_age_s: float  # the age of the oldest of them
     held_s: float = 0.0  # how long the oldest running writer's transaction has run: publishing waits on it
-    held_by: OutboxWriter | None = None
+    held_by: PublishingHolder | None = None
 
 
 class Fetched(NamedTuple):

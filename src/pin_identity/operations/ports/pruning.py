@@ -5,7 +5,19 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Protocol
 
-from pin_identity.operations.read_models import PruneResult
+from pydantic import Field
+
+from pin_identity.domain.api_model import ApiModel
+
+
+class PruneResult(ApiModel):
+    """What `maintenance prune` removed: rows of finished work, and quarantine payloads emptied."""
+
+    fanout_tasks: int = Field(
+        description="Completed fan-out tasks deleted (a Failed one stays until replayed or discarded)."
+    )
+    import_runs: int = Field(description="Finished import runs deleted, with their pages and quarantine.")
+    quarantine_payloads: int = Field(description="Quarantined snapshots (PII) emptied.")
 
 
 class Retention(Protocol):
