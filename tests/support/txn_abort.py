@@ -7,10 +7,11 @@ continued (SIGCONT) between two calls of the producer's. MODE says how the produ
 - `stepped`: commit_transaction() with a timeout that runs out (the EndTxn is sent: resumable), then again
   with one too short for its first phase, then nothing: librdkafka forgets that a commit is under way, takes
   the EndTxn's answer for an abort's, and aborts the process (CommittingTransaction -> AbortedNotAcked).
-- `resumed`: the control: the second call has the relay's 5 s, which its first phase meets even starved (a
-  1 s call does not always: the starved thread can wait longer); the commit completes.
+- `resumed`: the control: the second call has the relay's 5 s, and librdkafka's main thread stalls for 2 s of
+  it: the first phase is served late but in time, and the commit completes.
 - `publisher`: the relay's own publisher (KafkaEventPublisher), driven by collect() as the relay does, the
-  broker stopped while it commits and continued between two collect() calls; prints `delivered N`.
+  broker stopped while it commits and continued between two collect() calls, the main thread stalled for 2 s
+  of the second; prints `delivered N`.
 
 During the call that is to miss its first phase, librdkafka's main thread is starved (_main_thread_starved),
 as on a loaded machine; without that the call is usually served in time and the abort is a race.
@@ -26,6 +27,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -40,6 +42,8 @@ from tests.support.waiting import wait_until
 
 DEBUG = "eos,protocol,broker"
 _RELAY_COMMIT_TIMEOUT_S = 5.0
+# How long the main thread is starved in the calls the relay's timeout is to see through: well below it.
+_STALL_S = 2.0
 # Busy processes beside the starved thread: the more, the longer it waits for its turn.
 _BUSY = 4
 _IDS = range(1, 101)
@@ -59,7 +63,9 @@ def _stepped(bootstrap: str, topic: str, broker_pid: int, second_timeout_s: floa
     os.kill(broker_pid, signal.SIGSTOP)
     try:
         _commit_expecting_timeout(producer, 1.0)  # the EndTxn is sent, and waits in the socket
-        with _main_thread_starved():  # as on a loaded machine: the first phase is not served in time
+        # As on a loaded machine: the first phase is not served in time (by a call of no time at all), or is
+        # served late (a stall shorter than the relay's call).
+        with _main_thread_starved(None if second_timeout_s == 0 else _STALL_S):
             _commit_expecting_timeout(producer, second_timeout_s)
         time.sleep(0.5)  # the first phase is served now, its result thrown away
     finally:
@@ -70,29 +76,44 @@ def _stepped(bootstrap: str, topic: str, broker_pid: int, second_timeout_s: floa
 
 
 @contextmanager
-def _main_thread_starved() -> Iterator[None]:
-    """librdkafka's main thread (`rdk:main`) at idle priority on a CPU that a busy process holds (not a
-    thread of this process: that would wait for Python's lock): it serves nothing while the block runs."""
+def _main_thread_starved(for_s: float | None = None) -> Iterator[None]:
+    """librdkafka's main thread (`rdk:main`) at idle priority on a CPU that busy processes hold (not threads
+    of this process: those would wait for Python's lock): it serves nothing while the block runs, or for
+    `for_s` at most. How long an idle thread waits beside busy ones depends on everything else the machine
+    runs: a call that is to be served in time is starved for a bounded time, not for as long as it lasts."""
     cpus = sorted(os.sched_getaffinity(0))
     tasks = Path("/proc/self/task")
     (main,) = [int(t.name) for t in tasks.iterdir() if (t / "comm").read_text().strip() == "rdk:main"]
+    caller = threading.get_native_id()
     busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(_BUSY)]
     for process in busy:
         os.sched_setaffinity(process.pid, {cpus[0]})
     os.sched_setaffinity(main, {cpus[0]})
     os.sched_setscheduler(main, os.SCHED_IDLE, os.sched_param(0))
-    os.sched_setaffinity(0, set(cpus[1:]) or set(cpus))  # this (the calling) thread runs beside them
+    os.sched_setaffinity(caller, set(cpus[1:]) or set(cpus))  # the calling thread runs beside them
     time.sleep(0.2)
-    try:
-        yield
-    finally:
+    ended = threading.Lock()
+
+    def end() -> None:
+        if not ended.acquire(blocking=False):
+            return  # ended already (by the timer, or by the block's end)
         for process in busy:
             process.kill()
             process.wait()
         with contextlib.suppress(PermissionError):  # without CAP_SYS_NICE it stays idle: it has CPUs now
             os.sched_setscheduler(main, os.SCHED_OTHER, os.sched_param(0))
         os.sched_setaffinity(main, set(cpus))
-        os.sched_setaffinity(0, set(cpus))
+        os.sched_setaffinity(caller, set(cpus))
+
+    timer = threading.Timer(for_s, end) if for_s is not None else None
+    if timer is not None:
+        timer.start()
+    try:
+        yield
+    finally:
+        if timer is not None:
+            timer.cancel()
+        end()
 
 
 def _commit_expecting_timeout(producer: Producer, timeout_s: float) -> None:
@@ -126,7 +147,7 @@ def _publisher(bootstrap: str, topic: str, broker_pid: int) -> None:
     os.kill(broker_pid, signal.SIGSTOP)
     try:
         delivered.update(publisher.collect(0.05).delivered)  # as the relay waiting for answers: commits
-        with _main_thread_starved():
+        with _main_thread_starved(_STALL_S):
             delivered.update(publisher.collect(0).delivered)  # as the relay's next step
     finally:
         os.kill(broker_pid, signal.SIGCONT)
