@@ -7,6 +7,7 @@ task's checkpoint commit together, and the outbox relay publishes them after com
 from __future__ import annotations
 
 import uuid
+from dataclasses import replace
 from enum import StrEnum
 
 from pin_identity.config import FanOutSettings
@@ -109,24 +110,24 @@ class AccessFanOutJob:
         return outcome
 
     def _pages(self, task: FanOutTask, stop: StopSignal) -> tuple[TaskOutcome, int]:
-        cursor, processed = task.cursor, task.processed_count
+        """Each batch continues from the checkpoint the one before it left (`task` advanced), which its fence
+        finds stored or refuses: a checkpoint the server lost is resumed by the next claim, not skipped."""
         while True:
             self._pace(task, stop)
             if stop.is_set():
                 self._release(task, count_attempt=False, error=None)
-                return TaskOutcome.STOPPED, processed
+                return TaskOutcome.STOPPED, task.processed_count
             try:
-                page_size, cursor = self._batch(task, cursor)
+                page_size, task = self._batch(task)
             except LeaseLostError:
                 self._observer.lease_lost(task)
-                return TaskOutcome.LEASE_LOST, processed
+                return TaskOutcome.LEASE_LOST, task.processed_count
             except Exception as exc:
                 self._release(task, count_attempt=True, error=self._observer.attempt_failed(task, exc))
-                return TaskOutcome.ERROR, processed
-            processed += page_size
+                return TaskOutcome.ERROR, task.processed_count
             if page_size < self._settings.batch_size:
-                self._observer.completed(task, processed, self._clock.now())
-                return TaskOutcome.COMPLETED, processed
+                self._observer.completed(task, task.processed_count, self._clock.now())
+                return TaskOutcome.COMPLETED, task.processed_count
 
     def _pace(self, task: FanOutTask, stop: StopSignal) -> None:
         """While more events wait in the outbox than the limit, the next page waits (a while at most, and
@@ -150,8 +151,9 @@ class AccessFanOutJob:
             if waited:
                 self._observer.waited_for_relay(self._clock.monotonic() - started)
 
-    def _batch(self, task: FanOutTask, cursor: uuid.UUID | None) -> tuple[int, uuid.UUID | None]:
-        """One page in one transaction: its events and the advanced checkpoint, or nothing at all."""
+    def _batch(self, task: FanOutTask) -> tuple[int, FanOutTask]:
+        """One page in one transaction: its events and the advanced checkpoint, or nothing at all; the page's
+        size and the task as advanced."""
         size = self._settings.batch_size
         now = self._clock.now()
         with (
@@ -166,13 +168,13 @@ class AccessFanOutJob:
                 occurred_at=now,
                 traceparent=current_traceparent(),
             )
-            page = batch.write_page(task.role_id, cursor, size, template)
-            next_cursor = page.last_user_id or cursor
+            page = batch.write_page(task.role_id, task.cursor, size, template)
+            next_cursor = page.last_user_id or task.cursor
             batch.advance(cursor=next_cursor, processed=page.size, completed=page.size < size)
             batch.commit()
             span.set_attribute("processedCount", page.size)
         self._observer.batch_committed(task, page.size, next_cursor)
-        return page.size, next_cursor
+        return page.size, replace(task, cursor=next_cursor, processed_count=task.processed_count + page.size)
 
     def _release(self, task: FanOutTask, *, count_attempt: bool, error: str | None) -> None:
         """Hand the lease back now instead of letting it run out (a failed attempt waits a back-off)."""

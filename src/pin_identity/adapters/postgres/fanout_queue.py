@@ -99,7 +99,13 @@ class PostgresFanOutQueue:
 
     @contextmanager
     def batch(self, task: FanOutTask, now: datetime, lease_until: datetime) -> Iterator[PostgresFanOutBatch]:
-        params = {"task_id": task.task_id, "claim_id": task.claim_id, "now": now, "lease_until": lease_until}
+        params = {
+            "task_id": task.task_id,
+            "claim_id": task.claim_id,
+            "cursor": task.cursor,
+            "now": now,
+            "lease_until": lease_until,
+        }
         # Locks the task row for the batch: the fence holds until commit.
         fence = Fence("renew_fanout_lease", params, task.task_id)
         with self._database.transaction() as conn, conn.pipeline():

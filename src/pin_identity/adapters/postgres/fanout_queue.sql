@@ -45,10 +45,13 @@ RETURNING t.id AS task_id, t.role_id, t.company_id, t.role_version, t.cursor, t.
           t.attempt_count AS attempt, t.created_at, t.started_at;
 
 -- name: renew_fanout_lease
--- Fencing: only the claim that holds the lease may write; the row stays locked for the batch.
+-- Fencing: only the claim that holds the lease may write, and only from the checkpoint it left; the row stays
+-- locked for the batch. A checkpoint other than the claim's last is one the server lost (pages commit without
+-- waiting for their WAL: a crash, or a failover to a standby that had not received them): the claim stops, and
+-- the next claim resumes from the checkpoint as stored, so the lost pages are written again, never skipped.
 UPDATE identity.access_fanout_tasks
 SET lease_expires_at = %(lease_until)s, updated_at = %(now)s
-WHERE id = %(task_id)s AND (
+WHERE id = %(task_id)s AND cursor IS NOT DISTINCT FROM %(cursor)s AND (
 -- include: lease_still_mine (owner = lease_owner, status = status)
 )
 RETURNING id;
@@ -56,8 +59,9 @@ RETURNING id;
 -- name: fanout_page_commits_without_flush
 -- A page's commit does not wait for its WAL to reach the disk (what that saves: BENCHMARKS.md). Safe here: a
 -- page changes no truth, and the page's events and checkpoint are lost or kept together. A page lost in a
--- server crash is written again from the older checkpoint (its events may already be on the topic: at least
--- once, as any retry). It cannot come back behind a newer truth: a writer of one of its users waits for the
+-- server crash (or a failover to a standby it had not reached) is written again from the older checkpoint (its
+-- events may already be on the topic: at least once, as any retry): the claim's next batch finds that
+-- checkpoint, not its own, and stops (renew_fanout_lease), and the next claim resumes from it. It cannot come back behind a newer truth: a writer of one of its users waits for the
 -- page's lock and commits after it, and that writer's synchronous commit flushes the WAL up to itself, the
 -- page's commit included. So a page is lost only while nothing newer was said about its users.
 SET LOCAL synchronous_commit = off;

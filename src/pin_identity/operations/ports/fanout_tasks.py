@@ -19,7 +19,9 @@ from pin_identity.operations.ports.transactions import Transaction
 
 @dataclass(frozen=True)
 class FanOutTask:
-    """A claimed AccessFanOutTask; claim_id fences every write of this lease (the jobRunId of the claim)."""
+    """A claimed AccessFanOutTask; claim_id fences every write of this lease (the jobRunId of the claim), from
+    the checkpoint (cursor, processed_count) the claim last left: as claimed, then as each batch advanced it.
+    """
 
     task_id: UUID
     role_id: UUID
@@ -76,7 +78,7 @@ class FanOutQueue(Protocol):
         self, task: FanOutTask, now: datetime, lease_until: datetime
     ) -> AbstractContextManager[FanOutBatch]:
         """Opens the batch transaction; its first statement raises LeaseLostError when the lease is no longer
-        this claim's."""
+        this claim's, or the stored checkpoint is no longer `task.cursor` (the server lost pages)."""
         ...
 
     def release(self, task: FanOutTask, now: datetime, release: Release) -> None: ...
