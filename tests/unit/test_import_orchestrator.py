@@ -170,16 +170,34 @@ class DatabaseAway(MemoryImportStore):
         return super().claim(*args)
 
 
-def test_a_database_away_for_a_while_fails_steps_not_the_run() -> None:
-    store, source, observer = DatabaseAway(), _source(3, 2), RecordingImportObserver()
-    job = TalentImportJob(store, MemoryRunLock(), lambda mode: source, SETTINGS, ManualClock(NOW), observer)
-    run = store.start(page_size=2)
-    store.failures = 4
+class RecordedWaits:
+    """A stop signal never set, whose waits return at once and are recorded."""
 
-    ended = job.drive(run, threading.Event())
+    def __init__(self) -> None:
+        self.waits: list[float | None] = []
+
+    def is_set(self) -> bool:
+        return False
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.waits.append(timeout)
+        return False
+
+
+def test_a_database_away_for_a_while_fails_steps_not_the_run_and_the_steps_back_off() -> None:
+    store, source, observer = DatabaseAway(), _source(3, 2), RecordingImportObserver()
+    settings = SETTINGS.model_copy(update={"backoff_base_s": 1.0, "backoff_max_s": 60.0})
+    job = TalentImportJob(store, MemoryRunLock(), lambda mode: source, settings, ManualClock(NOW), observer)
+    run = store.start(page_size=2)
+    store.failures, stop = 4, RecordedWaits()
+
+    ended = job.drive(run, stop)
 
     assert (ended.status, ended.companies.applied, ended.users.applied) == (RunStatus.COMPLETED, 3, 6)
     assert observer.calls.count("step failed: server closed the connection unexpectedly") == 4
+    # While the steps fail, the waits back off from a second up (not the 0.2 s idle wait: ten tries a second).
+    backing_off = stop.waits[:2]
+    assert min(wait or 0 for wait in backing_off) >= 1.0 and backing_off == sorted(backing_off), stop.waits
 
 
 def test_a_job_that_cannot_read_the_source_leaves_the_run_to_others() -> None:

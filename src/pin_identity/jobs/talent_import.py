@@ -43,6 +43,7 @@ class TalentImportJob:
     _pages: PageWorker = field(init=False)
     _open_sources: dict[ImportMode, TalentSource] = field(default_factory=dict)
     _unreadable: set[ImportMode] = field(default_factory=set)
+    _failures: int = field(default=0, init=False)  # steps failed in a row
 
     def __post_init__(self) -> None:
         self._orchestrator = ImportOrchestrator(
@@ -65,8 +66,8 @@ class TalentImportJob:
                 try:
                     run = self.store.running_run()
                 except Exception as exc:  # the database is away (a failover): asked again after a wait
-                    self.observer.step_failed(None, exc)
-                    stop.wait(self.settings.idle_wait_s)
+                    self._failed(None, exc)
+                    stop.wait(self._pause())
                     continue
                 if run is None:
                     self._orchestrator.step_down()
@@ -75,7 +76,7 @@ class TalentImportJob:
                     stop.wait(self.settings.idle_wait_s * 10)
                     continue
                 if not self.step(run) and not stop.is_set():
-                    stop.wait(self.settings.idle_wait_s)
+                    stop.wait(self._pause())
         finally:
             self._orchestrator.step_down()
             self.close()
@@ -95,7 +96,7 @@ class TalentImportJob:
                     self.observer.left_running(current)
                     return current
                 elif not self.step(current):
-                    stop.wait(self.settings.idle_wait_s)
+                    stop.wait(self._pause())
             return current or run
         finally:
             self._orchestrator.step_down()
@@ -106,7 +107,7 @@ class TalentImportJob:
         try:
             return self.store.load_run(run.run_id)
         except Exception as exc:
-            self.observer.step_failed(run, exc)
+            self.observer.step_failed(run, exc)  # the step with the run as last seen counts the failure
             return run
 
     def step(self, run: ImportRun) -> bool:
@@ -115,10 +116,21 @@ class TalentImportJob:
         page this process held are back in play with the session they lived in (the orchestrator takes the
         lock again, the page is claimed again, by whichever process is first)."""
         try:
-            return self._step(run)
+            moved = self._step(run)
         except Exception as exc:
-            self.observer.step_failed(run, exc)
+            self._failed(run, exc)
             return False
+        self._failures = 0
+        return moved
+
+    def _failed(self, run: ImportRun | None, exc: Exception) -> None:
+        self._failures += 1
+        self.observer.step_failed(run, exc)
+
+    def _pause(self) -> float:
+        """The wait before the next step: short while the run moves or waits on others, backing off while the
+        steps fail (a database away for a failover is asked a few times, not ten times a second)."""
+        return self.settings.backoff.delay(self._failures) if self._failures else self.settings.idle_wait_s
 
     def _step(self, run: ImportRun) -> bool:
         source = self._source(run.mode)
