@@ -228,61 +228,6 @@ def test_restart_resumes_from_the_cursor_and_repeats_at_most_the_batch_in_flight
     assert (task["status"], task["processed_count"]) == ("Completed", 120)
 
 
-class LosesItsSecondPage:
-    """The real queue on a server that loses a committed page: right after the second batch commits, the
-    server is back at the first batch's state (the task's checkpoint and the page's outbox rows gone), the
-    claim as it was: a crash that lost a page's unflushed commit, or a failover to a standby without it."""
-
-    def __init__(self, queue: PostgresFanOutQueue, database_url: str):
-        self._queue, self._database_url = queue, database_url
-        self._batches = 0
-
-    def __getattr__(self, name: str) -> object:
-        return getattr(self._queue, name)
-
-    @contextmanager
-    def batch(self, task: FanOutTask, now: datetime, lease_until: datetime) -> Iterator[PostgresFanOutBatch]:
-        with self._queue.batch(task, now, lease_until) as batch:
-            yield batch
-        self._batches += 1
-        if self._batches == 2:
-            self._lose_the_page(task)
-
-    def _lose_the_page(self, task: FanOutTask) -> None:
-        with psycopg.connect(self._database_url) as conn:
-            conn.execute(
-                """DELETE FROM identity.outbox_events WHERE id IN (
-                       SELECT id FROM identity.outbox_events ORDER BY id DESC LIMIT %s)""",
-                (task.processed_count,),  # the second page: as many users as the first
-            )
-            conn.execute(
-                "UPDATE identity.access_fanout_tasks SET cursor = %s, processed_count = %s WHERE id = %s",
-                (task.cursor, task.processed_count, task.task_id),
-            )
-
-
-def test_a_page_the_server_lost_is_written_again_not_skipped(
-    container: Container, stores: Stores, database_url: str, tap: EventTap
-) -> None:
-    """The worker's claim survives the server's loss of its last page (pages commit without waiting for their
-    WAL): its next batch must not go on from where the worker thinks it is, but from where the server is."""
-    _, role_id, users = seed.bulk_held_role(stores.identity_transactions, database_url, 100)
-    task_id = _change_permissions(container, role_id)
-    clock = ManualClock()
-    queue = LosesItsSecondPage(stores.fanout_queue, database_url)
-
-    run_until_idle(fanout_job(container, clock, batch_size=25, queue=queue))  # its third batch is refused
-    task = _task_row(database_url, task_id)
-    assert (task["status"], task["processed_count"], task["cursor"]) == ("InProgress", 25, users[24])
-    clock.advance(301)  # the claim's lease over (after a failover, its holder's session is gone at once)
-    run_until_idle(fanout_job(container, clock, batch_size=25))
-    publish_outbox(container)
-
-    events = _every_fanout_event(tap, role_id)
-    assert Counter(e.key for e in events) == Counter(str(u) for u in users)  # nothing lost, nothing twice
-    assert _task_row(database_url, task_id)["status"] == "Completed"
-
-
 def test_parallel_workers_never_share_a_task(
     container: Container, stores: Stores, database_url: str, tap: EventTap
 ) -> None:
@@ -452,6 +397,53 @@ def test_role_archived_between_enqueue_and_processing(
         a["roleCode"] for a in {e.key: e for e in archived}[str(users[0])].payload["activeAssignments"]
     ] == ["kept"]
     assert tap.read_to_end(lambda e: _changed_by(e, role_id)) == []
+
+
+class LosesItsSecondPage(AfterEachBatch):
+    """The real queue on a server that loses a committed page: right after the second batch commits, the
+    server is back at the first batch's state (the task's checkpoint and the page's outbox rows gone), the
+    claim as it was: a crash that lost a page's unflushed commit, or a failover to a standby without it."""
+
+    def __init__(self, queue: PostgresFanOutQueue, database_url: str):
+        super().__init__(queue)
+        self._database_url, self._batches = database_url, 0
+
+    def after(self, task: FanOutTask) -> None:
+        self._batches += 1
+        if self._batches != 2:
+            return
+        with psycopg.connect(self._database_url) as conn:
+            conn.execute(
+                """DELETE FROM identity.outbox_events WHERE id IN (
+                       SELECT id FROM identity.outbox_events ORDER BY id DESC LIMIT %s)""",
+                (task.processed_count,),  # the second page: as many users as the first
+            )
+            conn.execute(
+                "UPDATE identity.access_fanout_tasks SET cursor = %s, processed_count = %s WHERE id = %s",
+                (task.cursor, task.processed_count, task.task_id),
+            )
+
+
+def test_a_page_the_server_lost_is_written_again_not_skipped(
+    container: Container, stores: Stores, database_url: str, tap: EventTap
+) -> None:
+    """The worker's claim survives the server's loss of its last page (pages commit without waiting for their
+    WAL): its next batch must not go on from where the worker thinks it is, but from where the server is."""
+    _, role_id, users = seed.bulk_held_role(stores.identity_transactions, database_url, 100)
+    task_id = _change_permissions(container, role_id)
+    clock = ManualClock()
+    queue = LosesItsSecondPage(stores.fanout_queue, database_url)
+
+    run_until_idle(fanout_job(container, clock, batch_size=25, queue=queue))  # its third batch is refused
+    task = _task_row(database_url, task_id)
+    assert (task["status"], task["processed_count"], task["cursor"]) == ("InProgress", 25, users[24])
+    clock.advance(301)  # the claim's lease over (after a failover, its holder's session is gone at once)
+    run_until_idle(fanout_job(container, clock, batch_size=25))
+    publish_outbox(container)
+
+    events = _every_fanout_event(tap, role_id)
+    assert Counter(e.key for e in events) == Counter(str(u) for u in users)  # nothing lost, nothing twice
+    assert _task_row(database_url, task_id)["status"] == "Completed"
 
 
 def test_a_paused_worker_whose_lease_expired_cannot_commit(
