@@ -45,7 +45,8 @@ TENANTS, MANAGERS = 5_000, 50_000
 QUEUED = FanOutPolicy(inline_threshold=0)
 # Each of our sessions names itself (application_name): those the new primary must see once the jobs have
 # reconnected (the pools, the relay's session, the fan-out's LISTEN, the claim holder's, named by its pid).
-SESSIONS = {"pin-identity", "pin-identity-outbox-relay", "pin-identity-fanout-listen", "pin-identity holder"}
+_HOLDER = "pin-identity holder"  # then its host and pid (holder_session.holder_session_name)
+SESSIONS = {"pin-identity", "pin-identity-outbox-relay", "pin-identity-fanout-listen", _HOLDER}
 
 
 @pytest.fixture
@@ -116,7 +117,7 @@ def _sessions_on(url: str) -> set[str]:
         sessions = conn.execute(
             "SELECT application_name, query FROM pg_stat_activity WHERE datname = current_database()"
         ).fetchall()
-    names = {name.split(" pid ")[0].rsplit(" ", 1)[0] if " pid " in name else name for name, _ in sessions}
+    names = {_HOLDER if name.startswith(f"{_HOLDER} ") else name for name, _ in sessions}
     listening = any(query.upper().startswith("LISTEN") for _, query in sessions)
     return names | ({"LISTEN"} if listening else set())
 
