@@ -266,6 +266,20 @@ def _relay_sessions(database_url: str) -> int:
 HANDOVER_BOUND_S = 30.0
 
 
+def _what_the_relays_did(database_url: str, *logs: Path) -> str:
+    """The database's sessions and the relays' logs, for a handover that did not happen."""
+    with psycopg.connect(database_url) as conn:
+        sessions = conn.execute(
+            "SELECT pid, application_name, state, wait_event_type, wait_event, backend_xid,"
+            " now() - xact_start AS in_transaction, left(query, 80) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        ).fetchall()
+    lines = [f"session: {session}" for session in sessions]
+    for log in logs:
+        lines += [f"{log.name}: {line}" for line in log.read_text(errors="replace").splitlines()[-40:]]
+    return "\n".join(lines)
+
+
 def _watch_the_handover(
     tap: EventTap, keys: list[uuid.UUID], *, after_version: int, healthz_port: int, since: float
 ) -> dict[str, float]:
@@ -329,7 +343,11 @@ def test_a_relay_whose_database_path_goes_silent_hands_over_within_30_s(
             tap, keys, after_version=written + 1, healthz_port=healthz_port, since=silent_at
         )
         print(f"black hole at version {written}: {handover}")
-        assert "published" in handover, f"the standby published nothing within 30 s ({handover})"
+        assert "published" in handover, (
+            f"the standby published nothing within 30 s ({handover}; the stream at {stream.written}, the"
+            f" topic at {max(e.payload['version'] for e in tap.received if e.key in ours)})\n"
+            + _what_the_relays_did(database_url, silent_log, standby_log)
+        )
         assert "healthz" in handover, f"the silent relay's /healthz did not fail within 30 s ({handover})"
         proxy.restore()
         wait_until(

@@ -10,6 +10,7 @@ that the primary's commits after the cut are lost with it."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -73,7 +74,8 @@ class Server:
         """Every process of the server SIGKILLed at once: a lost node (no shutdown, no last WAL sent)."""
         postmaster = psutil.Process(int((self.pgdata / "postmaster.pid").read_text().split()[0]))
         for process in [postmaster, *postmaster.children(recursive=True)]:
-            process.send_signal(signal.SIGKILL)
+            with contextlib.suppress(psutil.NoSuchProcess):  # a backend that ended since it was listed
+                process.send_signal(signal.SIGKILL)
         psutil.wait_procs([postmaster], timeout=10)
 
     def stop(self) -> None:
