@@ -1,4 +1,5 @@
-"""The fan-out's page statements reach users and assignments through indexes, on any server.
+"""The fan-out's page statements reach users and assignments through indexes, on any server; the relay's
+statements touch a batch's rows whatever the outbox's statistics say.
 
 The plans are taken with the planner's default costs (random_page_cost = 4, as on a server nobody tuned; the
 embedded server runs with 1.1), as custom plans for real pages and as the generic plan a prepared statement
@@ -23,7 +24,7 @@ import pytest
 from pin_identity.adapters.postgres.catalogue import query
 from pin_identity.adapters.postgres.outbox_writer import template_params, write_outbox
 from pin_identity.config import FanOutSettings
-from pin_identity.domain.events import access_changed_template
+from pin_identity.domain.events import ACCESS_TOPIC, access_changed_template
 from pin_identity.domain.model import AccessChangeReason
 from tests.support.relay import access_message
 from tests.support.seed import BulkAssignment, bulk_company, copy_assignments, copy_users
@@ -182,3 +183,67 @@ def _assignments(role_id: uuid.UUID, other_role: uuid.UUID, rng: random.Random) 
         status = rng.choice(("Revoked", "Expired"))
         rows.append(BulkAssignment(role_id, "Project", status, project_id=uuid.uuid4()))
     return rows
+
+
+# The relay's reads and removals, with the parameters its session sends (its session plans each with them).
+_RELAY_LIMIT = 2_000
+_RELAY_READ = {"after": 0, "upto": None, "topic": None, "skip": [], "limit": _RELAY_LIMIT, "max_bytes": 2**24}
+
+
+def test_the_relays_statements_touch_no_more_rows_than_a_batch_when_the_statistics_say_the_outbox_is_empty(
+    database_url: str,
+) -> None:
+    """The outbox empties whenever the relay catches up, and a vacuum then records it as holding no rows
+    (its pages kept: a table in use is not truncated). Until the next analyze, the planner takes the outbox
+    for a one-row table, whatever arrives meanwhile (a million-user fan-out). Every statement the relay
+    runs on it still touches at most a batch's rows; a plan that scanned the table once per row of the page
+    took 33 s for a read of 2,000 rows of 25,000, past the relay session's 15 s limit, so that no read ever
+    finished and nothing was published."""
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        write_outbox(conn, [access_message(uuid.uuid4(), {"n": n}) for n in range(300)])
+        conn.execute("DELETE FROM identity.outbox_events")  # published
+        conn.execute("VACUUM (ANALYZE, TRUNCATE false) identity.outbox_events")
+        write_outbox(conn, [access_message(uuid.uuid4(), {"n": n}) for n in range(25_000)])
+        stats = conn.execute(
+            "SELECT reltuples, relpages FROM pg_class WHERE oid = 'identity.outbox_events'::regclass"
+        ).fetchone()
+        assert stats is not None and stats[0] == 0 and stats[1] > 0, f"statistics of an empty outbox: {stats}"
+        ids, event_ids = zip(
+            *conn.execute(
+                "SELECT id, event_id FROM identity.outbox_events ORDER BY id LIMIT %s", (_RELAY_LIMIT,)
+            ).fetchall(),
+            strict=True,
+        )
+        last = conn.execute("SELECT max(id) FROM identity.outbox_events").fetchone()
+    read = {**_RELAY_READ, "final": last[0]}
+    held = {**_RELAY_READ, "skip": None, "topic": ACCESS_TOPIC, "upto": last[0], "final": last[0]}
+    removal = {"ids": list(ids), "event_ids": list(event_ids)}
+    statements = [
+        ("the read", "fetch_ready_outbox_events", read, _RELAY_LIMIT),
+        ("a held topic's read", "fetch_ready_outbox_events", held, _RELAY_LIMIT),
+        ("the removal", "delete_outbox_events", removal, _RELAY_LIMIT),
+        ("the backlog", "outbox_backlog", {}, 10_000),  # the first 10,000 rows counted (its comment)
+        ("the fan-out's pace", "outbox_waiting_estimate", {"cap": 10_001}, 10_001),
+    ]
+    with psycopg.connect(database_url) as conn:
+        conn.execute("SET plan_cache_mode = force_custom_plan")
+        for label, statement, params, rows in statements:
+            _assert_touches_at_most(conn, statement, params, rows, label)
+
+
+def _assert_touches_at_most(
+    conn: psycopg.Connection, statement: str, params: dict[str, Any], rows: int, label: str
+) -> None:
+    """Every node of the statement's plan, run, handles at most `rows` rows over all its loops (those it
+    returns and those its filters drop)."""
+    plan = _explain(conn, f"EXPLAIN (ANALYZE, FORMAT JSON) {query(statement)}", params)
+    touched = {node: count for node, count in _rows_handled(plan) if count > rows}
+    assert not touched, f"{label} ({statement}) handles {touched} rows:\n{json.dumps(plan, indent=1)}"
+
+
+def _rows_handled(plan: Plan, path: str = "") -> Iterator[tuple[str, float]]:
+    name = f"{path}/{plan['Node Type']}" + (f" on {plan['Relation Name']}" if "Relation Name" in plan else "")
+    dropped = plan.get("Rows Removed by Filter", 0) + plan.get("Rows Removed by Join Filter", 0)
+    yield name, (plan["Actual Rows"] + dropped) * plan["Actual Loops"]
+    for child in plan.get("Plans", []):
+        yield from _rows_handled(child, name)
