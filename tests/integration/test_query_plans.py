@@ -196,7 +196,7 @@ def test_the_relays_statements_touch_no_more_rows_than_a_batch_when_the_statisti
     """The outbox empties whenever the relay catches up, and a vacuum then records it as holding no rows
     (its pages kept: a table in use is not truncated). Until the next analyze, the planner takes the outbox
     for a one-row table, whatever arrives meanwhile (a million-user fan-out). Every statement the relay
-    runs on it still touches at most a batch's rows; a plan that scanned the table once per row of the page
+    runs on it still touches at most a batch's rows; a plan that scanned the page once per row of the table
     took 33 s for a read of 2,000 rows of 25,000, past the relay session's 15 s limit, so that no read ever
     finished and nothing was published."""
     with psycopg.connect(database_url, autocommit=True) as conn:
